@@ -1,0 +1,90 @@
+"""The `aw` command line: noun groups with verb subcommands, one-line errors, stable exit codes.
+
+Only typer, rich and the standard library are imported here; each command
+imports what it needs when it runs, so `aw --help`, `aw proxy` and `aw tui`
+never pay for torch or transformers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from agentworld import __version__
+from agentworld.errors import AgentWorldError
+from agentworld.pool.command import pool_app
+
+app = typer.Typer(
+    name="aw",
+    help="AgentWorld: record, curate and train on multi-turn LLM agent trajectories.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(pool_app, name="pool")
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"agentworld {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    _state["debug"] = debug
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@app.command()
+def init(
+    path: Path = typer.Argument(Path("."), help="Folder to set up (default: here)."),
+) -> None:
+    """Create pool/, agents.toml and datasets.toml in a folder."""
+    from agentworld.pool import Pool
+    from agentworld.templates import write_templates
+
+    pool = Pool.create(path / "pool")
+    written = write_templates(path)
+    typer.echo(f"pool ready at {pool.root}", err=True)
+    for f in written:
+        typer.echo(f"wrote {f}", err=True)
+
+
+# Commands from the other subsystems register here (each module imports only
+# typer at import time).
+
+
+def main() -> None:
+    """Entry point of the `aw` console script."""
+    debug = "--debug" in sys.argv or os.environ.get("AW_DEBUG") == "1"
+    try:
+        app()
+    except AgentWorldError as exc:
+        if debug:
+            raise
+        typer.echo(f"aw: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("aw: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The pool: a plain directory of content-addressed shards, writer journals and a label overlay.
+
+``Pool`` is the one entry point the proxy, TUI, trainer and exporters use.
+The on-disk format is specified in docs/pool-format.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from agentworld.errors import NotFoundError
+from agentworld.pool.index import Index
+from agentworld.pool.journal import Durability, PoolWriter, Recovery, recover_orphans
+from agentworld.pool.labels import Labels
+from agentworld.pool.layout import Layout, check_version, init_pool
+from agentworld.pool.reader import RecordFetcher, Trajectory, iter_records, iter_trajectories
+from agentworld.pool.selection import Selection
+
+__all__ = ["Pool", "PoolWriter", "Recovery", "Selection", "Trajectory"]
+
+
+class Pool:
+    """An open pool directory."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.labels = Labels(layout)
+        self.recovered: list[Recovery] = []
+        self._index: Index | None = None
+        self._fetcher: RecordFetcher | None = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, recover: bool = True) -> Pool:
+        """Open an existing pool, refusing unknown format versions, and recover dead writers."""
+        layout = Layout(Path(path))
+        check_version(layout)
+        pool = cls(layout)
+        if recover:
+            pool.recovered = recover_orphans(layout)
+        return pool
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str]) -> Pool:
+        """Create (or open) a pool directory."""
+        layout = init_pool(Path(path))
+        return cls.open(layout.root)
+
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    def writer(
+        self,
+        *,
+        durability: Durability = "batched",
+        commit_records: int = 512,
+        commit_interval_s: float = 0.05,
+        rotate_bytes: int = 64 * 1024 * 1024,
+        name: str = "w",
+    ) -> PoolWriter:
+        """A new writer with its own journal. Close it to seal the journal into a shard."""
+        return PoolWriter(
+            self.layout,
+            durability=durability,
+            commit_records=commit_records,
+            commit_interval_s=commit_interval_s,
+            rotate_bytes=rotate_bytes,
+            name=name,
+        )
+
+    def recover(self) -> list[Recovery]:
+        """Seal journals of writers that are gone."""
+        return recover_orphans(self.layout)
+
+    def index(self, *, refresh: bool = True) -> Index:
+        """The SQLite index, brought up to date unless ``refresh`` is False."""
+        if self._index is None:
+            self._index = Index(self.layout, self.labels)
+        if refresh:
+            self._index.refresh()
+        return self._index
+
+    def iter_records(self, *, journals: bool = True) -> Iterator[dict[str, Any]]:
+        return iter_records(self.layout, journals=journals)
+
+    def iter_trajectories(
+        self, selection: Selection | None = None, *, journals: bool = True
+    ) -> Iterator[Trajectory]:
+        """Stream trajectories with labels applied, keeping those the selection matches."""
+        labels = self.labels.effective()
+        for t in iter_trajectories(self.layout, labels, journals=journals):
+            if selection is None or selection.matches(t.summary(), t.labels):
+                yield t
+
+    def _fetch(self, row: dict[str, Any]) -> dict[str, Any]:
+        if self._fetcher is None:
+            self._fetcher = RecordFetcher(self.layout)
+        return self._fetcher.get(row["source"], row["line"])
+
+    def get_step(self, step_id: str) -> dict[str, Any]:
+        idx = self.index(refresh=False)
+        row = idx.step(step_id)
+        if row is None:
+            idx.refresh()
+            row = idx.step(step_id)
+        if row is None:
+            raise NotFoundError(f"no step {step_id!r} in {self.root}")
+        return self._fetch(row)
+
+    def get_trajectory(self, trajectory_id: str) -> Trajectory:
+        """One trajectory with all its steps and labels, via the index."""
+        idx = self.index(refresh=False)
+        rows = idx.steps(trajectory_id)
+        end = idx.end(trajectory_id)
+        if not rows and end is None:
+            idx.refresh()
+            rows, end = idx.steps(trajectory_id), idx.end(trajectory_id)
+        if not rows and end is None:
+            raise NotFoundError(f"no trajectory {trajectory_id!r} in {self.root}")
+        t = Trajectory(trajectory_id)
+        t.steps = [self._fetch(r) for r in rows]
+        t.end = self._fetch(end) if end else None
+        targets = [f"trajectory:{trajectory_id}"] + [f"step:{s['id']}" for s in t.steps]
+        labels = idx.labels_of(targets)
+        t.labels = labels.get(f"trajectory:{trajectory_id}", {})
+        for s in t.steps:
+            s["_labels"] = {**t.labels, **labels.get(f"step:{s['id']}", {})}
+        return t
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None

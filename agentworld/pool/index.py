@@ -1,0 +1,578 @@
+"""The pool's derived index: SQLite under ``.cache/``, rebuildable from shards and labels at any time.
+
+It makes listing, filtering and fetching by id fast on millions of steps. It
+is a cache: deleting it loses nothing, and ``refresh`` brings it up to date
+incrementally (new shards, the tails of live journals, changed label files).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentworld.pool.journal import journal_records, scan_journal
+from agentworld.pool.labels import Labels
+from agentworld.pool.layout import Layout
+from agentworld.pool.selection import Selection
+from agentworld.pool.shards import iter_shard_lines
+
+INDEX_VERSION = 1
+PREVIEW_CHARS = 240
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS sources (
+    path TEXT PRIMARY KEY, kind TEXT NOT NULL, size INTEGER NOT NULL, records INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS steps (
+    id TEXT PRIMARY KEY, trajectory TEXT NOT NULL, idx INTEGER NOT NULL, choice INTEGER,
+    agent TEXT, dataset TEXT, split TEXT, task TEXT, grp TEXT, policy_version INTEGER,
+    protocol TEXT, status TEXT, reward REAL, started_at REAL, ended_at REAL,
+    prompt_tokens INTEGER, completion_tokens INTEGER, token_source TEXT, error TEXT,
+    text TEXT, source TEXT NOT NULL, line INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS steps_traj ON steps (trajectory, idx);
+CREATE INDEX IF NOT EXISTS steps_source ON steps (source);
+CREATE TABLE IF NOT EXISTS ends (
+    trajectory TEXT PRIMARY KEY, id TEXT, status TEXT, reward REAL, ended_at REAL, steps INTEGER,
+    error TEXT, source TEXT NOT NULL, line INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ends_source ON ends (source);
+CREATE TABLE IF NOT EXISTS trajectories (
+    id TEXT PRIMARY KEY, agent TEXT, dataset TEXT, split TEXT, task TEXT, grp TEXT,
+    status TEXT, reward REAL, n_steps INTEGER, n_errors INTEGER, first_at REAL, last_at REAL,
+    policy_min INTEGER, policy_max INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER,
+    token_source TEXT, preview TEXT
+);
+CREATE INDEX IF NOT EXISTS traj_agent ON trajectories (agent, dataset);
+CREATE INDEX IF NOT EXISTS traj_grp ON trajectories (grp);
+CREATE INDEX IF NOT EXISTS traj_last ON trajectories (last_at);
+CREATE INDEX IF NOT EXISTS traj_status ON trajectories (status);
+CREATE TABLE IF NOT EXISTS labels (
+    target TEXT NOT NULL, field TEXT NOT NULL, value TEXT NOT NULL, author TEXT, time REAL,
+    PRIMARY KEY (target, field)
+);
+CREATE TABLE IF NOT EXISTS tlabels (
+    trajectory TEXT PRIMARY KEY, trainable INTEGER, quality TEXT, tags TEXT, note TEXT,
+    reward REAL, any_label INTEGER NOT NULL
+);
+"""
+
+TRAJECTORY_SORTS = {
+    "time": "t.last_at",
+    "started": "t.first_at",
+    "reward": "COALESCE(l.reward, t.reward)",
+    "steps": "t.n_steps",
+    "tokens": "t.completion_tokens",
+    "agent": "t.agent",
+    "dataset": "t.dataset",
+    "status": "t.status",
+    "id": "t.id",
+}
+
+
+@dataclass
+class RefreshReport:
+    shards: int = 0
+    journals: int = 0
+    records: int = 0
+    seconds: float = 0.0
+
+
+def _text_of(step: dict[str, Any]) -> str:
+    """A short searchable text: the last prompt message and the response."""
+    parts = []
+    req = step.get("request") or {}
+    msgs = req.get("messages") or []
+    if msgs:
+        c = msgs[-1].get("content")
+        parts.append(c if isinstance(c, str) else orjson.dumps(c).decode() if c else "")
+    elif req.get("prompt"):
+        parts.append(req["prompt"][-PREVIEW_CHARS:])
+    resp = step.get("response") or {}
+    msg = resp.get("message") or {}
+    c = msg.get("content")
+    parts.append(c if isinstance(c, str) else resp.get("text") or "")
+    for call in msg.get("tool_calls") or ():
+        parts.append(f"{call.get('name')}({call.get('arguments', '')[:80]})")
+    return " | ".join(p for p in parts if p)[: PREVIEW_CHARS * 2]
+
+
+def _step_row(rec: dict[str, Any], source: str, line: int) -> tuple[Any, ...]:
+    usage = (rec.get("response") or {}).get("usage") or {}
+    tokens = rec.get("tokens") or {}
+    timings = rec.get("timings") or {}
+    err = rec.get("error")
+    return (
+        rec["id"],
+        rec["trajectory"],
+        rec["index"],
+        rec.get("choice"),
+        rec.get("agent"),
+        rec.get("dataset"),
+        rec.get("split"),
+        rec.get("task"),
+        rec.get("group"),
+        rec.get("policy_version"),
+        rec.get("protocol"),
+        rec.get("status"),
+        rec.get("reward"),
+        timings.get("started_at"),
+        timings.get("ended_at"),
+        usage.get("prompt_tokens")
+        if usage.get("prompt_tokens") is not None
+        else len(tokens.get("prompt_ids") or ()) or None,
+        usage.get("completion_tokens")
+        if usage.get("completion_tokens") is not None
+        else len(tokens.get("completion_ids") or ()) or None,
+        tokens.get("source"),
+        f"{err.get('type')}: {err.get('message')}"[:500] if err else None,
+        _text_of(rec),
+        source,
+        line,
+    )
+
+
+def _end_row(rec: dict[str, Any], source: str, line: int) -> tuple[Any, ...]:
+    err = rec.get("error")
+    return (
+        rec["trajectory"],
+        rec["id"],
+        rec["status"],
+        rec.get("reward"),
+        rec.get("ended_at"),
+        rec.get("steps"),
+        f"{err.get('type')}: {err.get('message')}"[:500] if err else None,
+        source,
+        line,
+    )
+
+
+_STEP_INSERT = "INSERT OR REPLACE INTO steps VALUES (" + ",".join("?" * 22) + ")"
+_END_INSERT = "INSERT OR REPLACE INTO ends VALUES (" + ",".join("?" * 9) + ")"
+
+_SUMMARISE = """
+INSERT OR REPLACE INTO trajectories
+SELECT s.trajectory,
+       MIN(s.agent), MIN(s.dataset), MIN(s.split), MIN(s.task), MIN(s.grp),
+       COALESCE(e.status, 'open'), e.reward, COUNT(*), SUM(s.status != 'ok'),
+       MIN(s.started_at), MAX(COALESCE(e.ended_at, s.ended_at, s.started_at)),
+       MIN(s.policy_version), MAX(s.policy_version),
+       SUM(s.prompt_tokens), SUM(s.completion_tokens),
+       MIN(s.token_source),
+       (SELECT text FROM steps f WHERE f.trajectory = s.trajectory ORDER BY f.idx LIMIT 1)
+FROM steps s LEFT JOIN ends e ON e.trajectory = s.trajectory
+WHERE s.trajectory IN (SELECT id FROM touched)
+GROUP BY s.trajectory
+"""
+
+
+class Index:
+    """Incrementally maintained SQLite index of one pool."""
+
+    def __init__(self, layout: Layout, labels: Labels, *, path: Path | None = None) -> None:
+        self.layout = layout
+        self.labels = labels
+        self.path = path or layout.cache / "index.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        version = None
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
+            version = row[0] if row else None
+        except sqlite3.OperationalError:
+            pass
+        if version is not None and version != str(INDEX_VERSION):
+            self.db.close()
+            self.path.unlink()
+            for suffix in ("-wal", "-shm"):
+                Path(str(self.path) + suffix).unlink(missing_ok=True)
+            self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.executescript(_SCHEMA)
+        self.db.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),)
+        )
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def refresh(self, progress: Callable[[int, int], None] | None = None) -> RefreshReport:
+        """Bring the index up to date with shards, journals and labels."""
+        t0 = time.perf_counter()
+        report = RefreshReport()
+        known = {r["path"]: r for r in self.db.execute("SELECT * FROM sources")}
+        superseded = _read_superseded(self.layout)
+        shards = [p for p in self.layout.shard_paths() if p.name not in superseded]
+        journals = self.layout.journal_paths()
+        new_shards = [p for p in shards if self._rel(p) not in known]
+        present = {self._rel(p) for p in shards} | {self._rel(p) for p in journals}
+        gone = [k for k in known if k not in present and not k.startswith("labels")]
+        total = len(new_shards)
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS touched (id TEXT PRIMARY KEY)")
+            self.db.execute("DELETE FROM touched")
+            for i, path in enumerate(new_shards):
+                report.records += self._index_source(self._rel(path), "shard", path, 0)
+                report.shards += 1
+                if progress:
+                    progress(i + 1, total)
+            for rel in gone:
+                # A sealed journal's records now live in a shard indexed above;
+                # rows still pointing at it were never sealed (or the shard was gc'd).
+                self.db.execute(
+                    "INSERT OR IGNORE INTO touched SELECT trajectory FROM steps WHERE source=?",
+                    (rel,),
+                )
+                self.db.execute("DELETE FROM steps WHERE source=?", (rel,))
+                self.db.execute("DELETE FROM ends WHERE source=?", (rel,))
+                self.db.execute("DELETE FROM sources WHERE path=?", (rel,))
+            for path in journals:
+                rel = self._rel(path)
+                prev = known.get(rel)
+                try:
+                    size = path.stat().st_size
+                except FileNotFoundError:
+                    continue
+                if prev is not None and prev["size"] == size:
+                    continue
+                report.records += self._index_source(
+                    rel, "journal", path, prev["records"] if prev else 0
+                )
+                report.journals += 1
+            self._refresh_labels()
+            self.db.execute(
+                "DELETE FROM trajectories WHERE id IN (SELECT id FROM touched) "
+                "AND id NOT IN (SELECT trajectory FROM steps)"
+            )
+            self.db.execute(_SUMMARISE)
+            self.db.execute("DELETE FROM touched")
+            self.db.commit()
+        except BaseException:
+            self.db.rollback()
+            raise
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> RefreshReport:
+        """Drop everything and index the pool from scratch."""
+        for table in ("sources", "steps", "ends", "trajectories", "labels", "tlabels"):
+            self.db.execute(f"DELETE FROM {table}")
+        self.db.commit()
+        return self.refresh(progress)
+
+    def _rel(self, path: Path) -> str:
+        return str(path.relative_to(self.layout.root))
+
+    def _lines(self, kind: str, path: Path) -> Iterator[bytes]:
+        if kind == "shard":
+            yield from iter_shard_lines(path)
+        else:
+            yield from journal_records(scan_journal(path))
+
+    def _index_source(self, rel: str, kind: str, path: Path, skip: int) -> int:
+        steps: list[tuple[Any, ...]] = []
+        ends: list[tuple[Any, ...]] = []
+        line = -1
+        for line, raw in enumerate(self._lines(kind, path)):
+            if line < skip:
+                continue
+            rec = orjson.loads(raw)
+            if rec.get("kind") == "step":
+                steps.append(_step_row(rec, rel, line))
+            elif rec.get("kind") == "end":
+                ends.append(_end_row(rec, rel, line))
+            if len(steps) >= 5000:
+                self._flush_rows(steps, ends)
+        self._flush_rows(steps, ends)
+        size = path.stat().st_size if path.exists() else 0
+        self.db.execute(
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)", (rel, kind, size, line + 1)
+        )
+        return max(0, line + 1 - skip)
+
+    def _flush_rows(self, steps: list[tuple[Any, ...]], ends: list[tuple[Any, ...]]) -> None:
+        if steps:
+            self.db.executemany(_STEP_INSERT, steps)
+            self.db.executemany(
+                "INSERT OR IGNORE INTO touched VALUES (?)", ((s[1],) for s in steps)
+            )
+        if ends:
+            self.db.executemany(_END_INSERT, ends)
+            self.db.executemany("INSERT OR IGNORE INTO touched VALUES (?)", ((e[0],) for e in ends))
+        steps.clear()
+        ends.clear()
+
+    def _refresh_labels(self) -> None:
+        files = self.labels.files()
+        sig = ";".join(f"{self._rel(p)}:{p.stat().st_size}" for p in files)
+        row = self.db.execute("SELECT value FROM meta WHERE key='labels_sig'").fetchone()
+        if row is not None and row[0] == sig:
+            return
+        eff = self.labels.effective()
+        self.db.execute("DELETE FROM labels")
+        self.db.executemany(
+            "INSERT INTO labels VALUES (?, ?, ?, ?, ?)",
+            (
+                (target, f, orjson.dumps(e.value).decode(), e.author, e.time)
+                for target, fields in eff.items()
+                for f, e in fields.items()
+            ),
+        )
+        self.db.execute("DELETE FROM tlabels")
+        rows: dict[str, list[Any]] = {}
+        for target, fields in eff.items():
+            kind, _, ident = target.partition(":")
+            if kind == "step":
+                traj = self.db.execute("SELECT trajectory FROM steps WHERE id=?", (ident,)).fetchone()
+                if traj is None:
+                    continue
+                rows.setdefault(traj[0], [None, None, None, None, None, 1])[5] = 1
+                continue
+            r = rows.setdefault(ident, [None, None, None, None, None, 1])
+            for i, f in enumerate(("trainable", "quality", "tags", "note", "reward")):
+                if f in fields:
+                    v = fields[f].value
+                    r[i] = orjson.dumps(v).decode() if f == "tags" else v
+        self.db.executemany(
+            "INSERT INTO tlabels VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ((t, *r) for t, r in rows.items()),
+        )
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('labels_sig', ?)", (sig,))
+
+    # -- queries ------------------------------------------------------------------------
+
+    def _where(self, sel: Selection) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        args: list[Any] = []
+        for attr, col in (
+            ("agent", "t.agent"),
+            ("dataset", "t.dataset"),
+            ("split", "t.split"),
+            ("task", "t.task"),
+            ("group", "t.grp"),
+            ("trajectory", "t.id"),
+        ):
+            v = getattr(sel, attr)
+            if v is not None:
+                clauses.append(f"{col} = ?")
+                args.append(v)
+        if sel.status:
+            clauses.append(f"t.status IN ({','.join('?' * len(sel.status))})")
+            args.extend(sel.status)
+        reward = "COALESCE(l.reward, t.reward)"
+        if sel.min_reward is not None:
+            clauses.append(f"{reward} >= ?")
+            args.append(sel.min_reward)
+        if sel.max_reward is not None:
+            clauses.append(f"{reward} <= ?")
+            args.append(sel.max_reward)
+        if sel.min_policy is not None:
+            clauses.append("t.policy_min >= ?")
+            args.append(sel.min_policy)
+        if sel.max_policy is not None:
+            clauses.append("t.policy_max <= ?")
+            args.append(sel.max_policy)
+        if sel.since is not None:
+            clauses.append("t.last_at >= ?")
+            args.append(sel.since)
+        if sel.until is not None:
+            clauses.append("t.first_at <= ?")
+            args.append(sel.until)
+        if sel.trainable_only:
+            clauses.append("(l.trainable IS NULL OR l.trainable != 0)")
+        if sel.quality:
+            clauses.append(f"l.quality IN ({','.join('?' * len(sel.quality))})")
+            args.extend(sel.quality)
+        if sel.tag is not None:
+            clauses.append("EXISTS (SELECT 1 FROM json_each(l.tags) WHERE value = ?)")
+            args.append(sel.tag)
+        if sel.labelled is True:
+            clauses.append("l.any_label = 1")
+        elif sel.labelled is False:
+            clauses.append("l.any_label IS NULL")
+        if sel.text:
+            clauses.append(
+                "EXISTS (SELECT 1 FROM steps s WHERE s.trajectory = t.id AND s.text LIKE ?)"
+            )
+            args.append(f"%{sel.text}%")
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+    def count_trajectories(self, sel: Selection = Selection()) -> int:
+        where, args = self._where(sel)
+        q = f"SELECT COUNT(*) FROM trajectories t LEFT JOIN tlabels l ON l.trajectory = t.id{where}"
+        return self.db.execute(q, args).fetchone()[0]
+
+    def trajectories(
+        self,
+        sel: Selection = Selection(),
+        *,
+        sort: str = "time",
+        descending: bool = True,
+        limit: int | None = 100,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Trajectory summaries with their trajectory-level labels, filtered and sorted."""
+        if sort not in TRAJECTORY_SORTS:
+            raise ValueError(f"unknown sort {sort!r}; known: {sorted(TRAJECTORY_SORTS)}")
+        where, args = self._where(sel)
+        order = f"{TRAJECTORY_SORTS[sort]} {'DESC' if descending else 'ASC'}, t.id"
+        q = (
+            "SELECT t.*, l.trainable AS label_trainable, l.quality AS label_quality, "
+            "l.tags AS label_tags, l.note AS label_note, l.reward AS label_reward, "
+            "COALESCE(l.reward, t.reward) AS effective_reward, l.any_label AS labelled "
+            f"FROM trajectories t LEFT JOIN tlabels l ON l.trajectory = t.id{where} "
+            f"ORDER BY {order}"
+        )
+        if limit is not None:
+            q += " LIMIT ? OFFSET ?"
+            args = [*args, limit, offset]
+        return [_traj_dict(r) for r in self.db.execute(q, args)]
+
+    def trajectory_ids(self, sel: Selection = Selection()) -> list[str]:
+        where, args = self._where(sel)
+        q = f"SELECT t.id FROM trajectories t LEFT JOIN tlabels l ON l.trajectory = t.id{where}"
+        return [r[0] for r in self.db.execute(q, args)]
+
+    def trajectory(self, trajectory_id: str) -> dict[str, Any] | None:
+        rows = self.trajectories(Selection(trajectory=trajectory_id), limit=1)
+        return rows[0] if rows else None
+
+    def steps(self, trajectory_id: str) -> list[dict[str, Any]]:
+        """Step rows of one trajectory in order (choice 0 first)."""
+        q = "SELECT * FROM steps WHERE trajectory = ? ORDER BY idx, COALESCE(choice, 0)"
+        return [dict(r) for r in self.db.execute(q, (trajectory_id,))]
+
+    def step(self, step_id: str) -> dict[str, Any] | None:
+        r = self.db.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone()
+        return dict(r) if r else None
+
+    def find(self, prefix: str) -> list[tuple[str, str]]:
+        """Resolve an id or unique prefix to ('step'|'trajectory', id) candidates."""
+        out = [
+            ("trajectory", r[0])
+            for r in self.db.execute(
+                "SELECT id FROM trajectories WHERE id >= ? AND id < ? LIMIT 5",
+                (prefix, prefix + "\uffff"),
+            )
+        ]
+        out += [
+            ("step", r[0])
+            for r in self.db.execute(
+                "SELECT id FROM steps WHERE id >= ? AND id < ? LIMIT 5", (prefix, prefix + "\uffff")
+            )
+        ]
+        return out
+
+    def end(self, trajectory_id: str) -> dict[str, Any] | None:
+        r = self.db.execute("SELECT * FROM ends WHERE trajectory = ?", (trajectory_id,)).fetchone()
+        return dict(r) if r else None
+
+    def labels_of(self, targets: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Effective label values per target."""
+        out: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(targets), 500):
+            chunk = list(targets[i : i + 500])
+            q = f"SELECT * FROM labels WHERE target IN ({','.join('?' * len(chunk))})"
+            for r in self.db.execute(q, chunk):
+                out.setdefault(r["target"], {})[r["field"]] = orjson.loads(r["value"])
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """Whole-pool aggregates for `aw pool stats` and the TUI monitor."""
+        db = self.db
+        steps = db.execute(
+            "SELECT COUNT(*), SUM(status != 'ok'), SUM(prompt_tokens), SUM(completion_tokens), "
+            "SUM(token_source = 'engine'), MIN(started_at), MAX(started_at) FROM steps"
+        ).fetchone()
+        by_status = dict(db.execute("SELECT status, COUNT(*) FROM trajectories GROUP BY status"))
+        reward = db.execute(
+            "SELECT AVG(r), MIN(r), MAX(r), COUNT(r) FROM "
+            "(SELECT COALESCE(l.reward, t.reward) AS r FROM trajectories t "
+            "LEFT JOIN tlabels l ON l.trajectory = t.id)"
+        ).fetchone()
+        per_agent = [
+            dict(r)
+            for r in db.execute(
+                "SELECT agent, dataset, COUNT(*) AS trajectories, SUM(n_steps) AS steps, "
+                "AVG(reward) AS reward_mean, SUM(status = 'open') AS open, "
+                "SUM(status = 'done') AS done, SUM(status IN ('failed', 'timeout', 'cancelled')) "
+                "AS failed, SUM(completion_tokens) AS completion_tokens "
+                "FROM trajectories GROUP BY agent, dataset ORDER BY agent, dataset"
+            )
+        ]
+        versions = dict(
+            db.execute("SELECT policy_version, COUNT(*) FROM steps GROUP BY policy_version")
+        )
+        sources = dict(db.execute("SELECT kind, COUNT(*) FROM sources GROUP BY kind"))
+        labelled = db.execute("SELECT COUNT(*) FROM tlabels").fetchone()[0]
+        return {
+            "steps": steps[0] or 0,
+            "step_errors": steps[1] or 0,
+            "prompt_tokens": steps[2] or 0,
+            "completion_tokens": steps[3] or 0,
+            "engine_token_steps": steps[4] or 0,
+            "first_step_at": steps[5],
+            "last_step_at": steps[6],
+            "trajectories": sum(by_status.values()),
+            "trajectories_by_status": by_status,
+            "reward": {"mean": reward[0], "min": reward[1], "max": reward[2], "count": reward[3]},
+            "per_agent": per_agent,
+            "policy_versions": versions,
+            "shards": sources.get("shard", 0),
+            "journals": sources.get("journal", 0),
+            "labelled_trajectories": labelled,
+        }
+
+    def reward_histogram(self, bins: int = 10) -> list[tuple[float, float, int]]:
+        lo, hi = self.db.execute(
+            "SELECT MIN(r), MAX(r) FROM (SELECT COALESCE(l.reward, t.reward) AS r "
+            "FROM trajectories t LEFT JOIN tlabels l ON l.trajectory = t.id)"
+        ).fetchone()
+        if lo is None:
+            return []
+        width = (hi - lo) / bins or 1.0
+        counts = [0] * bins
+        q = (
+            "SELECT COALESCE(l.reward, t.reward) FROM trajectories t "
+            "LEFT JOIN tlabels l ON l.trajectory = t.id WHERE COALESCE(l.reward, t.reward) IS NOT NULL"
+        )
+        for (r,) in self.db.execute(q):
+            counts[min(bins - 1, int((r - lo) / width))] += 1
+        return [(lo + i * width, lo + (i + 1) * width, c) for i, c in enumerate(counts)]
+
+
+def _traj_dict(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    d["group"] = d.pop("grp")
+    if d.get("label_tags"):
+        d["label_tags"] = orjson.loads(d["label_tags"])
+    if d.get("label_trainable") is not None:
+        d["label_trainable"] = bool(d["label_trainable"])
+    return d
+
+
+def _read_superseded(layout: Layout) -> set[str]:
+    """Shard file names that a compaction replaced (read but not trusted: gc checks)."""
+    if not layout.superseded.exists():
+        return set()
+    out = set()
+    for line in layout.superseded.read_text().splitlines():
+        name = line.split("#", 1)[0].strip()
+        if name:
+            out.add(name)
+    return out

@@ -1,0 +1,397 @@
+"""Per-writer journals with group commit, rotation into shards, and crash recovery.
+
+A journal is an append-only file owned by one writer, which holds an exclusive
+``flock`` on it for its whole life. Each line is ``<crc32 as 8 hex> <json>\\n``,
+so a torn or corrupt tail is detected and cut rather than read as data. A
+journal whose lock can be taken belongs to a dead writer and is recovered:
+its valid prefix is sealed into a shard and the journal is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agentworld import records
+from agentworld.errors import PoolError
+from agentworld.pool.layout import JOURNAL_SUFFIX, Layout, fsync_dir
+from agentworld.pool.shards import write_shard
+
+log = logging.getLogger(__name__)
+
+Durability = Literal["batched", "strict"]
+
+
+def frame(data: bytes) -> bytes:
+    """One journal line for a canonical JSON record."""
+    return b"%08x " % zlib.crc32(data) + data + b"\n"
+
+
+@dataclass
+class JournalScan:
+    """What a journal holds: its valid records and how many bytes of torn tail follow them."""
+
+    path: Path
+    lines: list[bytes]
+    valid_bytes: int
+    torn_bytes: int
+    problem: str | None
+
+
+def scan_journal(path: Path, data: bytes | None = None) -> JournalScan:
+    """Parse a journal, stopping at the first line that is incomplete or fails its checksum."""
+    if data is None:
+        data = path.read_bytes()
+    lines: list[bytes] = []
+    pos = 0
+    problem = None
+    n = len(data)
+    while pos < n:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            problem = f"incomplete last line at byte {pos}"
+            break
+        line = data[pos:end]
+        if len(line) < 10 or line[8:9] != b" ":
+            problem = f"malformed line at byte {pos}"
+            break
+        body = line[9:]
+        try:
+            crc = int(line[:8], 16)
+        except ValueError:
+            problem = f"malformed checksum at byte {pos}"
+            break
+        if zlib.crc32(body) != crc:
+            problem = f"checksum mismatch at byte {pos}"
+            break
+        lines.append(body)
+        pos = end + 1
+    return JournalScan(path, lines, pos, n - pos, problem)
+
+
+def _is_header(line: bytes) -> bool:
+    try:
+        obj = records.loads(line)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and "journal" in obj and "kind" not in obj
+
+
+def journal_records(scan: JournalScan) -> list[bytes]:
+    """The record lines of a scanned journal (without its header)."""
+    return scan.lines[1:] if scan.lines and _is_header(scan.lines[0]) else scan.lines
+
+
+@dataclass
+class Recovery:
+    """One journal recovered from a writer that is gone."""
+
+    journal: str
+    records: int
+    torn_bytes: int
+    problem: str | None
+    shard: str | None
+
+
+def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
+    """Seal a journal's valid records into a shard, then remove the journal.
+
+    The caller holds the journal's lock (``fd``), or the journal is known closed.
+    """
+    with open(path, "rb") as f:
+        scan = scan_journal(path, f.read())
+    body = journal_records(scan)
+    shard = write_shard(layout, body) if body else None
+    if scan.torn_bytes:
+        log.warning("%s: cut %d torn bytes (%s)", path, scan.torn_bytes, scan.problem)
+    os.unlink(path)
+    fsync_dir(path.parent)
+    return Recovery(
+        path.name, len(body), scan.torn_bytes, scan.problem, shard.name if shard else None
+    )
+
+
+def recover_orphans(layout: Layout) -> list[Recovery]:
+    """Seal every journal whose writer is gone (its lock is free). Safe with live writers."""
+    out = []
+    for path in layout.journal_paths():
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # sealed by its writer or another recoverer meanwhile
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live writer owns it
+            if not path.exists() or os.fstat(fd).st_ino != os.stat(path).st_ino:
+                continue
+            out.append(seal_journal(layout, path, fd))
+        except FileNotFoundError:
+            continue
+        finally:
+            os.close(fd)
+    return out
+
+
+class _Journal:
+    """One open journal file, created under lock so no recoverer can take it from us."""
+
+    def __init__(self, layout: Layout, writer_id: str, seq: int) -> None:
+        layout.journals.mkdir(parents=True, exist_ok=True)
+        name = f"{writer_id}-{seq:04d}{JOURNAL_SUFFIX}"
+        tmp = layout.journals / f".{name}"
+        self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        header = records.dumps({"journal": 1, "writer": writer_id, "created": time.time()})
+        os.write(self.fd, frame(header))
+        os.fsync(self.fd)
+        self.path = layout.journals / name
+        os.replace(tmp, self.path)
+        fsync_dir(layout.journals)
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self.size += len(data)
+
+
+class PoolWriter:
+    """Appends records to this process's own journal with group commit.
+
+    ``batched``: ``append`` returns once the record is queued; a committer thread
+    writes and fsyncs every ``commit_records`` records or ``commit_interval_s``,
+    whichever comes first, so a crash loses at most that window.
+    ``strict``: ``append`` returns only after the record is fsynced; concurrent
+    appenders share one fsync (group commit).
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        durability: Durability = "batched",
+        commit_records: int = 512,
+        commit_interval_s: float = 0.05,
+        rotate_bytes: int = 64 * 1024 * 1024,
+        name: str = "w",
+    ) -> None:
+        if durability not in ("batched", "strict"):
+            raise PoolError(f"durability must be 'batched' or 'strict', got {durability!r}")
+        if commit_records < 1 or commit_interval_s <= 0 or rotate_bytes < 1024:
+            raise PoolError("commit_records >= 1, commit_interval_s > 0, rotate_bytes >= 1024")
+        self.layout = layout
+        self.durability = durability
+        self.commit_records = commit_records
+        self.commit_interval_s = commit_interval_s
+        self.rotate_bytes = rotate_bytes
+        host = socket.gethostname().replace("-", "_")[:32] or "host"
+        self.writer_id = f"{name}-{host}-{os.getpid()}-{os.urandom(3).hex()}"
+        self._seq = 0
+        self._journal = _Journal(layout, self.writer_id, self._seq)
+        self._cond = threading.Condition()
+        self._pending: list[bytes] = []
+        self._appended = 0  # sequence number of the last queued record
+        self._durable = 0  # sequence number of the last fsynced record
+        self._failed_upto = 0  # records up to here were lost to a write error
+        self._async_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._strict_waiting = 0
+        self._closing = False
+        self._closed = False
+        self.last_error: BaseException | None = None
+        self.stats = {"appended": 0, "committed": 0, "commits": 0, "lost": 0, "sealed_shards": 0}
+        self._sealers: list[threading.Thread] = []
+        self._thread = threading.Thread(target=self._run, name="aw-pool-commit", daemon=True)
+        self._thread.start()
+
+    # -- appending ----------------------------------------------------------------
+
+    def _enqueue(self, record: Mapping[str, Any]) -> int:
+        line = frame(records.encode(record))
+        with self._cond:
+            if self._closing:
+                raise PoolError("writer is closed")
+            self._pending.append(line)
+            self._appended += 1
+            seq = self._appended
+            self.stats["appended"] += 1
+            if self.durability == "strict" or len(self._pending) >= self.commit_records:
+                self._cond.notify_all()
+            return seq
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Validate and append one record (RecordError names a bad field)."""
+        seq = self._enqueue(record)
+        if self.durability == "strict":
+            self._wait(seq)
+
+    def append_many(self, recs: list[Mapping[str, Any]]) -> None:
+        """Append several records; in strict mode wait once for all of them."""
+        seq = 0
+        for rec in recs:
+            seq = self._enqueue(rec)
+        if self.durability == "strict" and seq:
+            self._wait(seq)
+
+    async def append_async(self, record: Mapping[str, Any]) -> None:
+        """Like ``append`` but awaits durability without blocking the event loop."""
+        line = frame(records.encode(record))
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            if self._closing:
+                raise PoolError("writer is closed")
+            self._pending.append(line)
+            self._appended += 1
+            self.stats["appended"] += 1
+            seq = self._appended
+            fut: asyncio.Future[None] | None = None
+            if self.durability == "strict":
+                fut = loop.create_future()
+                self._async_waiters.append((seq, loop, fut))
+                self._cond.notify_all()
+            elif len(self._pending) >= self.commit_records:
+                self._cond.notify_all()
+        if fut is not None:
+            await fut
+
+    def _wait(self, seq: int) -> None:
+        with self._cond:
+            self._strict_waiting += 1
+            self._cond.notify_all()
+            try:
+                while self._durable < seq and self._failed_upto < seq:
+                    self._cond.wait()
+            finally:
+                self._strict_waiting -= 1
+            if self._durable < seq:
+                raise PoolError(f"pool write failed: {self.last_error}")
+
+    def flush(self) -> None:
+        """Write and fsync everything appended so far."""
+        with self._cond:
+            seq = self._appended
+        if seq:
+            self._wait(seq)
+
+    # -- the committer ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                deadline = time.monotonic() + self.commit_interval_s
+                while not self._closing:
+                    if self._pending and (
+                        self._strict_waiting
+                        or self._async_waiters
+                        or len(self._pending) >= self.commit_records
+                    ):
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                batch, self._pending = self._pending, []
+                seq = self._appended
+                closing = self._closing
+            if batch:
+                self._commit(batch, seq)
+            if closing:
+                with self._cond:
+                    if not self._pending:
+                        return
+
+    def _commit(self, batch: list[bytes], seq: int) -> None:
+        try:
+            self._journal.write(b"".join(batch))
+            os.fsync(self._journal.fd)
+            ok = True
+        except OSError as exc:
+            ok = False
+            self.last_error = exc
+            log.error("pool write failed, %d records lost: %s", len(batch), exc)
+        with self._cond:
+            if ok:
+                self._durable = seq
+                self.stats["committed"] += len(batch)
+                self.stats["commits"] += 1
+            else:
+                self._failed_upto = seq
+                self.stats["lost"] += len(batch)
+            waiters, self._async_waiters = self._async_waiters, []
+            self._cond.notify_all()
+        for wseq, loop, fut in waiters:
+            if wseq <= seq:
+                loop.call_soon_threadsafe(_settle, fut, None if ok else self.last_error)
+            else:
+                with self._cond:
+                    self._async_waiters.append((wseq, loop, fut))
+        if ok and self._journal.size >= self.rotate_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        try:
+            self._seq += 1
+            old = self._journal
+            self._journal = _Journal(self.layout, self.writer_id, self._seq)
+        except OSError as exc:
+            self.last_error = exc
+            log.error("journal rotation failed, continuing in the current journal: %s", exc)
+            return
+        t = threading.Thread(target=self._seal, args=(old,), name="aw-pool-seal", daemon=True)
+        self._sealers.append(t)
+        t.start()
+
+    def _seal(self, journal: _Journal) -> None:
+        try:
+            seal_journal(self.layout, journal.path, journal.fd)
+            self.stats["sealed_shards"] += 1
+        except OSError as exc:
+            # The journal stays on disk, locked until we exit, then recovered.
+            self.last_error = exc
+            log.error("sealing %s failed, it will be recovered later: %s", journal.path, exc)
+            return
+        os.close(journal.fd)
+
+    def close(self, *, seal: bool = True) -> None:
+        """Commit what is pending, then seal the journal into a shard."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        for t in self._sealers:
+            t.join()
+        self._closed = True
+        if seal and self.last_error is None:
+            self._seal(self._journal)
+        else:
+            os.close(self._journal.fd)
+
+    def __enter__(self) -> PoolWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _settle(fut: asyncio.Future[None], error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(PoolError(f"pool write failed: {error}"))

@@ -1,0 +1,151 @@
+"""Where things live inside a pool directory, and the format version that guards it."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agentworld.errors import PoolError, PoolFormatError
+
+FORMAT_NAME = "agentworld-pool"
+FORMAT_VERSION = 1
+SHARD_SUFFIX = ".jsonl.zst"
+JOURNAL_SUFFIX = ".journal"
+
+_GITIGNORE = """\
+# Derived or live state: rebuildable, never versioned.
+.cache/
+journals/
+objects/tmp/
+state/locks/
+"""
+
+_GITATTRIBUTES = """\
+# Sealed shards are immutable compressed blobs; never diff or merge them.
+objects/** binary
+# Labels and supersession lists are append-only text: a union merge never conflicts.
+labels/** merge=union
+superseded.txt merge=union
+"""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of one pool directory."""
+
+    root: Path
+
+    @property
+    def meta(self) -> Path:
+        return self.root / "POOL.toml"
+
+    @property
+    def objects(self) -> Path:
+        return self.root / "objects"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "objects" / "tmp"
+
+    @property
+    def journals(self) -> Path:
+        return self.root / "journals"
+
+    @property
+    def labels(self) -> Path:
+        return self.root / "labels"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / ".cache"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def superseded(self) -> Path:
+        return self.root / "superseded.txt"
+
+    def shard_path(self, hexdigest: str) -> Path:
+        return self.objects / hexdigest[:2] / f"{hexdigest}{SHARD_SUFFIX}"
+
+    def shard_paths(self) -> list[Path]:
+        """Every sealed shard, sorted by name (the pool's stable order)."""
+        if not self.objects.is_dir():
+            return []
+        out = []
+        for fan in sorted(self.objects.iterdir()):
+            if len(fan.name) != 2 or not fan.is_dir():
+                continue
+            out.extend(p for p in fan.iterdir() if p.name.endswith(SHARD_SUFFIX))
+        return sorted(out, key=lambda p: p.name)
+
+    def journal_paths(self) -> list[Path]:
+        """Journals of live or crashed writers (names starting with '.' are being created)."""
+        if not self.journals.is_dir():
+            return []
+        return sorted(
+            p
+            for p in self.journals.iterdir()
+            if p.name.endswith(JOURNAL_SUFFIX) and not p.name.startswith(".")
+        )
+
+
+def shard_digest(path: Path) -> str:
+    """The hex sha256 a shard file is named by."""
+    return path.name[: -len(SHARD_SUFFIX)]
+
+
+def init_pool(root: Path) -> Layout:
+    """Create a pool directory (idempotent: an existing pool is checked, not overwritten)."""
+    layout = Layout(root)
+    if layout.meta.exists():
+        check_version(layout)
+        return layout
+    if root.exists() and any(root.iterdir()):
+        raise PoolError(f"{root}: exists, is not empty and has no POOL.toml; refusing to init")
+    for d in (layout.objects, layout.tmp, layout.journals, layout.labels, layout.cache):
+        d.mkdir(parents=True, exist_ok=True)
+    (root / ".gitignore").write_text(_GITIGNORE)
+    (root / ".gitattributes").write_text(_GITATTRIBUTES)
+    (layout.labels / ".keep").touch()
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tmp = layout.meta.with_suffix(".tmp")
+    tmp.write_text(
+        "# AgentWorld pool. Spec: docs/pool-format.md in the agentworld project.\n"
+        f'format = "{FORMAT_NAME}"\nversion = {FORMAT_VERSION}\ncreated = "{created}"\n'
+    )
+    os.replace(tmp, layout.meta)
+    return layout
+
+
+def check_version(layout: Layout) -> dict[str, object]:
+    """Read POOL.toml and refuse pools this build cannot read."""
+    if not layout.meta.exists():
+        raise PoolError(f"{layout.root}: not a pool (no POOL.toml); create one with `aw init`")
+    try:
+        meta = tomllib.loads(layout.meta.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PoolError(f"{layout.meta}: not valid TOML: {exc}") from None
+    if meta.get("format") != FORMAT_NAME:
+        raise PoolFormatError(f"{layout.meta}: format is {meta.get('format')!r}, not {FORMAT_NAME!r}")
+    version = meta.get("version")
+    if version != FORMAT_VERSION:
+        raise PoolFormatError(
+            f"{layout.meta}: pool format version {version!r} is not supported by this build "
+            f"(it reads version {FORMAT_VERSION}); upgrade agentworld"
+        )
+    return meta
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,178 @@
+"""Streaming reads of a pool: every record, or trajectory by trajectory, in a stable order."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentworld.errors import CorruptDataError, NotFoundError
+from agentworld.pool.index import _read_superseded
+from agentworld.pool.journal import journal_records, scan_journal
+from agentworld.pool.labels import LabelEntry, apply_labels
+from agentworld.pool.layout import Layout
+from agentworld.pool.shards import iter_shard_lines, read_shard_bytes
+
+
+@dataclass
+class Trajectory:
+    """One trajectory's steps (ordered by index, then choice), its end record, and labels."""
+
+    id: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+    labels: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return self.end["status"] if self.end else "open"
+
+    @property
+    def reward(self) -> float | None:
+        """The label override when there is one, else the end record's reward."""
+        if "reward" in self.labels:
+            return self.labels["reward"]
+        return self.end.get("reward") if self.end else None
+
+    def first(self, key: str) -> Any:
+        src = self.steps[0] if self.steps else self.end or {}
+        return src.get(key)
+
+    def summary(self) -> dict[str, Any]:
+        """Fields Selection.matches understands."""
+        pv = [s["policy_version"] for s in self.steps] or (
+            [self.end["policy_version"]] if self.end else []
+        )
+        times = [s["timings"]["started_at"] for s in self.steps]
+        return {
+            "id": self.id,
+            "agent": self.first("agent"),
+            "dataset": self.first("dataset"),
+            "split": self.first("split"),
+            "task": self.first("task"),
+            "group": self.first("group"),
+            "status": self.status,
+            "reward": self.end.get("reward") if self.end else None,
+            "policy_min": min(pv) if pv else None,
+            "policy_max": max(pv) if pv else None,
+            "first_at": min(times) if times else None,
+            "last_at": (self.end or {}).get("ended_at") or (max(times) if times else None),
+        }
+
+
+def source_paths(layout: Layout, *, journals: bool = True) -> list[tuple[str, Path]]:
+    """(kind, path) of every readable source in the pool's stable order: shards, then journals."""
+    skip = _read_superseded(layout)
+    out = [("shard", p) for p in layout.shard_paths() if p.name not in skip]
+    if journals:
+        out += [("journal", p) for p in layout.journal_paths()]
+    return out
+
+
+def iter_raw(layout: Layout, *, journals: bool = True) -> Iterator[tuple[Path, int, bytes]]:
+    """(source, line number, raw JSON) of every record. Live journals give their committed part."""
+    for kind, path in source_paths(layout, journals=journals):
+        if kind == "shard":
+            for n, line in enumerate(iter_shard_lines(path)):
+                yield path, n, line
+        else:
+            try:
+                lines = journal_records(scan_journal(path))
+            except FileNotFoundError:
+                continue  # sealed while we listed: its shard is read on the next pass
+            for n, line in enumerate(lines):
+                yield path, n, line
+
+
+def iter_records(layout: Layout, *, journals: bool = True) -> Iterator[dict[str, Any]]:
+    """Every record (steps and ends), parsed, each once even if stored twice."""
+    seen: set[str] = set()
+    for _path, _n, raw in iter_raw(layout, journals=journals):
+        rec = orjson.loads(raw)
+        rid = rec.get("id")
+        if rid in seen:
+            continue
+        seen.add(rid)
+        yield rec
+
+
+def iter_trajectories(
+    layout: Layout,
+    labels: dict[str, dict[str, LabelEntry]] | None = None,
+    *,
+    journals: bool = True,
+    include_open: bool = True,
+) -> Iterator[Trajectory]:
+    """Trajectories as they complete in pool order (open ones last), without loading the pool.
+
+    Memory holds only trajectories whose end record has not been read yet.
+    """
+    labels = labels or {}
+    pending: OrderedDict[str, Trajectory] = OrderedDict()
+    seen: set[str] = set()
+
+    def finish(t: Trajectory) -> Trajectory:
+        t.steps.sort(key=lambda s: (s["index"], s.get("choice", 0)))
+        t.labels = apply_labels(None, labels.get(f"trajectory:{t.id}"))
+        for s in t.steps:
+            own = labels.get(f"step:{s['id']}")
+            s["_labels"] = apply_labels(own, labels.get(f"trajectory:{t.id}"))
+        return t
+
+    for rec in iter_records(layout, journals=journals):
+        tid = rec["trajectory"]
+        if tid in seen:
+            continue  # a late step after the end record: reported by fsck, not trained on twice
+        t = pending.get(tid)
+        if t is None:
+            t = pending[tid] = Trajectory(tid)
+        if rec["kind"] == "end":
+            t.end = rec
+        else:
+            t.steps.append(rec)
+        if t.end is not None and len(t.steps) >= t.end["steps"]:
+            del pending[tid]
+            seen.add(tid)
+            yield finish(t)
+    for t in pending.values():
+        if t.end is not None or include_open:
+            yield finish(t)
+
+
+class RecordFetcher:
+    """Fetch single records by (source, line), keeping a few decompressed shards cached."""
+
+    def __init__(self, layout: Layout, cache_shards: int = 2) -> None:
+        self.layout = layout
+        self.cache_shards = cache_shards
+        self._cache: OrderedDict[str, list[bytes]] = OrderedDict()
+
+    def _lines(self, source: str) -> list[bytes]:
+        lines = self._cache.get(source)
+        if lines is not None:
+            self._cache.move_to_end(source)
+            return lines
+        path = self.layout.root / source
+        if source.startswith("journals/"):
+            try:
+                return journal_records(scan_journal(path))
+            except FileNotFoundError:
+                raise NotFoundError(f"{source}: sealed meanwhile; refresh the index") from None
+        try:
+            lines = read_shard_bytes(path).split(b"\n")
+        except FileNotFoundError:
+            raise NotFoundError(f"{source}: no such shard; refresh the index") from None
+        self._cache[source] = lines
+        while len(self._cache) > self.cache_shards:
+            self._cache.popitem(last=False)
+        return lines
+
+    def get(self, source: str, line: int) -> dict[str, Any]:
+        lines = self._lines(source)
+        if line >= len(lines) or not lines[line]:
+            raise CorruptDataError(source, f"no record at line {line}")
+        return orjson.loads(lines[line])

@@ -1,0 +1,475 @@
+"""Step and trajectory-end records: the one schema every part of AgentWorld reads and writes.
+
+Records are plain dicts (what orjson reads and writes fastest) checked by
+``validate_step`` / ``validate_end`` on the way into the pool. Validation is
+hand-written rather than a schema library because it sits on the proxy's hot
+path and must name the exact field that is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import orjson
+
+from agentworld.errors import RecordError
+
+SCHEMA_VERSION: Final = 1
+
+STEP: Final = "step"
+END: Final = "end"
+
+PROTOCOLS: Final = frozenset(
+    {
+        "openai.chat",
+        "openai.completions",
+        "openai.responses",
+        "anthropic.messages",
+        "whitebox",
+        "import",
+    }
+)
+STEP_STATUSES: Final = frozenset({"ok", "error", "cancelled"})
+END_STATUSES: Final = frozenset({"done", "failed", "timeout", "cancelled"})
+TOKEN_SOURCES: Final = frozenset({"engine", "rendered", "none"})
+ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+MAX_ID_CHARS: Final = 200
+MAX_STRING_BYTES: Final = 16 * 1024 * 1024
+MAX_TOKENS: Final = 2_000_000
+MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: sortable, no look-alikes
+
+
+def new_id(prefix: str) -> str:
+    """A sortable unique id: ``<prefix>_`` + 48-bit ms time + 80 random bits, base32."""
+    ms = time.time_ns() // 1_000_000
+    n = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        n, r = divmod(n, 32)
+        chars.append(_ID_ALPHABET[r])
+    return f"{prefix}_{''.join(reversed(chars))}"
+
+
+def dumps(record: Mapping[str, Any]) -> bytes:
+    """Canonical JSON: sorted keys, no whitespace, UTF-8. Refuses NaN and >64-bit ints."""
+    try:
+        return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:
+        raise RecordError("", f"not serialisable as JSON: {exc}") from None
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON (orjson refuses invalid UTF-8 and lone surrogates)."""
+    return orjson.loads(data)
+
+
+def content_hash(data: bytes) -> str:
+    """Tagged content hash, ``sha256:<hex>``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# -- field checks -----------------------------------------------------------------
+
+
+def _fail(path: str, problem: str) -> RecordError:
+    return RecordError(path, problem)
+
+
+def _check_str(v: Any, path: str, *, max_bytes: int = MAX_STRING_BYTES) -> None:
+    if not isinstance(v, str):
+        raise _fail(path, f"expected a string, got {type(v).__name__}")
+    if len(v) > max_bytes // 4 and len(v.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise _fail(path, f"longer than {max_bytes} bytes")
+    # A lone surrogate cannot be encoded as UTF-8; catch it here with the field name.
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _fail(path, "not valid UTF-8 text (lone surrogate)") from None
+
+
+def _check_id(v: Any, path: str) -> None:
+    _check_str(v, path, max_bytes=MAX_ID_CHARS)
+    if not v or any(c in v for c in "/\\\n\r\t\0") or v.strip() != v:
+        raise _fail(path, "ids must be non-empty, without slashes, whitespace or control chars")
+
+
+def _check_int(v: Any, path: str, *, minimum: int = _INT64_MIN) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _fail(path, f"expected an integer, got {type(v).__name__}")
+    if v < minimum or v > _INT64_MAX:
+        raise _fail(path, f"integer {v} out of range [{minimum}, 2^63-1]")
+
+
+def _check_num(v: Any, path: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _fail(path, f"expected a number, got {type(v).__name__}")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise _fail(path, f"{v} is not a finite number")
+    if isinstance(v, int) and not _INT64_MIN <= v <= _INT64_MAX:
+        raise _fail(path, "integer outside 64 bits")
+
+
+def _check_json(v: Any, path: str, depth: int = 0) -> None:
+    """Free-form JSON (metadata, tool schemas, raw payloads): finite, 64-bit, UTF-8, not too deep."""
+    if depth > 64:
+        raise _fail(path, "nested more than 64 levels")
+    if v is None or isinstance(v, bool):
+        return
+    if isinstance(v, str):
+        _check_str(v, path)
+    elif isinstance(v, int | float):
+        _check_num(v, path)
+    elif isinstance(v, list):
+        for i, item in enumerate(v):
+            _check_json(item, f"{path}[{i}]", depth + 1)
+    elif isinstance(v, dict):
+        for k, item in v.items():
+            if not isinstance(k, str):
+                raise _fail(path, "object keys must be strings")
+            _check_str(k, f"{path}.<key>", max_bytes=4096)
+            _check_json(item, f"{path}.{k}", depth + 1)
+    else:
+        raise _fail(path, f"{type(v).__name__} is not a JSON value")
+
+
+def _opt(check: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
+    def inner(v: Any, path: str) -> None:
+        if v is not None:
+            check(v, path)
+
+    return inner
+
+
+def _check_dict(v: Any, path: str) -> None:
+    if not isinstance(v, dict):
+        raise _fail(path, f"expected an object, got {type(v).__name__}")
+
+
+def _check_keys(obj: Mapping[str, Any], allowed: frozenset[str], path: str) -> None:
+    extra = obj.keys() - allowed
+    if extra:
+        raise _fail(f"{path}.{sorted(extra)[0]}" if path else sorted(extra)[0], "unknown field")
+
+
+def _check_tool_calls(v: Any, path: str) -> None:
+    if not isinstance(v, list):
+        raise _fail(path, "expected a list of tool calls")
+    for i, call in enumerate(v):
+        p = f"{path}[{i}]"
+        _check_dict(call, p)
+        _check_keys(call, _TOOL_CALL_KEYS, p)
+        _check_str(call.get("id", ""), f"{p}.id", max_bytes=1024)
+        _check_str(call.get("name"), f"{p}.name", max_bytes=1024)
+        _check_str(call.get("arguments"), f"{p}.arguments")
+
+
+_TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "type"})
+_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning"})
+
+
+def _check_message(m: Any, path: str) -> None:
+    """Normalised message: role, content (str, or list of content parts), tool calls, reasoning."""
+    _check_dict(m, path)
+    _check_keys(m, _MESSAGE_KEYS, path)
+    role = m.get("role")
+    if role not in ROLES:
+        raise _fail(f"{path}.role", f"must be one of {sorted(ROLES)}, got {role!r}")
+    content = m.get("content")
+    if content is not None and not isinstance(content, str):
+        if not isinstance(content, list):
+            raise _fail(f"{path}.content", "expected a string, a list of parts, or null")
+        _check_json(content, f"{path}.content")
+    elif content is not None:
+        _check_str(content, f"{path}.content")
+    for key in ("name", "tool_call_id", "reasoning"):
+        _opt(_check_str)(m.get(key), f"{path}.{key}")
+    if m.get("tool_calls") is not None:
+        _check_tool_calls(m["tool_calls"], f"{path}.tool_calls")
+
+
+def _check_messages(v: Any, path: str) -> None:
+    if not isinstance(v, list):
+        raise _fail(path, "expected a list of messages")
+    for i, m in enumerate(v):
+        _check_message(m, f"{path}[{i}]")
+
+
+def _check_int_list(v: Any, path: str) -> None:
+    if not isinstance(v, list):
+        raise _fail(path, "expected a list of token ids")
+    if len(v) > MAX_TOKENS:
+        raise _fail(path, f"more than {MAX_TOKENS} tokens")
+    for i, t in enumerate(v):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= 2**31 - 1:
+            raise _fail(f"{path}[{i}]", f"token ids are integers in [0, 2^31), got {t!r}")
+
+
+def _check_float_list(v: Any, path: str) -> None:
+    if not isinstance(v, list):
+        raise _fail(path, "expected a list of log-probs")
+    if len(v) > MAX_TOKENS:
+        raise _fail(path, f"more than {MAX_TOKENS} values")
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int | float):
+            raise _fail(f"{path}[{i}]", f"expected a number, got {x!r}")
+        # -inf is a legitimate log-prob of an impossible token; NaN and +inf are not.
+        if x != x or x == math.inf:
+            raise _fail(f"{path}[{i}]", f"{x} is not a log-probability")
+
+
+_TOKENS_KEYS = frozenset({"source", "prompt_ids", "completion_ids", "completion_logprobs"})
+
+
+def _check_tokens(v: Any, path: str) -> None:
+    _check_dict(v, path)
+    _check_keys(v, _TOKENS_KEYS, path)
+    source = v.get("source")
+    if source not in TOKEN_SOURCES:
+        raise _fail(f"{path}.source", f"must be one of {sorted(TOKEN_SOURCES)}, got {source!r}")
+    for key in ("prompt_ids", "completion_ids"):
+        _opt(_check_int_list)(v.get(key), f"{path}.{key}")
+    _opt(_check_float_list)(v.get("completion_logprobs"), f"{path}.completion_logprobs")
+    ids, lps = v.get("completion_ids"), v.get("completion_logprobs")
+    if lps is not None and (ids is None or len(ids) != len(lps)):
+        raise _fail(
+            f"{path}.completion_logprobs",
+            f"{len(lps)} log-probs for {0 if ids is None else len(ids)} completion ids",
+        )
+    if source == "none" and (v.get("prompt_ids") or ids):
+        raise _fail(f"{path}.source", "token ids are present but source is 'none'")
+    if source == "engine" and ids is None:
+        raise _fail(f"{path}.completion_ids", "required when source is 'engine'")
+
+
+_REQUEST_KEYS = frozenset({"model", "messages", "prompt", "tools", "params"})
+_RESPONSE_KEYS = frozenset({"message", "text", "finish_reason", "usage", "id"})
+_TIMING_KEYS = frozenset({"started_at", "ended_at", "first_token_s", "upstream_s"})
+_ERROR_KEYS = frozenset({"type", "message", "status"})
+
+
+def _check_request(v: Any, path: str) -> None:
+    _check_dict(v, path)
+    _check_keys(v, _REQUEST_KEYS, path)
+    _opt(_check_str)(v.get("model"), f"{path}.model")
+    if v.get("messages") is None and v.get("prompt") is None:
+        raise _fail(f"{path}.messages", "required (or request.prompt for completions)")
+    _opt(_check_messages)(v.get("messages"), f"{path}.messages")
+    _opt(_check_str)(v.get("prompt"), f"{path}.prompt")
+    if v.get("tools") is not None:
+        if not isinstance(v["tools"], list):
+            raise _fail(f"{path}.tools", "expected a list of tool definitions")
+        _check_json(v["tools"], f"{path}.tools")
+    if v.get("params") is not None:
+        _check_dict(v["params"], f"{path}.params")
+        _check_json(v["params"], f"{path}.params")
+
+
+def _check_response(v: Any, path: str) -> None:
+    _check_dict(v, path)
+    _check_keys(v, _RESPONSE_KEYS, path)
+    if v.get("message") is not None:
+        _check_message(v["message"], f"{path}.message")
+        if v["message"]["role"] != "assistant":
+            raise _fail(f"{path}.message.role", "the response message must be 'assistant'")
+    _opt(_check_str)(v.get("text"), f"{path}.text")
+    _opt(lambda x, p: _check_str(x, p, max_bytes=256))(
+        v.get("finish_reason"), f"{path}.finish_reason"
+    )
+    _opt(_check_str)(v.get("id"), f"{path}.id")
+    if v.get("usage") is not None:
+        _check_dict(v["usage"], f"{path}.usage")
+        for k, n in v["usage"].items():
+            if isinstance(n, dict):
+                _check_json(n, f"{path}.usage.{k}")
+            elif n is not None:
+                _check_int(n, f"{path}.usage.{k}", minimum=0)
+
+
+def _check_timings(v: Any, path: str) -> None:
+    _check_dict(v, path)
+    _check_keys(v, _TIMING_KEYS, path)
+    if "started_at" not in v:
+        raise _fail(f"{path}.started_at", "required (unix seconds)")
+    for k, x in v.items():
+        _opt(_check_num)(x, f"{path}.{k}")
+
+
+def _check_error(v: Any, path: str) -> None:
+    _check_dict(v, path)
+    _check_keys(v, _ERROR_KEYS, path)
+    _check_str(v.get("type"), f"{path}.type", max_bytes=256)
+    _check_str(v.get("message"), f"{path}.message", max_bytes=64 * 1024)
+    _opt(lambda x, p: _check_int(x, p, minimum=0))(v.get("status"), f"{path}.status")
+
+
+def _check_enum(values: frozenset[str]) -> Callable[[Any, str], None]:
+    def inner(v: Any, path: str) -> None:
+        if v not in values:
+            raise _fail(path, f"must be one of {sorted(values)}, got {v!r}")
+
+    return inner
+
+
+def _check_schema(v: Any, path: str) -> None:
+    if v != SCHEMA_VERSION:
+        raise _fail(path, f"unknown record schema {v!r}; this build reads schema {SCHEMA_VERSION}")
+
+
+_COMMON: dict[str, tuple[bool, Callable[[Any, str], None]]] = {
+    "kind": (True, lambda v, p: None),
+    "schema": (True, _check_schema),
+    "id": (True, _check_id),
+    "trajectory": (True, _check_id),
+    "group": (False, _check_id),
+    "agent": (True, _check_id),
+    "dataset": (False, _check_id),
+    "split": (False, _check_id),
+    "task": (False, lambda v, p: _check_str(v, p, max_bytes=1024)),
+    "policy_version": (True, lambda v, p: _check_int(v, p, minimum=0)),
+    "metadata": (False, lambda v, p: (_check_dict(v, p), _check_json(v, p))),
+    "error": (False, _check_error),
+    "reward": (False, _check_num),
+}
+
+STEP_FIELDS: dict[str, tuple[bool, Callable[[Any, str], None]]] = {
+    **_COMMON,
+    "index": (True, lambda v, p: _check_int(v, p, minimum=0)),
+    "choice": (False, lambda v, p: _check_int(v, p, minimum=0)),
+    "protocol": (True, _check_enum(PROTOCOLS)),
+    "status": (True, _check_enum(STEP_STATUSES)),
+    "timings": (True, _check_timings),
+    "request": (True, _check_request),
+    "response": (False, _check_response),
+    "tokens": (True, _check_tokens),
+    "raw": (False, lambda v, p: (_check_dict(v, p), _check_json(v, p))),
+}
+
+END_FIELDS: dict[str, tuple[bool, Callable[[Any, str], None]]] = {
+    **_COMMON,
+    "status": (True, _check_enum(END_STATUSES)),
+    "steps": (True, lambda v, p: _check_int(v, p, minimum=0)),
+    "ended_at": (True, _check_num),
+}
+
+
+def _validate(record: Any, fields: dict[str, tuple[bool, Callable[[Any, str], None]]]) -> None:
+    for key in record:
+        if key not in fields:
+            raise _fail(key, "unknown field")
+    for key, (required, check) in fields.items():
+        value = record.get(key)
+        if value is None:
+            if required:
+                raise _fail(key, "required")
+            continue
+        check(value, key)
+
+
+def validate(record: Any) -> dict[str, Any]:
+    """Check a step or end record; raise RecordError naming the first bad field."""
+    if not isinstance(record, dict):
+        raise _fail("", f"a record is a JSON object, got {type(record).__name__}")
+    kind = record.get("kind")
+    if kind == STEP:
+        _validate(record, STEP_FIELDS)
+        if record["status"] == "ok" and record.get("response") is None:
+            raise _fail("response", "required when status is 'ok'")
+        if record["status"] == "error" and record.get("error") is None:
+            raise _fail("error", "required when status is 'error'")
+    elif kind == END:
+        _validate(record, END_FIELDS)
+    else:
+        raise _fail("kind", f"must be 'step' or 'end', got {kind!r}")
+    return record
+
+
+def encode(record: Mapping[str, Any]) -> bytes:
+    """Validate and serialise one record to canonical JSON (no newline)."""
+    validate(record)
+    data = dumps(record)
+    if len(data) > MAX_RECORD_BYTES:
+        raise _fail("", f"record is {len(data)} bytes, over the {MAX_RECORD_BYTES} limit")
+    return data
+
+
+def make_step(
+    *,
+    trajectory: str,
+    index: int,
+    agent: str,
+    request: dict[str, Any],
+    response: dict[str, Any] | None,
+    tokens: dict[str, Any] | None = None,
+    protocol: str = "openai.chat",
+    status: str = "ok",
+    policy_version: int = 0,
+    started_at: float | None = None,
+    **optional: Any,
+) -> dict[str, Any]:
+    """Build a step record with defaults filled in; validate with ``validate`` before storing."""
+    now = time.time()
+    rec: dict[str, Any] = {
+        "kind": STEP,
+        "schema": SCHEMA_VERSION,
+        "id": optional.pop("id", None) or new_id("st"),
+        "trajectory": trajectory,
+        "index": index,
+        "agent": agent,
+        "protocol": protocol,
+        "status": status,
+        "policy_version": policy_version,
+        "timings": optional.pop("timings", None)
+        or {"started_at": now if started_at is None else started_at, "ended_at": now},
+        "request": request,
+        "response": response,
+        "tokens": tokens or {"source": "none"},
+    }
+    rec.update({k: v for k, v in optional.items() if v is not None})
+    return {k: v for k, v in rec.items() if v is not None}
+
+
+def make_end(
+    *,
+    trajectory: str,
+    agent: str,
+    status: str,
+    steps: int,
+    reward: float | None = None,
+    policy_version: int = 0,
+    **optional: Any,
+) -> dict[str, Any]:
+    """Build a trajectory-end record."""
+    rec: dict[str, Any] = {
+        "kind": END,
+        "schema": SCHEMA_VERSION,
+        "id": optional.pop("id", None) or new_id("en"),
+        "trajectory": trajectory,
+        "agent": agent,
+        "status": status,
+        "steps": steps,
+        "reward": reward,
+        "policy_version": policy_version,
+        "ended_at": optional.pop("ended_at", None) or time.time(),
+    }
+    rec.update({k: v for k, v in optional.items() if v is not None})
+    return {k: v for k, v in rec.items() if v is not None}
+
+
+def completion_text(step: Mapping[str, Any]) -> str:
+    """The assistant text of a step (message content, or completions text)."""
+    resp = step.get("response") or {}
+    msg = resp.get("message") or {}
+    content = msg.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or resp.get("text") or ""
