@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from agentworld import __version__
+from agentworld.demo import demo
 from agentworld.errors import AgentWorldError
 from agentworld.pool.command import pool_app
 
@@ -69,6 +70,7 @@ def init(
 
 # Commands from the other subsystems register here (each module imports only
 # typer at import time).
+app.command("demo")(demo)
 
 
 def main() -> None:
