@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,9 +250,7 @@ class Index:
                     continue
                 if prev is not None and prev["size"] == size:
                     continue
-                report.records += self._index_source(
-                    rel, "journal", path, prev["records"] if prev else 0
-                )
+                report.records += self._index_journal(rel, path, prev)
                 report.journals += 1
             self._refresh_labels()
             self.db.execute(
@@ -278,19 +276,42 @@ class Index:
     def _rel(self, path: Path) -> str:
         return str(path.relative_to(self.layout.root))
 
-    def _lines(self, kind: str, path: Path) -> Iterator[bytes]:
-        if kind == "shard":
-            yield from iter_shard_lines(path)
-        else:
-            yield from journal_records(scan_journal(path))
-
     def _index_source(self, rel: str, kind: str, path: Path, skip: int) -> int:
+        count = self._index_lines(rel, iter_shard_lines(path), 0)
+        self.db.execute(
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",
+            (rel, kind, path.stat().st_size, count),
+        )
+        return count
+
+    def _index_journal(self, rel: str, path: Path, prev: sqlite3.Row | None) -> int:
+        """Index only the part of a live journal committed since the last refresh.
+
+        ``sources.size`` holds the byte offset up to which the journal was read,
+        so a monitor refreshing every second reads just the new tail.
+        """
+        offset, first_line = (prev["size"], prev["records"]) if prev else (0, 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return 0
+        scan = scan_journal(path, data)
+        lines = journal_records(scan) if offset == 0 else scan.lines
+        count = self._index_lines(rel, lines, first_line)
+        self.db.execute(
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",
+            (rel, "journal", offset + scan.valid_bytes, first_line + count),
+        )
+        return count
+
+    def _index_lines(self, rel: str, lines: Iterable[bytes], first_line: int) -> int:
         steps: list[tuple[Any, ...]] = []
         ends: list[tuple[Any, ...]] = []
-        line = -1
-        for line, raw in enumerate(self._lines(kind, path)):
-            if line < skip:
-                continue
+        n = 0
+        for n, raw in enumerate(lines, 1):
+            line = first_line + n - 1
             rec = orjson.loads(raw)
             if rec.get("kind") == "step":
                 steps.append(_step_row(rec, rel, line))
@@ -299,11 +320,7 @@ class Index:
             if len(steps) >= 5000:
                 self._flush_rows(steps, ends)
         self._flush_rows(steps, ends)
-        size = path.stat().st_size if path.exists() else 0
-        self.db.execute(
-            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)", (rel, kind, size, line + 1)
-        )
-        return max(0, line + 1 - skip)
+        return n
 
     def _flush_rows(self, steps: list[tuple[Any, ...]], ends: list[tuple[Any, ...]]) -> None:
         if steps:

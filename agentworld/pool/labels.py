@@ -113,6 +113,7 @@ class Labels:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self._lock = threading.Lock()
+        self._last_time = 0.0
 
     def files(self) -> list[Path]:
         if not self.layout.labels.is_dir():
@@ -150,6 +151,11 @@ class Labels:
         if not clean:
             raise RecordError("labels", "no label fields given")
         now = time.time() if at is None else at
+        if at is None:
+            # Successive labels from this process must order after each other even
+            # within one clock tick, or an undo could lose to the label it undoes.
+            now = max(now, self._last_time + 1e-6)
+            self._last_time = now
         day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
         d = self.layout.labels / safe_author(author)
         d.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,53 @@
+"""The index follows live journals incrementally and re-points rows when journals are sealed."""
+
+from __future__ import annotations
+
+from agentworld import records
+from agentworld.pool import Pool, Selection
+from agentworld.pool.synth import conversation_step
+
+
+def test_index_tails_live_journal_then_follows_seal(pool: Pool) -> None:
+    w = pool.writer()
+    for i in range(3):
+        w.append(conversation_step("tr_a", i))
+    w.flush()
+    idx = pool.index()
+    assert idx.count_trajectories() == 1
+    assert [s["idx"] for s in idx.steps("tr_a")] == [0, 1, 2]
+    assert idx.trajectory("tr_a")["status"] == "open"
+    src = {r["source"] for r in idx.steps("tr_a")}
+    assert all(s.startswith("journals/") for s in src)
+
+    w.append(conversation_step("tr_a", 3))
+    w.append(records.make_end(trajectory="tr_a", agent="math", status="done", steps=4, reward=1.0))
+    w.flush()
+    report = idx.refresh()
+    assert report.records == 2  # only the new tail was read
+    assert idx.trajectory("tr_a")["status"] == "done"
+    assert idx.trajectory("tr_a")["n_steps"] == 4
+
+    w.close()  # seals the journal into a shard
+    idx.refresh()
+    rows = idx.steps("tr_a")
+    assert [s["idx"] for s in rows] == [0, 1, 2, 3]
+    assert all(r["source"].startswith("objects/") for r in rows)
+    assert idx.stats()["steps"] == 4
+    t = pool.get_trajectory("tr_a")
+    assert [s["index"] for s in t.steps] == [0, 1, 2, 3] and t.end["reward"] == 1.0
+
+
+def test_labels_filter_and_override_reward(pool: Pool) -> None:
+    with pool.writer() as w:
+        for t in ("tr_x", "tr_y"):
+            w.append(conversation_step(t, 0))
+            w.append(records.make_end(trajectory=t, agent="math", status="done", steps=1, reward=0.0))
+    pool.labels.set(["trajectory:tr_x"], {"reward": 2.5, "quality": "good"}, author="ann")
+    idx = pool.index()
+    assert [t["id"] for t in idx.trajectories(Selection(min_reward=1.0))] == ["tr_x"]
+    assert idx.trajectory("tr_x")["effective_reward"] == 2.5
+    streamed = {t.id: t for t in pool.iter_trajectories(Selection(quality=("good",)))}
+    assert list(streamed) == ["tr_x"] and streamed["tr_x"].reward == 2.5
+    pool.labels.set(["trajectory:tr_x"], {"reward": None}, author="ann")
+    idx.refresh()
+    assert idx.trajectory("tr_x")["effective_reward"] == 0.0
