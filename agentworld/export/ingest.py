@@ -127,9 +127,7 @@ def _openai_row(obj: Any, location: str, raw: bytes, opts: ImportOptions) -> lis
         for k, (msg, reward) in enumerate(((good, 1.0), (bad, 0.0))):
             tid = f"tr_imp_{base[:22]}_{k}"
             call = {"request": {"messages": prompt, "tools": tools}, "response": {"message": msg}}
-            recs = _steps_and_end(
-                tid, [call], {**common, "group": group}, reward=reward, meta=meta
-            )
+            recs = _steps_and_end(tid, [call], {**common, "group": group}, reward=reward, meta=meta)
             rows.append(_Row(location, recs, []))
         return rows
     msgs, weights, tools = parse_chat(obj)
@@ -191,7 +189,11 @@ def _atif_row(obj: Any, location: str, raw: bytes, opts: ImportOptions) -> list[
         calls.append(
             {
                 "id": cx.get("step"),
-                "request": {"model": c["model"], "messages": c["messages"], "tools": parsed["tools"]},
+                "request": {
+                    "model": c["model"],
+                    "messages": c["messages"],
+                    "tools": parsed["tools"],
+                },
                 "response": response,
                 "tokens": tokens,
                 "started_at": _parse_time(c["timestamp"]),

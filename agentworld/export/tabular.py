@@ -32,7 +32,7 @@ BATCH_ROWS = 1000
 def import_pyarrow() -> Any:
     try:
         import pyarrow
-        import pyarrow.parquet  # noqa: F401
+        import pyarrow.parquet
     except ImportError:
         raise MissingExtraError("pyarrow", "export") from None
     return pyarrow
