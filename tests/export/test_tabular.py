@@ -117,7 +117,7 @@ def test_manifest_says_what_made_it(filled: Pool, tmp_path: Path) -> None:
     assert m["format"] == "parquet" and m["options"] == {"rows": "step"}
     assert m["filters"] == {"dataset": "arith", "status": ["done"], "trainable_only": True}
     assert len(m["shards"]) == 1 and m["shards"][0].startswith("sha256:")
-    assert [f["path"] for f in m["label_files"]][0].startswith("labels/me/")
+    assert next(f["path"] for f in m["label_files"]).startswith("labels/me/")
     assert m["counts"]["trajectories"] == 3 and m["counts"]["rows"] == 9
     assert m["files"][0]["path"] == "steps.parquet"
 

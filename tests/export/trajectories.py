@@ -76,7 +76,7 @@ def trajectory_records(
         seq = seq + completion
         if i < turns:
             msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": str(i + 1)})
-            seq = seq + [50 + i]
+            seq = [*seq, 50 + i]
     out.append(
         records.make_end(
             trajectory=tid,
