@@ -55,7 +55,7 @@ def assert_clean(pool_root: Path) -> None:
     except ImportError:
         return
     report = fsck(pool.layout)
-    assert getattr(report, "ok", not getattr(report, "problems", None)), report
+    assert report.ok, report.problems
 
 
 def test_merge_is_a_union_and_idempotent(tmp_path: Path) -> None:
