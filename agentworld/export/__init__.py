@@ -1,0 +1,124 @@
+"""Hand curated pool data to other tools: OpenAI JSONL, Parquet / HF datasets, ATIF and verl.
+
+``export(pool, fmt, out, selection)`` streams the selected trajectories (the
+same selection and label rules as training) into ``out`` and writes
+``<out>.manifest.json`` beside it saying what made it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentworld.errors import ConfigError
+from agentworld.pool import Pool, Selection, Trajectory
+
+FORMATS = ("openai-jsonl", "parquet", "hf", "atif", "verl")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Format-specific choices (each ignored by formats it does not apply to)."""
+
+    rows: str = "step"  # parquet/hf: one row per "step" or per "trajectory"
+    variant: str = "chat"  # openai-jsonl: "chat" (SFT) or "preference" (DPO pairs from groups)
+    ability: str | None = None  # verl: the ability column (default: the agent name)
+    data_source: str | None = None  # verl: the data_source column (default: the dataset name)
+
+    def __post_init__(self) -> None:
+        if self.rows not in ("step", "trajectory"):
+            raise ConfigError(f"--rows: expected step or trajectory, got {self.rows!r}")
+        if self.variant not in ("chat", "preference"):
+            raise ConfigError(f"--variant: expected chat or preference, got {self.variant!r}")
+
+
+def _atomic_lines(out: Path, write: Callable[[Any], None]) -> None:
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_atif(trajs: Iterable[Trajectory], out: Path, counts: Counter[str]) -> None:
+    from agentworld.export.atif import to_atif
+
+    def objects() -> Iterable[dict[str, Any]]:
+        for t in trajs:
+            counts["trajectories"] += 1
+            obj = to_atif(t, counts)
+            if obj is None:
+                counts["skipped_no_chat_steps"] += 1
+                continue
+            counts["files" if not out.name.endswith(".jsonl") else "lines"] += 1
+            yield obj
+
+    if out.name.endswith(".jsonl"):
+        _atomic_lines(out, lambda f: [f.write(orjson.dumps(o) + b"\n") for o in objects()])
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for obj in objects():
+        (out / f"{obj['session_id']}.json").write_bytes(
+            orjson.dumps(obj, option=orjson.OPT_INDENT_2)
+        )
+
+
+def export(
+    pool: Pool,
+    fmt: str,
+    out: str | os.PathLike[str],
+    selection: Selection = Selection(trainable_only=True),
+    options: ExportOptions = ExportOptions(),
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Write the selected trajectories as ``fmt`` to ``out``; return the manifest written beside it."""
+    from agentworld.export.manifest import pool_inputs, write_manifest
+    from agentworld.export.select import iter_selected, selection_dict
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format: unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    counts: Counter[str] = Counter()
+    inputs = pool_inputs(pool)  # before reading, so the manifest never claims later shards
+    trajs = iter_selected(pool, selection, progress=progress)
+    if fmt == "openai-jsonl":
+        from agentworld.export import openai
+
+        writer = openai.write_preference if options.variant == "preference" else openai.write_chat
+        _atomic_lines(out, lambda f: writer(trajs, f, counts))
+    elif fmt in ("parquet", "hf"):
+        from agentworld.export import tabular
+
+        rows = tabular.iter_rows(trajs, options.rows, counts)
+        write = tabular.write_parquet if fmt == "parquet" else tabular.write_hf
+        counts["rows"] = write(rows, out, tabular.schema(options.rows))
+    elif fmt == "verl":
+        from agentworld.export import tabular, verl
+
+        rows = verl.rows(trajs, counts, ability=options.ability, data_source=options.data_source)
+        counts["rows"] = tabular.write_parquet(rows, out, verl.schema())
+    else:
+        _write_atif(trajs, out, counts)
+    used = asdict(options)
+    keep = {"openai-jsonl": ("variant",), "parquet": ("rows",), "hf": ("rows",)}.get(fmt, ())
+    if fmt == "verl":
+        keep = ("ability", "data_source")
+    return write_manifest(
+        pool=pool,
+        fmt=fmt,
+        out=out,
+        filters=selection_dict(selection),
+        options={k: used[k] for k in keep},
+        counts=counts,
+        inputs=inputs,
+    )

@@ -1,0 +1,133 @@
+"""`aw export` and `aw pool import`: the pool's data out to other tools, and theirs in.
+
+Only typer and the standard library are imported here; the formats load
+(pyarrow, datasets) when a command runs.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentworld.pool.command import POOL_OPTION, selection_from_options
+
+
+def export(
+    fmt: str = typer.Option(..., "--format", "-f", help="openai-jsonl, parquet, hf, atif or verl."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output file (or folder for hf / atif)."),
+    pool_path: Path = POOL_OPTION,
+    agent: str | None = typer.Option(None, help="Only this agent."),
+    dataset: str | None = typer.Option(None, help="Only this dataset."),
+    split: str | None = typer.Option(None, help="Only this split."),
+    task: str | None = typer.Option(None, help="Only this task id."),
+    group: str | None = typer.Option(None, help="Only this group."),
+    status: str = typer.Option("done", help="Comma list: open,done,failed,timeout,cancelled."),
+    min_reward: float | None = typer.Option(None, help="Reward at least this (label overrides)."),
+    max_reward: float | None = typer.Option(None, help="Reward at most this."),
+    min_policy: int | None = typer.Option(None, help="Policy version at least this."),
+    max_policy: int | None = typer.Option(None, help="Policy version at most this."),
+    quality: str | None = typer.Option(None, help="Comma list of label qualities."),
+    tag: str | None = typer.Option(None, help="Only trajectories with this label tag."),
+    include_untrainable: bool = typer.Option(
+        False, "--include-untrainable", help="Keep what is labelled not trainable."
+    ),
+    rows: str = typer.Option("step", help="parquet/hf: one row per step or per trajectory."),
+    variant: str = typer.Option(
+        "chat", help="openai-jsonl: chat (SFT) or preference (DPO pairs within groups)."
+    ),
+    ability: str | None = typer.Option(None, help="verl: ability column (default: agent)."),
+    data_source: str | None = typer.Option(
+        None, help="verl: data_source column (default: dataset)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Export curated trajectories for other trainers; a manifest is written beside the output."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from agentworld.export import ExportOptions
+    from agentworld.export import export as run_export
+    from agentworld.export.manifest import manifest_path
+    from agentworld.pool import Pool
+
+    options = ExportOptions(rows=rows, variant=variant, ability=ability, data_source=data_source)
+    sel = selection_from_options(
+        agent=agent,
+        dataset=dataset,
+        split=split,
+        task=task,
+        group=group,
+        status=status,
+        min_reward=min_reward,
+        max_reward=max_reward,
+        min_policy=min_policy,
+        max_policy=max_policy,
+        quality=quality,
+        tag=tag,
+        trainable_only=not include_untrainable,
+    )
+    pool = Pool.open(pool_path)
+    total = pool.index().count_trajectories(sel)
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task_id = bar.add_task(f"exporting {fmt}", total=total or None)
+        manifest = run_export(
+            pool, fmt, out, sel, options, progress=lambda n: bar.update(task_id, completed=n)
+        )
+    pool.close()
+    if as_json:
+        sys.stdout.write(json.dumps(manifest, indent=2) + "\n")
+    counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items())
+    typer.echo(f"wrote {out} ({counts}); manifest {manifest_path(out)}", err=True)
+
+
+def pool_import(
+    path: Path = typer.Argument(..., help="File (or folder of .json/.jsonl files) to import."),
+    fmt: str = typer.Option(..., "--format", "-f", help="openai-jsonl, atif or records."),
+    pool_path: Path = POOL_OPTION,
+    agent: str | None = typer.Option(None, help="Agent name (default: the file's, or 'import')."),
+    dataset: str | None = typer.Option(None, help="Dataset name to stamp."),
+    split: str | None = typer.Option(None, help="Split name to stamp."),
+    skip_bad: bool = typer.Option(
+        False, "--skip-bad", help="Import the good rows and report bad ones (default: refuse all)."
+    ),
+    author: str | None = typer.Option(
+        None, envvar="AW_AUTHOR", help="Author of labels from the file (default $USER)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Bring outside trajectories in as steps (protocol 'import'); bad rows are named by line."""
+    from dataclasses import asdict, is_dataclass
+
+    from agentworld.export.ingest import ImportOptions, import_file
+    from agentworld.pool import Pool
+
+    pool = Pool.open(pool_path)
+    opts = ImportOptions(
+        agent=agent,
+        dataset=dataset,
+        split=split,
+        skip_bad=skip_bad,
+        author=author or getpass.getuser(),
+    )
+    report: Any = import_file(pool, path, fmt, opts)
+    pool.close()
+    data = asdict(report) if is_dataclass(report) else report
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        return
+    if not isinstance(data, dict):
+        typer.echo(f"imported: {data}", err=True)
+        return
+    for bad in data.get("bad_rows") or ():
+        typer.echo(f"refused {bad}", err=True)
+    typer.echo(
+        f"imported {data.get('trajectories', 0)} trajectories ({data.get('steps', 0)} steps), "
+        f"{data.get('already_present', 0)} already present, "
+        f"{len(data.get('bad_rows') or ())} bad rows refused",
+        err=True,
+    )

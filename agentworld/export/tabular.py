@@ -1,0 +1,289 @@
+"""Parquet and Hugging Face ``datasets`` rows: one per step or per trajectory, with token ids and masks.
+
+Token ids are the engine's when the record has them (``prompt_ids`` +
+``completion_ids``; loss mask 1 on completion ids); rows without ids have
+empty lists and say so in ``token_source``. Per-trajectory rows also carry
+the whole trajectory as one sequence (``input_ids``/``loss_mask``/``logprobs``)
+when each step's prompt ids continue the previous prompt + completion exactly,
+the same rule the trainer uses; otherwise those are empty and
+``sequence_breaks`` counts where the chain broke.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentworld.errors import MissingExtraError
+from agentworld.export.conversation import segments
+from agentworld.export.select import step_reward, step_trainable
+from agentworld.pool import Trajectory
+
+ROWS = ("step", "trajectory")
+BATCH_ROWS = 1000
+
+
+def import_pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise MissingExtraError("pyarrow", "export") from None
+    return pyarrow
+
+
+def _message_type(pa: Any) -> Any:
+    call = pa.struct([("id", pa.string()), ("name", pa.string()), ("arguments", pa.string())])
+    return pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("name", pa.string()),
+            ("tool_calls", pa.list_(call)),
+            ("tool_call_id", pa.string()),
+            ("reasoning", pa.string()),
+        ]
+    )
+
+
+def _common_fields(pa: Any) -> list[tuple[str, Any]]:
+    return [
+        ("trajectory", pa.string()),
+        ("group", pa.string()),
+        ("agent", pa.string()),
+        ("dataset", pa.string()),
+        ("split", pa.string()),
+        ("task", pa.string()),
+        ("trajectory_status", pa.string()),
+        ("trajectory_reward", pa.float64()),
+        ("quality", pa.string()),
+        ("tags", pa.list_(pa.string())),
+        ("token_source", pa.string()),
+        ("tools", pa.string()),
+    ]
+
+
+def schema(rows: str) -> Any:
+    """The Arrow schema of step or trajectory rows."""
+    pa = import_pyarrow()
+    msg = _message_type(pa)
+    ids, floats = pa.list_(pa.int32()), pa.list_(pa.float64())
+    if rows == "step":
+        fields = [
+            ("step", pa.string()),
+            ("index", pa.int64()),
+            ("policy_version", pa.int64()),
+            ("status", pa.string()),
+            ("reward", pa.float64()),
+            *_common_fields(pa),
+            ("messages", pa.list_(msg)),
+            ("response", msg),
+            ("finish_reason", pa.string()),
+            ("prompt_ids", ids),
+            ("completion_ids", ids),
+            ("completion_logprobs", floats),
+            ("input_ids", ids),
+            ("loss_mask", pa.list_(pa.int8())),
+        ]
+    else:
+        fields = [
+            *_common_fields(pa),
+            ("policy_min", pa.int64()),
+            ("policy_max", pa.int64()),
+            ("n_steps", pa.int64()),
+            ("messages", pa.list_(msg)),
+            ("step_ids", pa.list_(pa.string())),
+            ("step_rewards", floats),
+            ("step_trainable", pa.list_(pa.bool_())),
+            ("prompt_ids", pa.list_(ids)),
+            ("completion_ids", pa.list_(ids)),
+            ("completion_logprobs", pa.list_(floats)),
+            ("input_ids", ids),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("logprobs", floats),
+            ("sequence_breaks", pa.int64()),
+        ]
+    return pa.schema(fields)
+
+
+def _message(m: dict[str, Any] | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    content = m.get("content")
+    if content is not None and not isinstance(content, str):
+        content = orjson.dumps(content).decode()
+    return {
+        "role": m.get("role"),
+        "content": content,
+        "name": m.get("name"),
+        "tool_calls": [
+            {"id": c.get("id"), "name": c.get("name"), "arguments": c.get("arguments")}
+            for c in m.get("tool_calls") or ()
+        ],
+        "tool_call_id": m.get("tool_call_id"),
+        "reasoning": m.get("reasoning"),
+    }
+
+
+def _common(t: Trajectory, tools: Any) -> dict[str, Any]:
+    sources = {(s.get("tokens") or {}).get("source", "none") for s in t.steps}
+    return {
+        "trajectory": t.id,
+        "group": t.first("group"),
+        "agent": t.first("agent"),
+        "dataset": t.first("dataset"),
+        "split": t.first("split"),
+        "task": t.first("task"),
+        "trajectory_status": t.status,
+        "trajectory_reward": t.reward,
+        "quality": t.labels.get("quality"),
+        "tags": list(t.labels.get("tags") or ()),
+        "token_source": sources.pop() if len(sources) == 1 else "mixed",
+        "tools": orjson.dumps(tools).decode() if tools else None,
+    }
+
+
+def _ids(step: dict[str, Any]) -> tuple[list[int], list[int], list[float]]:
+    tok = step.get("tokens") or {}
+    if tok.get("source") == "none":
+        return [], [], []
+    return (
+        list(tok.get("prompt_ids") or ()),
+        list(tok.get("completion_ids") or ()),
+        list(tok.get("completion_logprobs") or ()),
+    )
+
+
+def step_rows(t: Trajectory, counts: Counter[str]) -> Iterator[dict[str, Any]]:
+    """One row per trainable step of a trajectory."""
+    for s in t.steps:
+        if not step_trainable(s):
+            counts["steps_untrainable"] += 1
+            continue
+        p, c, lp = _ids(s)
+        req, resp = s.get("request") or {}, s.get("response") or {}
+        row = _common(t, req.get("tools"))
+        row["token_source"] = (s.get("tokens") or {}).get("source", "none")
+        row.update(
+            step=s["id"],
+            index=s["index"],
+            policy_version=s["policy_version"],
+            status=s["status"],
+            reward=step_reward(s),
+            messages=[_message(m) for m in req.get("messages") or ()],
+            response=_message(resp.get("message")),
+            finish_reason=resp.get("finish_reason"),
+            prompt_ids=p,
+            completion_ids=c,
+            completion_logprobs=lp,
+            input_ids=p + c,
+            loss_mask=[0] * len(p) + [1] * len(c),
+        )
+        counts["steps"] += 1
+        yield row
+
+
+def trajectory_row(t: Trajectory, counts: Counter[str]) -> dict[str, Any]:
+    """One row holding a whole trajectory (last conversation, per-step ids, merged sequence)."""
+    segs = segments(t.steps)
+    last = segs[-1] if segs else None
+    pv = [s["policy_version"] for s in t.steps]
+    row = _common(t, last.tools if last else None)
+    seq: list[int] = []
+    mask: list[int] = []
+    lps: list[float] = []
+    breaks = 0
+    per_p, per_c, per_lp = [], [], []
+    for s in t.steps:
+        p, c, lp = _ids(s)
+        per_p.append(p)
+        per_c.append(c)
+        per_lp.append(lp)
+        if not c:
+            breaks += 1
+            continue
+        if p[: len(seq)] != seq:
+            breaks += 1
+            seq, mask, lps = [], [], []
+        new_prompt = p[len(seq) :]
+        trainable = 1 if step_trainable(s) else 0
+        seq += new_prompt + c
+        mask += [0] * len(new_prompt) + [trainable] * len(c)
+        lps += [0.0] * len(new_prompt) + (lp if len(lp) == len(c) else [0.0] * len(c))
+    if breaks:
+        seq, mask, lps = [], [], []
+        counts["trajectories_with_sequence_breaks"] += 1
+    row.update(
+        policy_min=min(pv) if pv else None,
+        policy_max=max(pv) if pv else None,
+        n_steps=len(t.steps),
+        messages=[_message(m) for m in (last.messages if last else ())],
+        step_ids=[s["id"] for s in t.steps],
+        step_rewards=[step_reward(s) for s in t.steps],
+        step_trainable=[step_trainable(s) for s in t.steps],
+        prompt_ids=per_p,
+        completion_ids=per_c,
+        completion_logprobs=per_lp,
+        input_ids=seq,
+        loss_mask=mask,
+        logprobs=lps,
+        sequence_breaks=breaks,
+    )
+    counts["steps"] += len(t.steps)
+    return row
+
+
+def iter_rows(trajs: Iterable[Trajectory], rows: str, counts: Counter[str]) -> Iterator[dict]:
+    for t in trajs:
+        counts["trajectories"] += 1
+        if rows == "step":
+            yield from step_rows(t, counts)
+        else:
+            yield trajectory_row(t, counts)
+
+
+def write_parquet(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) -> int:
+    """Stream rows into one Parquet file in batches; returns the row count."""
+    pa = import_pyarrow()
+    import pyarrow.parquet as pq
+
+    n = 0
+    batch: list[dict[str, Any]] = []
+    tmp = out.with_name(f".{out.name}.tmp")
+    with pq.ParquetWriter(tmp, arrow_schema) as writer:
+        for row in rows_iter:
+            batch.append(row)
+            if len(batch) >= BATCH_ROWS:
+                writer.write_table(pa.Table.from_pylist(batch, schema=arrow_schema))
+                n += len(batch)
+                batch.clear()
+        if batch or n == 0:
+            writer.write_table(pa.Table.from_pylist(batch, schema=arrow_schema))
+            n += len(batch)
+    tmp.replace(out)
+    return n
+
+
+def write_hf(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) -> int:
+    """A ``datasets`` folder (``save_to_disk``), built from a streamed Parquet file."""
+    try:
+        import datasets
+    except ImportError:
+        raise MissingExtraError("datasets", "export") from None
+    datasets.disable_progress_bars()  # the export command shows its own progress
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".aw-hf-", dir=out.parent) as tmp:
+        parquet = Path(tmp) / "rows.parquet"
+        n = write_parquet(rows_iter, parquet, arrow_schema)
+        ds = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(Path(tmp) / "cache"))
+        if out.exists():
+            shutil.rmtree(out)
+        ds.save_to_disk(str(out))
+        del ds
+    return n

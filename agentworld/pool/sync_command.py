@@ -1,0 +1,139 @@
+"""`aw pool merge / diff / manifest / fetch`: pools that travel between machines and git clones.
+
+Registered into ``pool_app`` by the CLI; only typer and the standard library
+are imported at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from agentworld.pool.command import POOL_OPTION
+
+
+def merge(
+    other: Path = typer.Argument(..., help="The pool folder to merge into this one."),
+    pool_path: Path = POOL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Union another pool's sealed shards and label lines into this pool (safe while writing)."""
+    from agentworld.pool import Pool
+    from agentworld.pool.merge import merge_pools
+
+    pool = Pool.open(pool_path)
+    report = merge_pools(pool.layout, other)
+    if as_json:
+        sys.stdout.write(json.dumps(asdict(report), indent=2) + "\n")
+    typer.echo(
+        f"merged {other}: {report.shards_copied} shards copied ({report.bytes_copied:,} bytes), "
+        f"{report.shards_present} already here, {report.label_lines_added} label lines added",
+        err=True,
+    )
+    if report.journals_skipped:
+        typer.echo(
+            f"{len(report.journals_skipped)} live journal(s) there were not merged: "
+            "run `aw pool seal` on that pool once its writers stop, then merge again",
+            err=True,
+        )
+
+
+def diff(
+    a: str = typer.Argument(..., help="Old pool folder (or, with --git, a revision)."),
+    b: str | None = typer.Argument(
+        None, help="New pool folder or revision (default: --pool as it is now)."
+    ),
+    pool_path: Path = POOL_OPTION,
+    git: bool = typer.Option(False, "--git", help="A and B are git revisions of --pool's repo."),
+    as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
+    limit: int = typer.Option(20, help="List at most this many ids per section."),
+) -> None:
+    """Summarise added trajectories and changed labels between two pools or two revisions."""
+    from agentworld.pool.diff import diff_pools, pool_at_revision
+
+    with tempfile.TemporaryDirectory(prefix="aw-diff-") as tmp:
+        if git:
+            old = pool_at_revision(pool_path, a, Path(tmp) / "a")
+            new = pool_at_revision(pool_path, b, Path(tmp) / "b") if b else pool_path
+        else:
+            old, new = Path(a), Path(b) if b else pool_path
+        d = diff_pools(old, new)
+    if as_json:
+        sys.stdout.write(json.dumps(d.to_dict(), indent=2, default=str) + "\n")
+        return
+    out = [
+        f"trajectories: +{len(d.added_trajectories)} -{len(d.removed_trajectories)}",
+        f"steps: +{d.added_steps} -{d.removed_steps}",
+        f"shards: +{len(d.shards_added)} -{len(d.shards_removed)}",
+        f"label changes: {len(d.label_changes)}",
+    ]
+    out += [f"  + {t}" for t in d.added_trajectories[:limit]]
+    out += [f"  - {t}" for t in d.removed_trajectories[:limit]]
+    for c in d.label_changes[:limit]:
+        out.append(f"  {c['target']} {c['field']}: {c['old']!r} -> {c['new']!r} ({c['author']})")
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def manifest(
+    pool_path: Path = POOL_OPTION,
+    ignore_objects: bool = typer.Option(
+        False,
+        "--ignore-objects",
+        help="Also keep objects/ out of git (.gitignore) and union-merge MANIFEST.",
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Only verify that every listed shard is present and intact."
+    ),
+) -> None:
+    """Write MANIFEST (shard hashes and sizes) for committing a pool without its shards."""
+    from agentworld.errors import CorruptDataError
+    from agentworld.pool.layout import Layout, check_version
+    from agentworld.pool.manifest import check_manifest, write_manifest
+
+    layout = Layout(pool_path)
+    check_version(layout)
+    if check:
+        report = check_manifest(layout)
+        typer.echo(
+            f"{report.listed} listed, {len(report.missing)} missing, "
+            f"{len(report.corrupt)} corrupt, {len(report.unlisted)} present but unlisted",
+            err=True,
+        )
+        if not report.ok:
+            first = (report.missing + report.corrupt)[0]
+            raise CorruptDataError(
+                str(layout.shard_path(first)),
+                "listed in MANIFEST but missing or corrupt: fetch with `aw pool fetch --from`",
+            )
+        return
+    n = write_manifest(layout, ignore_objects=ignore_objects)
+    typer.echo(f"MANIFEST lists {n} shards", err=True)
+
+
+def fetch(
+    source: str = typer.Option(
+        ..., "--from", help="Another copy of the pool: a folder, or rsync's host:path."
+    ),
+    pool_path: Path = POOL_OPTION,
+) -> None:
+    """Copy shards listed in MANIFEST but missing here, verifying every hash."""
+    from agentworld.errors import CorruptDataError
+    from agentworld.pool.layout import Layout, check_version
+    from agentworld.pool.manifest import fetch_shards
+
+    layout = Layout(pool_path)
+    check_version(layout)
+    copied, report = fetch_shards(layout, source)
+    typer.echo(f"fetched {copied} shards; {report.listed} listed", err=True)
+    if not report.ok:
+        first = (report.missing + report.corrupt)[0]
+        raise CorruptDataError(
+            str(layout.shard_path(first)),
+            f"{len(report.missing)} listed shards not found at {source}, "
+            f"{len(report.corrupt)} corrupt",
+        )

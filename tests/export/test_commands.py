@@ -1,0 +1,93 @@
+"""The commands through a local typer app wired the way the CLI registers them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from agentworld.export.command import export, pool_import
+from agentworld.pool import Pool
+from agentworld.pool.sync_command import diff, fetch, manifest, merge
+from tests.export.trajectories import fill
+
+app = typer.Typer()
+app.command("export")(export)
+pool_app = typer.Typer()  # a fresh group: the real pool_app is the CLI's to extend
+pool_app.command("import")(pool_import)
+pool_app.command("merge")(merge)
+pool_app.command("diff")(diff)
+pool_app.command("manifest")(manifest)
+pool_app.command("fetch")(fetch)
+app.add_typer(pool_app, name="pool")
+runner = CliRunner()
+
+
+def test_export_then_import_through_the_cli(filled: Pool, tmp_path: Path) -> None:
+    out = tmp_path / "sft.jsonl"
+    res = runner.invoke(
+        app,
+        ["export", "-f", "openai-jsonl", "-o", str(out), "--pool", str(filled.root),
+         "--group", "g1", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["counts"]["lines"] == 2
+    assert (tmp_path / "sft.jsonl.manifest.json").exists()
+    other = Pool.create(tmp_path / "other")
+    res = runner.invoke(
+        app, ["pool", "import", str(out), "-f", "openai-jsonl", "--pool", str(other.root), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trajectories"] == 2
+
+
+def test_export_rejects_unknown_format(filled: Pool, tmp_path: Path) -> None:
+    res = runner.invoke(
+        app, ["export", "-f", "csv", "-o", str(tmp_path / "x"), "--pool", str(filled.root)]
+    )
+    assert res.exit_code != 0 and "unknown export format" in str(res.exception)
+
+
+def test_merge_and_diff_commands(tmp_path: Path) -> None:
+    a, b = Pool.create(tmp_path / "a"), Pool.create(tmp_path / "b")
+    fill(a, [{"tid": "tr_1", "answer": "6", "reward": 1.0}])
+    fill(b, [{"tid": "tr_2", "answer": "6", "reward": 1.0}])
+    res = runner.invoke(app, ["pool", "diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["added_trajectories"] == ["tr_2"] and d["removed_trajectories"] == ["tr_1"]
+    res = runner.invoke(app, ["pool", "merge", str(tmp_path / "b"), "--pool", str(a.root)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["pool", "diff", str(tmp_path / "b"), "--pool", str(a.root)])
+    assert res.exit_code == 0 and "trajectories: +1 -0" in res.stdout and "+ tr_1" in res.stdout
+
+
+def test_manifest_check_fails_on_a_missing_shard(pool: Pool) -> None:
+    fill(pool, [{"tid": "tr_1", "answer": "6", "reward": 1.0}])
+    assert runner.invoke(app, ["pool", "manifest", "--pool", str(pool.root)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["pool", "manifest", "--check", "--pool", str(pool.root)]).exit_code == 0
+    )
+    pool.layout.shard_paths()[0].unlink()
+    res = runner.invoke(app, ["pool", "manifest", "--check", "--pool", str(pool.root)])
+    assert res.exit_code != 0 and "missing or corrupt" in str(res.exception)
+
+
+def test_command_modules_import_nothing_heavy() -> None:
+    code = (
+        "import sys\n"
+        "import agentworld.export.command, agentworld.pool.sync_command\n"
+        "print([m for m in ('pyarrow', 'datasets', 'torch', 'pandas') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -1,0 +1,137 @@
+"""Parquet, HF datasets and verl: columns and values as pyarrow and datasets read them back."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from agentworld.errors import MissingExtraError
+from agentworld.export import ExportOptions, export
+from agentworld.pool import Pool, Selection
+from tests.export.trajectories import fill
+
+
+def test_step_rows_have_ids_masks_logprobs_rewards_groups(filled: Pool, tmp_path: Path) -> None:
+    filled.labels.set(["trajectory:tr_a2"], {"reward": 0.25, "quality": "bad"}, author="me")
+    out = tmp_path / "steps.parquet"
+    export(filled, "parquet", out)
+    table = pq.read_table(out)
+    assert table.num_rows == 12
+    for col in ("trajectory", "step", "group", "reward", "trajectory_reward", "token_source",
+                "prompt_ids", "completion_ids", "completion_logprobs", "input_ids", "loss_mask",
+                "messages", "response"):  # fmt: skip
+        assert col in table.column_names
+    rows = {r["step"]: r for r in table.to_pylist()}
+    r = rows["tr_a1_s1"]
+    assert r["prompt_ids"] == [1, 2, 3, 4, 100, 200, 300, 50]
+    assert r["completion_ids"] == [101, 201, 300]
+    assert r["input_ids"] == r["prompt_ids"] + r["completion_ids"]
+    assert r["loss_mask"] == [0] * 8 + [1] * 3
+    assert r["completion_logprobs"] == [-0.5, -0.25, -0.125]
+    assert r["group"] == "g1" and r["token_source"] == "engine"
+    assert r["response"]["tool_calls"] == [
+        {"id": "call_1", "name": "calc", "arguments": '{"e": "1+1"}'}
+    ]
+    assert rows["tr_a2_s0"]["trajectory_reward"] == 0.25
+    assert rows["tr_a2_s0"]["quality"] == "bad"
+    assert rows["tr_a1_s0"]["trajectory_reward"] == 1.0
+
+
+def test_untrainable_step_has_no_row(filled: Pool, tmp_path: Path) -> None:
+    filled.labels.set(["step:tr_a1_s1"], {"trainable": False}, author="me")
+    out = tmp_path / "steps.parquet"
+    m = export(filled, "parquet", out)
+    steps = pq.read_table(out).column("step").to_pylist()
+    assert "tr_a1_s1" not in steps and len(steps) == 11
+    assert m["counts"]["steps_untrainable"] == 1
+
+
+def test_trajectory_rows_merge_chained_steps(filled: Pool, tmp_path: Path) -> None:
+    filled.labels.set(["step:tr_a1_s1"], {"trainable": False}, author="me")
+    out = tmp_path / "traj.parquet"
+    export(filled, "parquet", out, options=ExportOptions(rows="trajectory"))
+    rows = {r["trajectory"]: r for r in pq.read_table(out).to_pylist()}
+    r = rows["tr_a1"]
+    assert r["sequence_breaks"] == 0
+    assert r["input_ids"] == [1, 2, 3, 4, 100, 200, 300, 50, 101, 201, 300, 51, 102, 202, 301]
+    assert r["loss_mask"] == [0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert r["logprobs"][4:7] == [-0.5, -0.25, -0.125]
+    assert r["step_trainable"] == [True, False, True]
+    assert r["trajectory_reward"] == 1.0
+    assert [m["role"] for m in r["messages"]][-1] == "assistant"
+    assert len(r["prompt_ids"]) == 3
+
+
+def test_rows_without_token_ids_are_empty_and_flagged(pool: Pool, tmp_path: Path) -> None:
+    fill(pool, [{"tid": "tr_x", "answer": "6", "reward": 1.0, "engine": False}])
+    out = tmp_path / "steps.parquet"
+    export(pool, "parquet", out)
+    rows = pq.read_table(out).to_pylist()
+    assert {r["token_source"] for r in rows} == {"none"}
+    assert all(r["input_ids"] == [] and r["loss_mask"] == [] for r in rows)
+
+
+def test_hf_folder_reads_back_with_datasets(filled: Pool, tmp_path: Path) -> None:
+    import datasets
+
+    out = tmp_path / "hf"
+    export(filled, "hf", out, Selection(trainable_only=True, group="g2"))
+    ds = datasets.load_from_disk(str(out))
+    assert ds.num_rows == 6
+    assert {"input_ids", "loss_mask", "completion_logprobs", "group", "reward"} <= set(
+        ds.column_names
+    )
+    row = next(r for r in ds if r["step"] == "tr_b1_s0")
+    assert row["input_ids"] == [1, 2, 3, 4, 100, 200, 300]
+    assert row["group"] == "g2"
+    assert (tmp_path / "hf.manifest.json").exists()
+
+
+def test_verl_rows_one_per_task(filled: Pool, tmp_path: Path) -> None:
+    out = tmp_path / "verl.parquet"
+    export(filled, "verl", out, options=ExportOptions(ability="math"))
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == 2
+    r = next(r for r in rows if r["extra_info"]["task"] == "t1")
+    assert r["data_source"] == "arith" and r["ability"] == "math"
+    assert r["prompt"] == [
+        {"role": "system", "content": "Use the calc tool."},
+        {"role": "user", "content": "Task t1: what is 1+2+3?"},
+    ]
+    assert r["reward_model"] == {"style": "rule", "ground_truth": "6"}
+    assert r["extra_info"]["trajectories"] == 2 and r["extra_info"]["mean_reward"] == 0.5
+
+
+def test_manifest_says_what_made_it(filled: Pool, tmp_path: Path) -> None:
+    filled.labels.set(["trajectory:tr_a2"], {"trainable": False}, author="me")
+    out = tmp_path / "steps.parquet"
+    export(
+        filled, "parquet", out, Selection(trainable_only=True, dataset="arith", status=("done",))
+    )
+    m = json.loads((tmp_path / "steps.parquet.manifest.json").read_text())
+    assert m["format"] == "parquet" and m["options"] == {"rows": "step"}
+    assert m["filters"] == {"dataset": "arith", "status": ["done"], "trainable_only": True}
+    assert len(m["shards"]) == 1 and m["shards"][0].startswith("sha256:")
+    assert next(f["path"] for f in m["label_files"]).startswith("labels/me/")
+    assert m["counts"]["trajectories"] == 3 and m["counts"]["rows"] == 9
+    assert m["files"][0]["path"] == "steps.parquet"
+
+
+def test_missing_pyarrow_names_the_extra(
+    filled: Pool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = builtins.__import__
+
+    def fake(name: str, *a: Any, **k: Any) -> Any:
+        if name.startswith("pyarrow"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(MissingExtraError, match=r"agentworld\[export\]"):
+        export(filled, "parquet", tmp_path / "x.parquet")
