@@ -17,7 +17,12 @@ import typer
 from agentworld import __version__
 from agentworld.demo import demo
 from agentworld.errors import AgentWorldError
+from agentworld.export.command import export, pool_import
 from agentworld.pool.command import pool_app
+from agentworld.pool.sync_command import diff as pool_diff
+from agentworld.pool.sync_command import fetch as pool_fetch
+from agentworld.pool.sync_command import manifest as pool_manifest
+from agentworld.pool.sync_command import merge as pool_merge
 
 app = typer.Typer(
     name="aw",
@@ -71,6 +76,12 @@ def init(
 # Commands from the other subsystems register here (each module imports only
 # typer at import time).
 app.command("demo")(demo)
+app.command("export")(export)
+pool_app.command("import")(pool_import)
+pool_app.command("merge")(pool_merge)
+pool_app.command("diff")(pool_diff)
+pool_app.command("manifest")(pool_manifest)
+pool_app.command("fetch")(pool_fetch)
 
 
 def main() -> None:

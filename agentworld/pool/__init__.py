@@ -124,6 +124,7 @@ class Pool:
         t.steps = [self._fetch(r) for r in rows]
         t.end = self._fetch(end) if end else None
         targets = [f"trajectory:{trajectory_id}"] + [f"step:{s['id']}" for s in t.steps]
+        idx.refresh_labels()  # labels change often (curation) and are cheap to check
         labels = idx.labels_of(targets)
         t.labels = labels.get(f"trajectory:{trajectory_id}", {})
         for s in t.steps:

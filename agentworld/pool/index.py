@@ -334,6 +334,16 @@ class Index:
         steps.clear()
         ends.clear()
 
+    def refresh_labels(self) -> None:
+        """Re-read label files if any changed (cheap when none did)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self._refresh_labels()
+            self.db.commit()
+        except BaseException:
+            self.db.rollback()
+            raise
+
     def _refresh_labels(self) -> None:
         files = self.labels.files()
         sig = ";".join(f"{self._rel(p)}:{p.stat().st_size}" for p in files)

@@ -51,3 +51,11 @@ def test_labels_filter_and_override_reward(pool: Pool) -> None:
     pool.labels.set(["trajectory:tr_x"], {"reward": None}, author="ann")
     idx.refresh()
     assert idx.trajectory("tr_x")["effective_reward"] == 0.0
+
+
+def test_get_trajectory_sees_new_labels_without_full_refresh(pool: Pool) -> None:
+    with pool.writer() as w:
+        w.append(conversation_step("tr_l", 0))
+    assert pool.get_trajectory("tr_l").labels == {}
+    pool.labels.set(["trajectory:tr_l"], {"quality": "bad"}, author="ann")
+    assert pool.get_trajectory("tr_l").labels == {"quality": "bad"}
