@@ -7,6 +7,7 @@ allowed; sizes are bounded so a model cannot make it burn CPU or memory.
 from __future__ import annotations
 
 import ast
+import re
 import math
 import operator
 from collections.abc import Callable
@@ -41,6 +42,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "exp": math.exp,
 }
 _CONSTANTS = {"pi": math.pi, "e": math.e}
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _MAX_BITS = int(MAX_RESULT_DIGITS * 3.33)
 
 
@@ -52,8 +54,9 @@ def evaluate(expression: str) -> int | float:
     """The value of an arithmetic expression such as ``(3 + 4) * 12 / 5``."""
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CalculatorError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
-    # People write 1,234 and 2^3; the model copies them.
-    text = expression.replace(",", "").replace("^", "**").replace("×", "*").replace("÷", "/")
+    # People write 1,234 and 2^3; the model copies them. (A comma before
+    # exactly three digits is a thousands separator; others separate arguments.)
+    text = _THOUSANDS.sub("", expression).replace("^", "**").replace("×", "*").replace("÷", "/")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError:
