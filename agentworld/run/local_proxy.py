@@ -23,6 +23,12 @@ async def local_proxy(
     token: str | None = None,
 ) -> AsyncIterator[str]:
     """A proxy on a free 127.0.0.1 port recording into ``pool_path``; yields its base URL."""
+    where = f"{agent.where.path}: agents.{agent.name}"
+    if "upstream" not in agent.upstream:
+        raise ConfigError(
+            f"{agent.where.path}: agent {agent.name!r}: upstream: required to start a proxy"
+            " in-process (or pass --proxy URL of a running `aw proxy`)"
+        )
     try:
         from agentworld.proxy.config import ProxyConfig, UpstreamConfig, resolve_keys
         from agentworld.proxy.server import ProxyServer
@@ -30,12 +36,6 @@ async def local_proxy(
         raise ConfigError(
             f"cannot start a proxy in-process ({exc}); start `aw proxy` and pass --proxy URL"
         ) from None
-    where = f"{agent.where.path}: agents.{agent.name}"
-    if "upstream" not in agent.upstream:
-        raise ConfigError(
-            f"{agent.where.path}: agent {agent.name!r}: upstream: required to start a proxy"
-            " in-process (or pass --proxy URL of a running `aw proxy`)"
-        )
     upstream = UpstreamConfig.from_table(agent.upstream, where)
     agents = {agent.name: upstream}
     config = ProxyConfig(

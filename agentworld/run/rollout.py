@@ -77,12 +77,13 @@ async def run_rollouts(
 
     async def episode(task: Task, group: str, rollout: int) -> None:
         async with gate:
-            result = await _episode(
-                proxy, runner, scorer, agent, dataset, split, task, group, rollout
-            )
-        report.results.append(result)
-        if on_result is not None:
-            on_result(result)
+            result = EpisodeResult(task.id, group, rollout, trajectory=None, status="failed")
+            try:
+                await _episode(proxy, runner, scorer, agent, dataset, split, task, result)
+            finally:  # cancelled episodes are reported too
+                report.results.append(result)
+                if on_result is not None:
+                    on_result(result)
 
     # Task-major order with a FIFO gate: a group's episodes run together.
     jobs = [
@@ -116,26 +117,27 @@ async def _episode(
     dataset: str,
     split: str,
     task: Task,
-    group: str,
-    rollout: int,
-) -> EpisodeResult:
+    result: EpisodeResult,
+) -> None:
+    """Run one episode, filling in ``result`` as it goes."""
     t0 = time.monotonic()
-    result = EpisodeResult(
-        task=task.id, group=group, rollout=rollout, trajectory=None, status="failed"
-    )
+    rollout = result.rollout
     try:
         handle = await proxy.create_trajectory(
             agent=agent,
             dataset=dataset,
             split=split,
             task=task.id,
-            group=group,
+            group=result.group,
             metadata={"rollout": rollout},
         )
+    except asyncio.CancelledError:
+        result.status = "cancelled"
+        raise
     except AgentWorldError as exc:
         result.error = {"type": "proxy", "message": str(exc)}
         result.wall_s = time.monotonic() - t0
-        return result
+        return
     result.trajectory = handle.id
     try:
         outcome = await runner.run(task, handle)
@@ -159,7 +161,6 @@ async def _episode(
     result.wall_s = time.monotonic() - t0
     meta["wall_s"] = round(result.wall_s, 3)
     await _complete(proxy, handle.id, result, meta)
-    return result
 
 
 async def _complete(

@@ -133,11 +133,13 @@ class PythonRunner:
 
         def work() -> None:
             try:
-                value = self.fn(*self._args(task, client, handle))
+                ok, value = True, self.fn(*self._args(task, client, handle))
             except BaseException as exc:
-                loop.call_soon_threadsafe(settle, False, exc)
-            else:
-                loop.call_soon_threadsafe(settle, True, value)
+                ok, value = False, exc
+            try:
+                loop.call_soon_threadsafe(settle, ok, value)
+            except RuntimeError:
+                pass  # the loop is gone: the episode timed out and the run ended
 
         threading.Thread(target=work, name=f"agent-{handle.id}", daemon=True).start()
         try:

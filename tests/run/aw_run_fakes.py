@@ -152,7 +152,11 @@ class FakeProxy:
             "role": "assistant",
             "content": message["content"],
             "tool_calls": [
-                {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                {
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "arguments": c["function"]["arguments"],
+                }
                 for c in message.get("tool_calls") or []
             ],
         }
@@ -184,7 +188,11 @@ def _norm_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n = {"role": m["role"], "content": m.get("content") or ""}
         if m.get("tool_calls"):
             n["tool_calls"] = [
-                {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                {
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "arguments": c["function"]["arguments"],
+                }
                 for c in m["tool_calls"]
             ]
         if m.get("tool_call_id"):

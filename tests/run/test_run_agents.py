@@ -97,8 +97,12 @@ def _call(cid, name, args):
 async def test_math_agent_uses_the_calculator_then_answers():
     client = _ScriptedClient(
         [
-            SimpleNamespace(content="", tool_calls=[_call("c1", "calculator", {"expression": "17 * 3"})]),
-            SimpleNamespace(content=None, tool_calls=[_call("c2", "final_answer", {"answer": " 51 "})]),
+            SimpleNamespace(
+                content="", tool_calls=[_call("c1", "calculator", {"expression": "17 * 3"})]
+            ),
+            SimpleNamespace(
+                content=None, tool_calls=[_call("c2", "final_answer", {"answer": " 51 "})]
+            ),
         ]
     )
     settings = SimpleNamespace(model="m", sampling={"temperature": 0.5}, max_turns=5)
@@ -112,7 +116,12 @@ async def test_math_agent_uses_the_calculator_then_answers():
 
 async def test_math_agent_stops_at_max_turns_and_reads_plain_replies():
     looping = _ScriptedClient(
-        [SimpleNamespace(content="", tool_calls=[_call(f"c{i}", "calculator", {"expression": "1+1"})]) for i in range(2)]
+        [
+            SimpleNamespace(
+                content="", tool_calls=[_call(f"c{i}", "calculator", {"expression": "1+1"})]
+            )
+            for i in range(2)
+        ]
     )
     settings = SimpleNamespace(model="m", sampling={}, max_turns=2)
     result = await solve(SimpleNamespace(prompt="?"), looping, settings)

@@ -24,9 +24,9 @@ def _datasets(tmp_path: Path, body: str) -> Path:
     return write(tmp_path / "datasets.toml", body)
 
 
-def _error(fn, *args) -> str:
+def _error(fn, *args, **kwargs) -> str:
     with pytest.raises(ConfigError) as info:
-        fn(*args)
+        fn(*args, **kwargs)
     return str(info.value)
 
 
@@ -58,17 +58,38 @@ def test_write_templates_keeps_existing_files(tmp_path):
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ('[agents.a]\nkind = "python"\nfunction = "m:f"\nmax_turn = 3\n', "agent 'a': max_turn: unknown key"),
+        (
+            '[agents.a]\nkind = "python"\nfunction = "m:f"\nmax_turn = 3\n',
+            "agent 'a': max_turn: unknown key",
+        ),
         ('[agents.a]\nkind = "shell"\n', "agent 'a': kind: must be one of python, command"),
         ('[agents.a]\nkind = "python"\n', "agent 'a': function: missing"),
-        ('[agents.a]\nkind = "python"\nfunction = "no_colon"\n', "agent 'a': function: must be 'module:function'"),
+        (
+            '[agents.a]\nkind = "python"\nfunction = "no_colon"\n',
+            "agent 'a': function: must be 'module:function'",
+        ),
         ('[agents.a]\nkind = "command"\n', "agent 'a': command: missing"),
         ('[agents.a]\nkind = "command"\ncommand = []\n', "agent 'a': command: is empty"),
-        ('[agents.a]\nkind = "command"\ncommand = "x"\nfunction = "m:f"\n', "agent 'a': function: only for kind = 'python'"),
-        ('[agents.a]\nkind = "python"\nfunction = "m:f"\ncommand = "x"\n', "agent 'a': command: only for kind = 'command'"),
-        ('[agents.a]\nkind = "python"\nfunction = "m:f"\nmax_turns = "3"\n', "agent 'a': max_turns: must be int"),
-        ('[agents.a]\nkind = "python"\nfunction = "m:f"\nconcurrency = 0\n', "agent 'a': concurrency: must be > 0"),
-        ('[agents.a]\nkind = "command"\ncommand = "x"\ncwd = "nowhere"\n', "agent 'a': cwd: no such folder"),
+        (
+            '[agents.a]\nkind = "command"\ncommand = "x"\nfunction = "m:f"\n',
+            "agent 'a': function: only for kind = 'python'",
+        ),
+        (
+            '[agents.a]\nkind = "python"\nfunction = "m:f"\ncommand = "x"\n',
+            "agent 'a': command: only for kind = 'command'",
+        ),
+        (
+            '[agents.a]\nkind = "python"\nfunction = "m:f"\nmax_turns = "3"\n',
+            "agent 'a': max_turns: must be int",
+        ),
+        (
+            '[agents.a]\nkind = "python"\nfunction = "m:f"\nconcurrency = 0\n',
+            "agent 'a': concurrency: must be > 0",
+        ),
+        (
+            '[agents.a]\nkind = "command"\ncommand = "x"\ncwd = "nowhere"\n',
+            "agent 'a': cwd: no such folder",
+        ),
         ('[agent.a]\nkind = "python"\n', "unknown top-level key 'agent'"),
         ("[agents.a\n", "not valid TOML"),
     ],
@@ -111,7 +132,7 @@ def test_bad_module_function_is_reported_when_resolved(tmp_path, test_agents):
     ]:
         path = _agents(tmp_path, f'[agents.a]\nkind = "python"\nfunction = "{spec}"\n')
         agent = load_agents(path)["a"]
-        message = _error(lambda: make_runner(agent, base_env={}))
+        message = _error(make_runner, agent, base_env={})
         assert f"{path}: agent 'a': " in message
         assert expected in message
 
@@ -191,7 +212,10 @@ def test_bad_scorer_function_is_reported_when_resolved(tmp_path, test_agents):
         f'scorer = "{test_agents}:nope"\n',
     )
     message = _error(make_scorer, load_datasets(path)["d"])
-    assert f"{path}: dataset 'd': scorer.function: module '{test_agents}' has no attribute 'nope'" in message
+    assert (
+        f"{path}: dataset 'd': scorer.function: module '{test_agents}' has no attribute 'nope'"
+        in message
+    )
 
 
 def test_unknown_reasoning_gym_task_names_dataset(tmp_path):

@@ -26,18 +26,26 @@ def test_jsonl_with_field_mapping_and_limit(tmp_path):
         'splits = { test = "t.jsonl" }\n',
     )
     tasks = load_tasks(d, None, 3)
-    assert [(t.id, t.prompt, t.answer) for t in tasks] == [("q0", "Q0", 0), ("q1", "Q1", 1), ("q2", "Q2", 2)]
+    assert [(t.id, t.prompt, t.answer) for t in tasks] == [
+        ("q0", "Q0", 0),
+        ("q1", "Q1", 1),
+        ("q2", "Q2", 2),
+    ]
     assert tasks[0].metadata == {"extra": [1, 2]}
     assert tasks[0].public() == {"id": "q0", "prompt": "Q0", "dataset": "d", "split": "test"}
 
 
 def test_jsonl_errors_name_the_row(tmp_path):
     write(tmp_path / "t.jsonl", '{"question": "ok"}\nnot json\n')
-    d = _load(tmp_path, '[datasets.d]\nsource = { type = "jsonl" }\nsplits = { test = "t.jsonl" }\n')
-    with pytest.raises(CorruptDataError, match="t.jsonl:2"):
+    d = _load(
+        tmp_path, '[datasets.d]\nsource = { type = "jsonl" }\nsplits = { test = "t.jsonl" }\n'
+    )
+    with pytest.raises(CorruptDataError, match=r"t\.jsonl:2"):
         load_tasks(d)
     write(tmp_path / "t.jsonl", '{"q": "no prompt column"}\n')
-    with pytest.raises(ConfigError, match="dataset 'd': source.fields.prompt: no prompt text in .*row 1"):
+    with pytest.raises(
+        ConfigError, match=r"dataset 'd': source\.fields\.prompt: no prompt text in .*row 1"
+    ):
         load_tasks(d)
     write(tmp_path / "t.jsonl", '{"id": 1, "prompt": "a"}\n{"id": 1, "prompt": "b"}\n')
     with pytest.raises(ConfigError, match="task id '1' appears twice"):
@@ -47,8 +55,13 @@ def test_jsonl_errors_name_the_row(tmp_path):
 def test_parquet_source(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    pq.write_table(pa.table({"problem": ["Compute 1 + 2?", "Compute 2 + 2?"], "solution": ["3", "4"]}), tmp_path / "t.parquet")
-    d = _load(tmp_path, '[datasets.d]\nsource = { type = "parquet" }\nsplits = { train = "t.parquet" }\n')
+    pq.write_table(
+        pa.table({"problem": ["Compute 1 + 2?", "Compute 2 + 2?"], "solution": ["3", "4"]}),
+        tmp_path / "t.parquet",
+    )
+    d = _load(
+        tmp_path, '[datasets.d]\nsource = { type = "parquet" }\nsplits = { train = "t.parquet" }\n'
+    )
     tasks = load_tasks(d, "train")
     assert [(t.id, t.prompt, t.answer) for t in tasks] == [
         ("train-0", "Compute 1 + 2?", "3"),
@@ -69,7 +82,7 @@ def test_python_source_gets_split_and_kwargs(tmp_path, test_agents):
         f'[datasets.d]\nsource = {{ type = "python", function = "{test_agents}:rows_fail" }}\n'
         "splits = { test = {} }\n",
     )
-    with pytest.raises(ConfigError, match="source.function: .*rows_fail failed for split 'test'"):
+    with pytest.raises(ConfigError, match=r"source\.function: .*rows_fail failed for split 'test'"):
         load_tasks(bad)
 
 

@@ -7,9 +7,9 @@ allowed; sizes are bounded so a model cannot make it burn CPU or memory.
 from __future__ import annotations
 
 import ast
-import re
 import math
 import operator
+import re
 from collections.abc import Callable
 from typing import Any
 
