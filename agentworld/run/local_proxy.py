@@ -43,5 +43,5 @@ async def local_proxy(
         api_keys=resolve_keys(agents, None, environ, str(agent.where.path)),
         auth_token=token,
     )
-    async with ProxyServer(pool_path, config, host="127.0.0.1", port=0) as server:
+    async with ProxyServer(config, pool_path, host="127.0.0.1", port=0) as server:
         yield server.url

@@ -96,7 +96,8 @@ def summarise(
         "n": report.n,
         "trajectories": len(results),
         "statuses": dict(statuses),
-        "errors": sum(1 for r in results if r.status != "done"),
+        # Cancelled (Ctrl-C) episodes are not the agent's errors.
+        "errors": sum(1 for r in results if r.status in ("failed", "timeout")),
         "scored": len(rewards),
         "reward_mean": statistics.fmean(rewards) if rewards else None,
         "reward_std": statistics.pstdev(rewards) if rewards else None,
@@ -117,7 +118,9 @@ def summarise(
         out["prompt_tokens"] = sum(s.prompt_tokens for s in known)
         out["completion_tokens"] = sum(s.completion_tokens for s in known)
     errors = Counter(
-        (r.error or {}).get("type", "?") for r in results if r.status != "done" and r.error
+        (r.error or {}).get("type", "?")
+        for r in results
+        if r.status in ("failed", "timeout") and r.error
     )
     out["error_types"] = dict(errors)
     return out

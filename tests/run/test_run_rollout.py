@@ -336,3 +336,42 @@ def test_cli_config_errors_surface_as_agentworld_errors(tmp_path):
     result = CliRunner().invoke(_cli(), args)
     assert isinstance(result.exception, ConfigError)
     assert f"{agents}: agent 'b': turns: unknown key" in str(result.exception)
+
+
+async def test_in_process_proxy_records_a_real_run(tmp_path):
+    """With the real proxy (branch proxy) and its fake vLLM upstream: no --proxy given."""
+    pytest.importorskip("agentworld.proxy.server")
+    from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
+    from aiohttp.test_utils import TestServer
+
+    upstream = TestServer(
+        make_fake_app(FakeUpstream("u", reply="Final answer: 5")), host="127.0.0.1"
+    )
+    await upstream.start_server()
+    try:
+        url = str(upstream.make_url("")).rstrip("/")
+        agents, datasets = _setup(
+            tmp_path,
+            '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'
+            f'upstream = "{url}"\nmodel = "fake-model"\n',
+        )
+        opts = RunOptions(
+            agent="b", dataset="arith", agents_path=agents, datasets_path=datasets,
+            pool=tmp_path / "pool", n=2,
+        )  # fmt: skip
+        report, summary = await run_session(opts)
+    finally:
+        await upstream.close()
+    assert sorted((r.task, r.status, r.reward) for r in report.results) == [
+        ("t0", "done", 1.0), ("t0", "done", 1.0), ("t1", "done", 0.0),
+        ("t1", "done", 0.0), ("t2", "done", 0.0), ("t2", "done", 0.0),
+    ]  # fmt: skip
+    assert summary["turns_mean"] == 1.0 and summary["completion_tokens"] > 0
+    pool = Pool.open(tmp_path / "pool")
+    recs = list(pool.iter_records())
+    pool.close()
+    ends = {r["trajectory"]: r for r in recs if r["kind"] == "end"}
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert len(ends) == 6 and len(steps) == 6
+    assert {(s["agent"], s["dataset"], s["split"]) for s in steps} == {("b", "arith", "test")}
+    assert all(ends[s["trajectory"]]["group"] == s["group"] for s in steps)
