@@ -1,0 +1,1 @@
+"""Ready-to-use agents: a tool-using math agent, a single-turn baseline, a black-box CLI agent."""

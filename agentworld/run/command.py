@@ -1,0 +1,101 @@
+"""`aw run --agent X --dataset Y`: roll an agent out over a dataset through the proxy."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+
+from agentworld.pool.command import POOL_OPTION
+
+
+def run(
+    agent: str = typer.Option(..., "--agent", "-a", help="Agent name in agents.toml."),
+    dataset: str = typer.Option(..., "--dataset", "-d", help="Dataset name in datasets.toml."),
+    split: str | None = typer.Option(None, "--split", "-s", help="Split (default: the dataset's)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many tasks."),
+    n: int = typer.Option(1, "--n", "-n", min=1, help="Rollouts per task (one group)."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", "-c", min=1, help="Episodes at once (default: the agent's)."
+    ),
+    proxy: str | None = typer.Option(
+        None, "--proxy", envvar="AW_PROXY", help="URL of a running `aw proxy` (default: start one)."
+    ),
+    proxy_token: str | None = typer.Option(
+        None, "--proxy-token", envvar="AW_PROXY_TOKEN", help="Bearer token the proxy requires."
+    ),
+    pool: Path = POOL_OPTION,
+    agents_path: Path = typer.Option(
+        Path("agents.toml"), "--agents", envvar="AW_AGENTS", help="agents.toml to read."
+    ),
+    datasets_path: Path = typer.Option(
+        Path("datasets.toml"), "--datasets", envvar="AW_DATASETS", help="datasets.toml to read."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Roll an agent out over a dataset's tasks, score each trajectory, and summarise."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from agentworld.run.rollout import EpisodeResult
+    from agentworld.run.session import RunOptions, run_session
+    from agentworld.run.summary import render
+
+    opts = RunOptions(
+        agent=agent,
+        dataset=dataset,
+        agents_path=agents_path,
+        datasets_path=datasets_path,
+        split=split,
+        limit=limit,
+        n=n,
+        concurrency=concurrency,
+        proxy_url=proxy,
+        proxy_token=proxy_token,
+        pool=pool,
+        environ=dict(os.environ),
+    )
+    err = Console(stderr=True)
+    progress = Progress(
+        TextColumn("rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]}  errors {task.fields[errors]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    bar = progress.add_task("rollouts", total=None, reward="-", errors=0)
+    rewards: list[float] = []
+    errors = [0]
+
+    def on_start(total: int) -> None:
+        progress.update(bar, total=total)
+
+    def on_result(result: EpisodeResult) -> None:
+        if result.reward is not None:
+            rewards.append(result.reward)
+        if result.status != "done":
+            errors[0] += 1
+        mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
+        progress.update(bar, advance=1, reward=mean, errors=errors[0])
+
+    with progress:
+        report, summary = asyncio.run(run_session(opts, on_start=on_start, on_result=on_result))
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        Console().print(render(summary))
+    if report.interrupted:
+        err.print("interrupted: finished trajectories are in the pool", markup=False)
+        raise typer.Exit(130)

@@ -1,0 +1,177 @@
+"""The rollout loop: for each task, n episodes forming one group, each scored and completed in the pool.
+
+Per episode: open a trajectory on the proxy, run the agent against its base
+URL, score the answer, complete the trajectory with status and reward. An
+agent that crashes or hangs fails its own trajectory only; cancelling the run
+(Ctrl-C) marks the episodes in flight cancelled and keeps everything finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentworld.errors import AgentWorldError
+from agentworld.records import new_id
+from agentworld.run.lifecycle import ProxyClient, TrajectoryHandle
+from agentworld.run.runners import Outcome
+from agentworld.run.scoring import Scorer
+from agentworld.run.tasks import Task
+
+_MAX_ANSWER_CHARS = 10_000
+
+
+class Runner(Protocol):
+    async def run(self, task: Task, handle: TrajectoryHandle) -> Outcome: ...
+
+
+@dataclass
+class EpisodeResult:
+    """One finished (or failed, or cancelled) episode."""
+
+    task: str
+    group: str
+    rollout: int
+    trajectory: str | None  # None when the proxy refused to open one
+    status: str  # "done" | "failed" | "timeout" | "cancelled"
+    reward: float | None = None
+    answer: str | None = None
+    error: dict[str, Any] | None = None
+    wall_s: float = 0.0
+
+
+@dataclass
+class RunReport:
+    """Everything a run produced, for the summary."""
+
+    agent: str
+    dataset: str
+    split: str
+    n: int
+    tasks: int
+    results: list[EpisodeResult] = field(default_factory=list)
+    wall_s: float = 0.0
+    interrupted: bool = False
+
+
+async def run_rollouts(
+    *,
+    proxy: ProxyClient,
+    runner: Runner,
+    scorer: Scorer,
+    agent: str,
+    dataset: str,
+    split: str,
+    tasks: Sequence[Task],
+    n: int = 1,
+    concurrency: int = 8,
+    on_result: Callable[[EpisodeResult], None] | None = None,
+) -> RunReport:
+    """Roll ``runner`` out ``n`` times per task with at most ``concurrency`` episodes at once."""
+    report = RunReport(agent=agent, dataset=dataset, split=split, n=n, tasks=len(tasks))
+    gate = asyncio.Semaphore(concurrency)
+    started = time.monotonic()
+
+    async def episode(task: Task, group: str, rollout: int) -> None:
+        async with gate:
+            result = EpisodeResult(task.id, group, rollout, trajectory=None, status="failed")
+            try:
+                await _episode(proxy, runner, scorer, agent, dataset, split, task, result)
+            finally:  # cancelled episodes are reported too
+                report.results.append(result)
+                if on_result is not None:
+                    on_result(result)
+
+    # Task-major order with a FIFO gate: a group's episodes run together.
+    jobs = [
+        asyncio.create_task(episode(task, group, k))
+        for task in tasks
+        for group in [new_id("gr")]
+        for k in range(n)
+    ]
+    try:
+        await asyncio.gather(*jobs)
+    except asyncio.CancelledError:
+        report.interrupted = True
+        for job in jobs:
+            job.cancel()
+        # Each job in flight completes its trajectory as cancelled before it ends.
+        await asyncio.gather(*jobs, return_exceptions=True)
+        # Handled: let the caller finish cleanly (close the proxy, print the summary).
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()
+    finally:
+        report.wall_s = time.monotonic() - started
+    return report
+
+
+async def _episode(
+    proxy: ProxyClient,
+    runner: Runner,
+    scorer: Scorer,
+    agent: str,
+    dataset: str,
+    split: str,
+    task: Task,
+    result: EpisodeResult,
+) -> None:
+    """Run one episode, filling in ``result`` as it goes."""
+    t0 = time.monotonic()
+    rollout = result.rollout
+    try:
+        handle = await proxy.create_trajectory(
+            agent=agent,
+            dataset=dataset,
+            split=split,
+            task=task.id,
+            group=result.group,
+            metadata={"rollout": rollout},
+        )
+    except asyncio.CancelledError:
+        result.status = "cancelled"
+        raise
+    except AgentWorldError as exc:
+        result.error = {"type": "proxy", "message": str(exc)}
+        result.wall_s = time.monotonic() - t0
+        return
+    result.trajectory = handle.id
+    try:
+        outcome = await runner.run(task, handle)
+    except asyncio.CancelledError:
+        result.status = "cancelled"
+        result.error = {"type": "cancelled", "message": "the run was interrupted"}
+        await _complete(proxy, handle.id, result, {"rollout": rollout})
+        raise
+    except Exception as exc:  # a runner bug must not stop the other episodes
+        outcome = Outcome("failed", error={"type": type(exc).__name__, "message": str(exc)})
+    result.status, result.answer, result.error = outcome.status, outcome.answer, outcome.error
+    if outcome.status == "done":
+        try:
+            result.reward = await scorer(outcome.answer, task)
+        except Exception as exc:  # the scorer is user code too
+            result.status = "failed"
+            result.error = {"type": "scorer", "message": f"{type(exc).__name__}: {exc}"}
+    meta: dict[str, Any] = {**outcome.metadata, "rollout": rollout}
+    if outcome.answer is not None:
+        meta["answer"] = outcome.answer[:_MAX_ANSWER_CHARS]
+    result.wall_s = time.monotonic() - t0
+    meta["wall_s"] = round(result.wall_s, 3)
+    await _complete(proxy, handle.id, result, meta)
+
+
+async def _complete(
+    proxy: ProxyClient, tid: str, result: EpisodeResult, meta: dict[str, Any]
+) -> None:
+    try:
+        await proxy.complete(
+            tid, status=result.status, reward=result.reward, error=result.error, metadata=meta
+        )
+    except AgentWorldError as exc:
+        # The episode happened; only its end record is missing. Say so in the summary.
+        result.error = {"type": "proxy", "message": f"complete failed: {exc}"}
+        if result.status == "done":
+            result.status = "failed"

@@ -1,0 +1,88 @@
+"""One `aw run` from options to report: load configs, reach a proxy, roll out, gather stats.
+
+Kept apart from the typer command so tests drive it directly with a fake proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentworld.config import find, load_agents, load_datasets
+from agentworld.run.lifecycle import ProxyClient
+from agentworld.run.rollout import EpisodeResult, RunReport, run_rollouts
+from agentworld.run.runners import make_runner
+from agentworld.run.scoring import make_scorer
+from agentworld.run.summary import pool_stats, summarise
+from agentworld.run.tasks import load_tasks
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything `aw run` was told, resolved at the edge."""
+
+    agent: str
+    dataset: str
+    agents_path: Path = Path("agents.toml")
+    datasets_path: Path = Path("datasets.toml")
+    split: str | None = None
+    limit: int | None = None
+    n: int = 1
+    concurrency: int | None = None  # None: the agent's own
+    proxy_url: str | None = None  # None: start one in-process
+    proxy_token: str | None = None
+    pool: Path = Path("pool")
+    environ: Mapping[str, str] = field(default_factory=dict)  # for command agents and API keys
+
+
+@asynccontextmanager
+async def _proxy_url(opts: RunOptions, agent: Any) -> AsyncIterator[str]:
+    if opts.proxy_url:
+        yield opts.proxy_url
+        return
+    from agentworld.pool import Pool
+    from agentworld.run.local_proxy import local_proxy
+
+    Pool.create(opts.pool).close()
+    async with local_proxy(
+        pool_path=opts.pool, agent=agent, environ=opts.environ, token=opts.proxy_token
+    ) as url:
+        yield url
+
+
+async def run_session(
+    opts: RunOptions,
+    *,
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[EpisodeResult], None] | None = None,
+) -> tuple[RunReport, dict[str, Any]]:
+    """Run the rollouts ``opts`` describe; return the report and its summary."""
+    agent = find(load_agents(opts.agents_path), opts.agent, "agent", opts.agents_path)
+    dataset = find(load_datasets(opts.datasets_path), opts.dataset, "dataset", opts.datasets_path)
+    # Everything that can be wrong in the configs fails here, before any episode.
+    runner = make_runner(agent, base_env=opts.environ, api_key=opts.proxy_token)
+    scorer = make_scorer(dataset)
+    split = dataset.split(opts.split).name
+    tasks = load_tasks(dataset, split, opts.limit)
+    if on_start is not None:
+        on_start(len(tasks) * opts.n)
+    async with _proxy_url(opts, agent) as url, ProxyClient(url, token=opts.proxy_token) as proxy:
+        await proxy.health()
+        report = await run_rollouts(
+            proxy=proxy,
+            runner=runner,
+            scorer=scorer,
+            agent=agent.name,
+            dataset=dataset.name,
+            split=split,
+            tasks=tasks,
+            n=opts.n,
+            concurrency=opts.concurrency or agent.concurrency,
+            on_result=on_result,
+        )
+    ids = [r.trajectory for r in report.results if r.trajectory]
+    stats = pool_stats(opts.pool, ids)
+    return report, summarise(report, success_threshold=dataset.success_threshold, stats=stats)

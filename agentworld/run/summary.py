@@ -1,0 +1,170 @@
+"""The end-of-run summary: rewards per group size, success rate, turns, tokens, errors, wall time.
+
+Turns and tokens come from the pool (the proxy recorded every call there);
+without a readable pool they are shown as unknown.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from agentworld.run.rollout import RunReport
+
+
+@dataclass(frozen=True)
+class TrajectoryStats:
+    """What the pool knows about one trajectory."""
+
+    steps: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def pool_stats(pool_path: Path, trajectory_ids: list[str]) -> dict[str, TrajectoryStats] | None:
+    """Step and token counts per trajectory from the pool's index; None when there is no pool."""
+    from agentworld.errors import AgentWorldError
+    from agentworld.pool import Pool
+
+    if not (pool_path / "POOL.toml").exists():
+        return None
+    try:
+        pool = Pool.open(pool_path, recover=False)
+    except AgentWorldError:
+        return None
+    try:
+        idx = pool.index()
+        out = {}
+        for tid in trajectory_ids:
+            row = idx.trajectory(tid)
+            if row is None:  # no step recorded: the agent never called the model
+                out[tid] = TrajectoryStats(0, 0, 0)
+            else:
+                out[tid] = TrajectoryStats(
+                    int(row.get("n_steps") or 0),
+                    int(row.get("prompt_tokens") or 0),
+                    int(row.get("completion_tokens") or 0),
+                )
+        return out
+    finally:
+        pool.close()
+
+
+def summarise(
+    report: RunReport,
+    *,
+    success_threshold: float = 1.0,
+    stats: Mapping[str, TrajectoryStats] | None = None,
+) -> dict[str, Any]:
+    """The run's figures as plain data (what `--json` prints and the table shows)."""
+    results = report.results
+    statuses = Counter(r.status for r in results)
+    rewards = [r.reward for r in results if r.reward is not None]
+    by_group: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        if r.reward is not None:
+            by_group[r.group].append(r.reward)
+    groups_by_size: dict[int, list[list[float]]] = defaultdict(list)
+    for rs in by_group.values():
+        groups_by_size[len(rs)].append(rs)
+    sizes = []
+    for size, groups in sorted(groups_by_size.items()):
+        flat = [x for g in groups for x in g]
+        sizes.append(
+            {
+                "group_size": size,
+                "groups": len(groups),
+                "reward_mean": statistics.fmean(flat),
+                "reward_std": statistics.pstdev(flat),
+                # GRPO learns nothing from a group whose rewards are all equal.
+                "within_group_std": statistics.fmean(statistics.pstdev(g) for g in groups),
+                "flat_groups": sum(1 for g in groups if max(g) == min(g)),
+            }
+        )
+    out: dict[str, Any] = {
+        "agent": report.agent,
+        "dataset": report.dataset,
+        "split": report.split,
+        "tasks": report.tasks,
+        "n": report.n,
+        "trajectories": len(results),
+        "statuses": dict(statuses),
+        # Cancelled (Ctrl-C) episodes are not the agent's errors.
+        "errors": sum(1 for r in results if r.status in ("failed", "timeout")),
+        "scored": len(rewards),
+        "reward_mean": statistics.fmean(rewards) if rewards else None,
+        "reward_std": statistics.pstdev(rewards) if rewards else None,
+        "success_rate": (
+            sum(1 for x in rewards if x >= success_threshold) / len(results) if results else None
+        ),
+        "success_threshold": success_threshold,
+        "by_group_size": sizes,
+        "wall_s": report.wall_s,
+        "interrupted": report.interrupted,
+        "turns_mean": None,
+        "prompt_tokens": None,
+        "completion_tokens": None,
+    }
+    known = [stats[r.trajectory] for r in results if stats and r.trajectory in stats]
+    if known:
+        out["turns_mean"] = statistics.fmean(s.steps for s in known)
+        out["prompt_tokens"] = sum(s.prompt_tokens for s in known)
+        out["completion_tokens"] = sum(s.completion_tokens for s in known)
+    errors = Counter(
+        (r.error or {}).get("type", "?")
+        for r in results
+        if r.status in ("failed", "timeout") and r.error
+    )
+    out["error_types"] = dict(errors)
+    return out
+
+
+def _num(x: float | None, fmt: str = "{:.3f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def render(summary: Mapping[str, Any]) -> Table:
+    """A rich table of the summary (all values rendered as plain text, never markup)."""
+    title = f"aw run: {summary['agent']} on {summary['dataset']}/{summary['split']}"
+    if summary["interrupted"]:
+        title += " (interrupted)"
+    table = Table(title=Text(title), show_header=True, header_style="bold")
+    table.add_column("")
+    table.add_column("value", justify="right")
+
+    def row(name: str, value: str) -> None:
+        table.add_row(Text(name), Text(value))
+
+    row("tasks x n", f"{summary['tasks']} x {summary['n']}")
+    row("trajectories", str(summary["trajectories"]))
+    row("reward mean ± std", f"{_num(summary['reward_mean'])} ± {_num(summary['reward_std'])}")
+    for g in summary["by_group_size"]:
+        row(
+            f"  groups of {g['group_size']}",
+            f"{g['groups']} groups, mean {g['reward_mean']:.3f}, within-group std "
+            f"{g['within_group_std']:.3f}, {g['flat_groups']} flat",
+        )
+    row(
+        f"success (reward ≥ {summary['success_threshold']:g})",
+        _num(summary["success_rate"], "{:.1%}"),
+    )
+    row("turns per trajectory", _num(summary["turns_mean"], "{:.2f}"))
+    tokens = (
+        "-"
+        if summary["prompt_tokens"] is None
+        else f"{summary['prompt_tokens']} prompt / {summary['completion_tokens']} completion"
+    )
+    row("tokens", tokens)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items()))
+    row("status", statuses or "-")
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(summary["error_types"].items()))
+    row("errors", f"{summary['errors']}" + (f" ({errors})" if errors else ""))
+    row("wall time", f"{summary['wall_s']:.1f} s")
+    return table

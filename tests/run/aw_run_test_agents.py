@@ -1,0 +1,75 @@
+"""Agents, task sources and scorers that tests name as module:function in their TOML files."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+
+async def crash(task, client):
+    raise RuntimeError(f"boom on {task.id}")
+
+
+async def hang(task, client):
+    await asyncio.sleep(3600)
+
+
+def hang_sync(task, client):
+    threading.Event().wait(20)  # a daemon thread: abandoned when the episode times out
+
+
+def sync_agent(task, client):
+    """A plain-function agent gets a synchronous openai.OpenAI client."""
+    reply = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": task.prompt}]
+    )
+    return reply.choices[0].message.content.rsplit(":", 1)[-1].strip()
+
+
+async def two_args(task, client):
+    reply = await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": task.prompt}]
+    )
+    return {"answer": reply.choices[0].message.content, "metadata": {"style": "two-args"}}
+
+
+async def crash_on_odd(task, client, settings):
+    if int(task.id[1:]) % 2:
+        raise ValueError("odd task")
+    return task.answer
+
+
+async def wait_forever_after_first(task, client, settings):
+    if task.id != "t0":
+        await asyncio.sleep(3600)
+    return task.answer
+
+
+def rows(split, count=2):
+    return [
+        {"id": f"{split}-{i}", "prompt": f"Compute {i} + 1?", "answer": str(i + 1)}
+        for i in range(count)
+    ]
+
+
+def rows_fail(split):
+    raise OSError("database is down")
+
+
+def score_half(answer, task):
+    return 0.5
+
+
+async def score_len(answer, task):
+    return float(len(answer or ""))
+
+
+def score_broken(answer, task):
+    raise KeyError("oops")
+
+
+def score_text(answer, task):
+    return "high"
+
+
+NOT_CALLABLE = 3

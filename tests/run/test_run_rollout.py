@@ -1,0 +1,377 @@
+"""`aw run` end to end against a fake proxy: agents, failures, scoring, groups, summary, Ctrl-C, CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import typer
+from aw_run_fakes import CLI_AGENT, PYTHON, FakeProxy, tasks_jsonl, write
+from typer.testing import CliRunner
+
+from agentworld.errors import ConfigError
+from agentworld.pool import Pool
+from agentworld.run.command import run as run_command
+from agentworld.run.session import RunOptions, run_session
+from agentworld.run.summary import render
+
+TASKS = [("Compute 2 + 3?", "5"), ("Compute 4 * 5?", "20"), ("Compute 7 - 1? WRONG", "6")]
+
+# A command agent that reports what it was given: argv, stdin, environment.
+PROBE = (
+    "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'stdin': json.load(sys.stdin),"
+    " 'env': {k: os.environ.get(k) for k in ('OPENAI_BASE_URL', 'OPENAI_API_KEY',"
+    " 'ANTHROPIC_BASE_URL', 'AW_TRAJECTORY', 'AW_TASK_ID', 'AW_MODEL', 'AW_MAX_TURNS', 'EXTRA')}}))"
+)
+
+
+def _setup(tmp_path: Path, agents: str, test_agents: str = "") -> tuple[Path, Path]:
+    tasks_jsonl(tmp_path / "tasks.jsonl", TASKS)
+    datasets = write(
+        tmp_path / "datasets.toml",
+        '[datasets.arith]\nsource = { type = "jsonl" }\nsplits = { test = "tasks.jsonl" }\n'
+        'scorer = "numeric"\n',
+    )
+    agents_path = write(tmp_path / "agents.toml", agents.replace("TESTMOD", test_agents))
+    return agents_path, datasets
+
+
+def _opts(
+    tmp_path: Path, proxy: FakeProxy, agents: Path, datasets: Path, agent: str, **kw
+) -> RunOptions:
+    return RunOptions(
+        agent=agent,
+        dataset="arith",
+        agents_path=agents,
+        datasets_path=datasets,
+        proxy_url=proxy.url,
+        pool=tmp_path / "pool",
+        environ={"PATH": os.environ.get("PATH", "")},
+        **kw,
+    )
+
+
+async def test_math_agent_rollouts_are_scored_grouped_and_completed(tmp_path, fake_proxy):
+    agents, datasets = _setup(
+        tmp_path,
+        '[agents.math]\nkind = "python"\nfunction = "agentworld.run.agents.math_agent:solve"\n'
+        'model = "tiny"\nparams = { temperature = 0.7 }\n',
+    )
+    report, summary = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "math", n=2))
+
+    assert len(report.results) == 6 and not report.interrupted
+    by_task = {r.task: [] for r in report.results}
+    for r in report.results:
+        by_task[r.task].append(r)
+    assert {t: sorted(r.reward for r in rs) for t, rs in by_task.items()} == {
+        "t0": [1.0, 1.0],
+        "t1": [1.0, 1.0],
+        "t2": [0.0, 0.0],  # the fake model answers WRONG prompts off by one
+    }
+    # One group per task, n trajectories in it.
+    groups = {t: {r.group for r in rs} for t, rs in by_task.items()}
+    assert (
+        all(len(g) == 1 for g in groups.values()) and len({*map(frozenset, groups.values())}) == 3
+    )
+    assert sorted(r.rollout for r in by_task["t0"]) == [0, 1]
+    # The proxy saw the lifecycle: create with agent/dataset/split/task/group, complete with reward.
+    for r in report.results:
+        created = fake_proxy.trajectories[r.trajectory]
+        assert (created["agent"], created["dataset"], created["split"], created["task"]) == (
+            "math",
+            "arith",
+            "test",
+            r.task,
+        )
+        assert created["group"] == r.group and created["steps"] == 2
+        done = fake_proxy.completed[r.trajectory]
+        assert done["status"] == "done" and done["reward"] == r.reward
+        assert done["metadata"]["ended_by"] == "tool" and done["metadata"]["answer"] == r.answer
+    assert summary["reward_mean"] == pytest.approx(2 / 3)
+    assert summary["success_rate"] == pytest.approx(2 / 3)
+    assert summary["turns_mean"] == 2.0  # calculator call, then final_answer
+    assert (summary["prompt_tokens"], summary["completion_tokens"]) == (120, 60)
+    assert summary["by_group_size"] == [
+        {
+            "group_size": 2,
+            "groups": 3,
+            "reward_mean": pytest.approx(2 / 3),
+            "reward_std": pytest.approx(0.4714, abs=1e-4),
+            "within_group_std": 0.0,
+            "flat_groups": 3,
+        }
+    ]
+    assert summary["errors"] == 0 and summary["statuses"] == {"done": 6}
+    # The end records are in the pool with their rewards.
+    pool = Pool.open(tmp_path / "pool")
+    ends = [rec for rec in pool.iter_records() if rec["kind"] == "end"]
+    assert sorted(e["reward"] for e in ends) == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    pool.close()
+
+
+@pytest.mark.slow
+async def test_unmodified_openai_sdk_program_runs_as_a_command_agent(tmp_path, fake_proxy):
+    agents, datasets = _setup(
+        tmp_path,
+        f'[agents.cli]\nkind = "command"\ncommand = ["{PYTHON}", "{CLI_AGENT}"]\nmodel = "tiny"\n',
+    )
+    report, summary = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "cli"))
+    assert sorted((r.task, r.status, r.answer, r.reward) for r in report.results) == [
+        ("t0", "done", "5", 1.0),
+        ("t1", "done", "20", 1.0),
+        ("t2", "done", "7", 0.0),
+    ]
+    assert summary["turns_mean"] == 1.0
+
+
+async def test_command_agent_gets_trajectory_urls_task_and_argv_template(tmp_path, fake_proxy):
+    agents, datasets = _setup(
+        tmp_path,
+        f'[agents.probe]\nkind = "command"\ncommand = ["{PYTHON}", "-c", "{PROBE}", "{{task_id}}", '
+        '"{prompt}"]\nenv = { EXTRA = "x" }\nmodel = "tiny"\nmax_turns = 3\n'.replace(
+            "{PROBE}", PROBE.replace('"', '\\"')
+        ),
+    )
+    report, _ = await run_session(
+        _opts(tmp_path, fake_proxy, agents, datasets, "probe", limit=1, proxy_token="tok")
+    )
+    (r,) = report.results
+    seen = json.loads(r.answer)
+    assert seen["argv"] == ["t0", "Compute 2 + 3?"]
+    assert seen["stdin"] == {
+        "id": "t0",
+        "prompt": "Compute 2 + 3?",
+        "dataset": "arith",
+        "split": "test",
+    }
+    assert seen["env"] == {
+        "OPENAI_BASE_URL": f"{fake_proxy.url}/t/{r.trajectory}/v1",
+        "OPENAI_API_KEY": "tok",
+        "ANTHROPIC_BASE_URL": f"{fake_proxy.url}/t/{r.trajectory}",
+        "AW_TRAJECTORY": r.trajectory,
+        "AW_TASK_ID": "t0",
+        "AW_MODEL": "tiny",
+        "AW_MAX_TURNS": "3",
+        "EXTRA": "x",
+    }
+    assert set(fake_proxy.seen_auth) == {"Bearer tok"}
+
+
+async def test_answer_file_wins_over_stdout(tmp_path, fake_proxy):
+    code = "import os; print('noise'); open(os.environ['AW_ANSWER_FILE'], 'w').write(' 5 ')"
+    agents, datasets = _setup(
+        tmp_path, f'[agents.f]\nkind = "command"\ncommand = ["{PYTHON}", "-c", "{code}"]\n'
+    )
+    report, _ = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "f", limit=1))
+    assert [(r.answer, r.reward) for r in report.results] == [("5", 1.0)]
+
+
+async def test_crashing_and_hanging_agents_fail_their_own_trajectory_only(
+    tmp_path, fake_proxy, test_agents
+):
+    pid_file = tmp_path / "pids"
+    hang_code = f"import os, time; open({str(pid_file)!r}, 'a').write(str(os.getpid()) + chr(10)); time.sleep(60)"
+    agents, datasets = _setup(
+        tmp_path,
+        '[agents.odd]\nkind = "python"\nfunction = "TESTMOD:crash_on_odd"\n'
+        '[agents.hang]\nkind = "python"\nfunction = "TESTMOD:hang"\nepisode_timeout_s = 0.5\n'
+        '[agents.hang_sync]\nkind = "python"\nfunction = "TESTMOD:hang_sync"\nepisode_timeout_s = 0.5\n'
+        f'[agents.exit3]\nkind = "command"\ncommand = ["{PYTHON}", "-c", "import sys; sys.stderr.write(\'bad thing\'); sys.exit(3)"]\n'
+        f'[agents.cmdhang]\nkind = "command"\ncommand = ["{PYTHON}", "-c", "{hang_code}"]\nepisode_timeout_s = 1\n'
+        '[agents.missing]\nkind = "command"\ncommand = ["/no/such/program"]\n',
+        test_agents,
+    )
+
+    report, summary = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "odd"))
+    assert sorted((r.task, r.status) for r in report.results) == [
+        ("t0", "done"),
+        ("t1", "failed"),
+        ("t2", "done"),
+    ]
+    failed = next(r for r in report.results if r.status == "failed")
+    assert failed.error == {"type": "ValueError", "message": "odd task"}
+    assert fake_proxy.completed[failed.trajectory]["status"] == "failed"
+    assert fake_proxy.completed[failed.trajectory]["error"]["message"] == "odd task"
+    assert summary["errors"] == 1 and summary["error_types"] == {"ValueError": 1}
+    assert summary["success_rate"] == pytest.approx(2 / 3)  # t0 and t2 answer right
+
+    for agent, status, kind in [
+        ("hang", "timeout", "timeout"),
+        ("hang_sync", "timeout", "timeout"),
+        ("exit3", "failed", "exit"),
+        ("cmdhang", "timeout", "timeout"),
+        ("missing", "failed", "spawn"),
+    ]:
+        report, _ = await run_session(
+            _opts(tmp_path, fake_proxy, agents, datasets, agent, limit=2, concurrency=2)
+        )
+        assert [(r.status, r.error["type"]) for r in report.results] == [(status, kind)] * 2, agent
+        for r in report.results:
+            assert fake_proxy.completed[r.trajectory]["status"] == status
+    exit3 = [c for c in fake_proxy.completed.values() if "exit status 3" in str(c.get("error"))]
+    assert exit3 and "bad thing" in exit3[0]["error"]["message"]
+    # The hung programs were killed, not left behind.
+    for pid in map(int, pid_file.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+async def test_sync_and_two_argument_python_agents(tmp_path, fake_proxy, test_agents):
+    agents, datasets = _setup(
+        tmp_path,
+        '[agents.sync]\nkind = "python"\nfunction = "TESTMOD:sync_agent"\n'
+        '[agents.two]\nkind = "python"\nfunction = "TESTMOD:two_args"\n',
+        test_agents,
+    )
+    report, _ = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "sync"))
+    assert sorted((r.task, r.reward) for r in report.results) == [
+        ("t0", 1.0),
+        ("t1", 1.0),
+        ("t2", 0.0),
+    ]
+    report, _ = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "two", limit=1))
+    (r,) = report.results
+    assert r.reward == 1.0
+    assert fake_proxy.completed[r.trajectory]["metadata"]["style"] == "two-args"
+
+
+async def test_a_failing_scorer_fails_the_trajectory(tmp_path, fake_proxy, test_agents):
+    agents, _ = _setup(
+        tmp_path, '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'
+    )
+    datasets = write(
+        tmp_path / "datasets.toml",
+        '[datasets.arith]\nsource = { type = "jsonl" }\nsplits = { test = "tasks.jsonl" }\n'
+        f'scorer = "{test_agents}:score_broken"\n',
+    )
+    report, summary = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "b", limit=1))
+    (r,) = report.results
+    assert (r.status, r.reward, r.error["type"]) == ("failed", None, "scorer")
+    assert fake_proxy.completed[r.trajectory]["status"] == "failed"
+    assert summary["reward_mean"] is None
+
+
+async def test_cancelling_the_run_keeps_finished_trajectories(tmp_path, fake_proxy, test_agents):
+    agents, datasets = _setup(
+        tmp_path,
+        '[agents.slow]\nkind = "python"\nfunction = "TESTMOD:wait_forever_after_first"\n',
+        test_agents,
+    )
+    run = asyncio.create_task(run_session(_opts(tmp_path, fake_proxy, agents, datasets, "slow")))
+    for _ in range(400):  # until the first episode is completed and the others are running
+        if len(fake_proxy.completed) == 1 and len(fake_proxy.trajectories) == 3:
+            break
+        await asyncio.sleep(0.025)
+    run.cancel()
+    report, summary = await run
+    assert report.interrupted and summary["interrupted"]
+    statuses = {
+        fake_proxy.trajectories[t]["task"]: c["status"] for t, c in fake_proxy.completed.items()
+    }
+    assert statuses == {"t0": "done", "t1": "cancelled", "t2": "cancelled"}
+    assert Counter(r.status for r in report.results) == {"done": 1, "cancelled": 2}
+    assert "interrupted" in str(render(summary).title)
+
+
+async def test_in_process_proxy_needs_an_upstream(tmp_path, test_agents):
+    agents, datasets = _setup(
+        tmp_path, '[agents.a]\nkind = "python"\nfunction = "TESTMOD:crash"\n', test_agents
+    )
+    opts = RunOptions(
+        agent="a",
+        dataset="arith",
+        agents_path=agents,
+        datasets_path=datasets,
+        pool=tmp_path / "pool",
+    )
+    with pytest.raises(
+        ConfigError, match=r"agent 'a': upstream: required to start a proxy in-process"
+    ):
+        await run_session(opts)
+
+
+def _cli() -> typer.Typer:
+    app = typer.Typer()
+    app.command("run")(run_command)
+    app.command("noop", hidden=True)(lambda: None)  # keep `run` a subcommand
+    return app
+
+
+def test_cli_prints_a_summary_table_or_json(tmp_path, fake_proxy):
+    agents, datasets = _setup(
+        tmp_path, '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'
+    )
+    args = [
+        "run", "--agent", "b", "--dataset", "arith", "--proxy", fake_proxy.url,
+        "--pool", str(tmp_path / "pool"), "--agents", str(agents), "--datasets", str(datasets),
+        "-n", "2",
+    ]  # fmt: skip
+    result = CliRunner().invoke(_cli(), [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["trajectories"], summary["reward_mean"]) == (6, pytest.approx(2 / 3))
+    assert summary["by_group_size"][0]["group_size"] == 2
+
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 0, result.output
+    for text in (
+        "aw run: b on arith/test",
+        "reward mean ± std",
+        "groups of 2",
+        "66.7%",
+        "wall time",
+    ):
+        assert text in result.stdout
+
+
+def test_cli_config_errors_surface_as_agentworld_errors(tmp_path):
+    agents, datasets = _setup(
+        tmp_path, '[agents.b]\nkind = "python"\nfunction = "m:f"\nturns = 1\n'
+    )
+    args = ["run", "-a", "b", "-d", "arith", "--agents", str(agents), "--datasets", str(datasets)]
+    result = CliRunner().invoke(_cli(), args)
+    assert isinstance(result.exception, ConfigError)
+    assert f"{agents}: agent 'b': turns: unknown key" in str(result.exception)
+
+
+async def test_in_process_proxy_records_a_real_run(tmp_path):
+    """With the real proxy (branch proxy) and its fake vLLM upstream: no --proxy given."""
+    pytest.importorskip("agentworld.proxy.server")
+    from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
+    from aiohttp.test_utils import TestServer
+
+    upstream = TestServer(
+        make_fake_app(FakeUpstream("u", reply="Final answer: 5")), host="127.0.0.1"
+    )
+    await upstream.start_server()
+    try:
+        url = str(upstream.make_url("")).rstrip("/")
+        agents, datasets = _setup(
+            tmp_path,
+            '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'
+            f'upstream = "{url}"\nmodel = "fake-model"\n',
+        )
+        opts = RunOptions(
+            agent="b", dataset="arith", agents_path=agents, datasets_path=datasets,
+            pool=tmp_path / "pool", n=2,
+        )  # fmt: skip
+        report, summary = await run_session(opts)
+    finally:
+        await upstream.close()
+    assert sorted((r.task, r.status, r.reward) for r in report.results) == [
+        ("t0", "done", 1.0), ("t0", "done", 1.0), ("t1", "done", 0.0),
+        ("t1", "done", 0.0), ("t2", "done", 0.0), ("t2", "done", 0.0),
+    ]  # fmt: skip
+    assert summary["turns_mean"] == 1.0 and summary["completion_tokens"] > 0
+    pool = Pool.open(tmp_path / "pool")
+    recs = list(pool.iter_records())
+    pool.close()
+    ends = {r["trajectory"]: r for r in recs if r["kind"] == "end"}
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert len(ends) == 6 and len(steps) == 6
+    assert {(s["agent"], s["dataset"], s["split"]) for s in steps} == {("b", "arith", "test")}
+    assert all(ends[s["trajectory"]]["group"] == s["group"] for s in steps)
