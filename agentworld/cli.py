@@ -23,6 +23,7 @@ from agentworld.pool.sync_command import diff as pool_diff
 from agentworld.pool.sync_command import fetch as pool_fetch
 from agentworld.pool.sync_command import manifest as pool_manifest
 from agentworld.pool.sync_command import merge as pool_merge
+from agentworld.run.command import run
 
 app = typer.Typer(
     name="aw",
@@ -76,6 +77,7 @@ def init(
 # Commands from the other subsystems register here (each module imports only
 # typer at import time).
 app.command("demo")(demo)
+app.command("run")(run)
 app.command("export")(export)
 pool_app.command("import")(pool_import)
 pool_app.command("merge")(pool_merge)

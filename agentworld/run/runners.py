@@ -83,7 +83,7 @@ class PythonRunner:
         try:
             import openai
         except ImportError:
-            raise MissingExtraError("openai", "train") from None
+            raise MissingExtraError("openai", "run") from None
         self._openai = openai
 
     def _args(self, task: Task, client: Any, handle: TrajectoryHandle) -> tuple[Any, ...]:

@@ -150,7 +150,7 @@ def _reasoning_gym(dataset: DatasetConfig, sp: SplitConfig, limit: int | None) -
     try:
         import reasoning_gym
     except ImportError:
-        raise MissingExtraError("reasoning-gym", "train") from None
+        raise MissingExtraError("reasoning-gym", "run") from None
     src = dataset.source
     size = sp.size if limit is None else min(sp.size or 0, limit)
     try:
