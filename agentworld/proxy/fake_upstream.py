@@ -55,6 +55,7 @@ class FakeUpstream:
         self.headers: list[dict[str, str]] = []
         self.started = 0
         self.finished = 0
+        self.hang_s = 30.0  # how long "hang" hangs
 
     # -- what to answer ------------------------------------------------------------------
 
@@ -141,7 +142,7 @@ class FakeUpstream:
                 status=400,
             )
         if model == "hang":
-            await asyncio.sleep(3600)
+            await asyncio.sleep(self.hang_s)
         if model == "reset":
             assert request.transport is not None
             request.transport.close()

@@ -136,9 +136,12 @@ def _check_common(body: dict[str, Any]) -> None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise BadRequest(f"'{key}' must be an integer", key)
     stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str):
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise BadRequest("'stop' must be a string or a list of strings", "stop")
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop))
+    ):
+        raise BadRequest("'stop' must be a string or a list of strings", "stop")
 
 
 def _params(body: dict[str, Any], skip: frozenset[str]) -> dict[str, Any]:
