@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import openai
@@ -193,7 +193,7 @@ class BrokenWriter:
     """A pool writer whose disk is full."""
 
     last_error = None
-    stats: dict[str, int] = {}
+    stats: ClassVar[dict[str, int]] = {}
 
     async def append_async(self, rec: dict[str, Any]) -> None:
         raise PoolError("No space left on device")

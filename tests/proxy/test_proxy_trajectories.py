@@ -130,7 +130,7 @@ async def test_explicit_trajectories_path_headers_and_lifecycle(proxy, pool):
     }
     (end,) = ends_of(pool)
     assert end["status"] == "done" and end["steps"] == 3 and end["reward"] == 1.0
-    labelled = [s for s in steps if s["index"] == 1][0]
+    labelled = next(s for s in steps if s["index"] == 1)
     assert pool.labels.effective()[f"step:{labelled['id']}"]["reward"].value == 0.5
 
 
