@@ -18,6 +18,7 @@ from agentworld.errors import ConfigError
 
 Engine = Literal["vllm", "openai"]
 ENGINES: tuple[str, ...] = ("vllm", "openai")
+PROTOCOL_MODES: tuple[str, ...] = ("translate", "passthrough")
 
 # Keys of an ``[agents.NAME]`` table that describe the upstream (owned here).
 UPSTREAM_KEYS = frozenset(
@@ -88,7 +89,9 @@ class UpstreamConfig:
     timeout_s: float = 600.0  # longest wait for the next byte from the upstream
     connect_timeout_s: float = 10.0
     params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    protocol_mode: str | None = None  # reserved
+    # Anthropic Messages / Responses calls: "translate" them for a chat-completions upstream
+    # (the default), or "passthrough" to an upstream that speaks the same protocol.
+    protocol_mode: str | None = None
 
     def __post_init__(self) -> None:
         if not self.urls:
@@ -132,8 +135,10 @@ class UpstreamConfig:
             if reserved in params:
                 raise ConfigError(f"{where}.params.{reserved}: not a sampling parameter")
         mode = table.get("protocol_mode")
-        if mode is not None and not isinstance(mode, str):
-            raise ConfigError(f"{where}.protocol_mode: expected a string")
+        if mode is not None and mode not in PROTOCOL_MODES:
+            raise ConfigError(
+                f"{where}.protocol_mode: must be one of {list(PROTOCOL_MODES)}, got {mode!r}"
+            )
         return cls(
             urls=checked,
             model=model,
