@@ -50,6 +50,7 @@ async def stream(
         await record_fault(st, call, fault)
         return error_response(fault.status, fault.message, "upstream_error", code=fault.status)
     asm = StreamAssembler(chat=call.adapter.chat)
+    clean = False  # fully read: the connection can go back to the pool (keep-alive)
     try:
         stamp(st, call, resp.headers)
         ctype = resp.headers.get("Content-Type", "")
@@ -80,13 +81,17 @@ async def stream(
             await st.recorder.steps(call.trajectory, cancelled_steps(call))
             return out
         done, cancelled, fault = await _pump(resp, out, call, asm, url)
+        clean = done and not cancelled and fault is None
         call.upstream_s = time.perf_counter() - t_up
         return await _finish_stream(st, call, out, asm, done, cancelled, fault, prompt_key)
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_steps(call, asm.result()))
         raise
     finally:
-        resp.close()
+        if clean:
+            resp.release()
+        else:
+            resp.close()
 
 
 async def _pump(
