@@ -234,7 +234,7 @@ async def _access_middleware(request: web.Request, handler: Any) -> web.StreamRe
 
 def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Application:
     """The proxy app over an open Pool; creates (and closes) its own writer unless given one."""
-    from agentworld.proxy import bridge, forward, lifecycle
+    from agentworld.proxy import bridge, forward, lifecycle, passthrough, running
 
     stats = ProxyStats()
     middlewares: list[Any] = [_errors_middleware]
@@ -253,7 +253,7 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         policy_version=config.policy_version,
     )
     app[STATE] = st
-    app.cleanup_ctx.append(lifecycle.running)
+    app.cleanup_ctx.append(running.running)
 
     def bind(adapter: Adapter) -> Any:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -265,7 +265,7 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         app.router.add_post(prefix + CHAT.path, bind(CHAT))
         app.router.add_post(prefix + COMPLETIONS.path, bind(COMPLETIONS))
         bridge.add_routes(app, prefix)  # Anthropic Messages, OpenAI Responses
-        app.router.add_get(prefix + "/v1/models", forward.models)
-        app.router.add_route("*", prefix + "/v1/{tail:.*}", forward.passthrough)
+        app.router.add_get(prefix + "/v1/models", passthrough.models)
+        app.router.add_route("*", prefix + "/v1/{tail:.*}", passthrough.passthrough)
     lifecycle.add_routes(app)
     return app

@@ -70,20 +70,29 @@ class ProxyStats:
             registry=r,
         )
 
+        # Bound children once: labels() lookups cost more than the increments on the hot path.
+        self._c_requests: dict[tuple[str, int], Any] = {}
+        self._c_steps = {s: self.m_steps.labels(s) for s in self.steps}
+        self._c_prompt = self.m_tokens.labels("prompt")
+        self._c_completion = self.m_tokens.labels("completion")
+
     def request(self, route: str, status: int) -> None:
         self.requests += 1
-        self.m_requests.labels(route, str(status)).inc()
+        child = self._c_requests.get((route, status))
+        if child is None:
+            child = self._c_requests[(route, status)] = self.m_requests.labels(route, str(status))
+        child.inc()
 
     def step(self, status: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         self.steps[status] = self.steps.get(status, 0) + 1
-        self.m_steps.labels(status).inc()
+        self._c_steps[status].inc()
         self._step_rate.add()
         if prompt_tokens:
             self.tokens["prompt"] += prompt_tokens
-            self.m_tokens.labels("prompt").inc(prompt_tokens)
+            self._c_prompt.inc(prompt_tokens)
         if completion_tokens:
             self.tokens["completion"] += completion_tokens
-            self.m_tokens.labels("completion").inc(completion_tokens)
+            self._c_completion.inc(completion_tokens)
             self._token_rate.add(completion_tokens)
 
     def error(self, kind: str) -> None:

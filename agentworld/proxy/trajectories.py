@@ -224,7 +224,6 @@ def restore(registry: Registry, pool: Any, *, limit: int = 100_000) -> int:
         except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
             log.warning("restore %s: cannot read its last step: %s", tid, exc)
             continue
-        t.metadata = None
         if (rec.get("metadata") or {}).get("threading") == "auto":
             t.threaded = True
             msgs = (rec.get("request") or {}).get("messages")

@@ -72,7 +72,6 @@ def make_session() -> aiohttp.ClientSession:
         connector=connector,
         auto_decompress=False,
         skip_auto_headers=("User-Agent",),
-        json_serialize=None,  # type: ignore[arg-type]
     )
 
 

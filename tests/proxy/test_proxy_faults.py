@@ -272,3 +272,15 @@ async def test_health_stats_and_metrics(proxy):
     assert stats["rates"]["steps_per_s"] > 0
     assert 'aw_proxy_steps_total{status="ok"} 1.0' in metrics
     assert "aw_proxy_trajectories_open 1.0" in metrics
+
+
+async def test_one_log_line_per_request_only_when_asked(make_proxy, caplog):
+    caplog.set_level("INFO", logger="agentworld.proxy.access")
+    quiet = await make_proxy()
+    await still_serves(quiet)
+    assert not [r for r in caplog.records if r.name == "agentworld.proxy.access"]
+    loud = await make_proxy(log_requests=True)
+    await still_serves(loud)
+    lines = [r.getMessage() for r in caplog.records if r.name == "agentworld.proxy.access"]
+    assert len(lines) == 1 and lines[0].startswith("POST /v1/chat/completions 200")
+    assert "trajectory=tr_" in lines[0]

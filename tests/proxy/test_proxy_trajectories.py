@@ -266,3 +266,24 @@ async def test_policy_version_from_endpoint_and_upstream_header(make_proxy, pool
     await proxy.stop()
     got = {s["request"]["messages"][0]["content"]: s["policy_version"] for s in steps_of(pool)}
     assert got == {"v0": 0, "v4": 4, "v9": 9}
+
+
+async def test_headers_and_query_label_new_trajectories(proxy, pool):
+    headers = {
+        "X-AW-Agent": "rag-bot",
+        "X-AW-Group": "g7",
+        "X-AW-Task": "task 12",
+        "X-AW-Dataset": "hotpot",
+    }
+    c = client(proxy.base_url, default_headers=headers)
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+    q = client(
+        proxy.base_url, default_query={"agent": "query-bot", "group": "g8"}, default_headers=headers
+    )
+    await q.chat.completions.create(model="m", messages=[{"role": "user", "content": "q2"}])
+    await c.close()
+    await q.close()
+    await proxy.stop()
+    got = sorted((s["agent"], s["group"], s["task"], s["dataset"]) for s in steps_of(pool))
+    # The query string wins over headers; headers fill what it does not say.
+    assert got == [("query-bot", "g8", "task 12", "hotpot"), ("rag-bot", "g7", "task 12", "hotpot")]
