@@ -1,0 +1,412 @@
+"""Anthropic Messages (``POST /v1/messages``): checks, normalisation, and translation to chat completions.
+
+Requests become the record's normalised messages (system as a system message,
+``tool_use`` blocks as tool calls, each ``tool_result`` block as a tool
+message, ``thinking`` as reasoning), and from those a chat-completions body.
+A chat-completions answer becomes an Anthropic ``Message``; an Anthropic
+answer (pass-through) becomes the record's normalised response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentworld.proxy.chat_form import (
+    CONTENT_FILTER,
+    LENGTH,
+    STOP,
+    TOOL_CALLS,
+    chat_messages,
+    chat_usage,
+    check_number,
+    dumps_args,
+    first_choice,
+    function_tool,
+    loads_args,
+    record_usage,
+    short_id,
+    text_of,
+)
+from agentworld.proxy.protocols import BadRequest
+
+PROTOCOL = "anthropic.messages"
+PATH = "/v1/messages"
+
+# Fields of a request that are not generation parameters (recorded elsewhere in the step).
+_NOT_PARAMS = frozenset({"model", "messages", "system", "tools"})
+# Client tools Anthropic defines by type alone: a chat upstream cannot know their schema.
+_CLIENT_TOOL_TYPES = frozenset({None, "custom"})
+
+STOP_REASONS = {
+    STOP: "end_turn",
+    LENGTH: "max_tokens",
+    TOOL_CALLS: "tool_use",
+    "function_call": "tool_use",
+    CONTENT_FILTER: "refusal",
+}
+FINISH_REASONS = {
+    "end_turn": STOP,
+    "stop_sequence": STOP,
+    "max_tokens": LENGTH,
+    "model_context_window_exceeded": LENGTH,
+    "tool_use": TOOL_CALLS,
+    "refusal": CONTENT_FILTER,
+}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """An error in Anthropic's shape, its type chosen by the HTTP status."""
+    kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+# -- checks -------------------------------------------------------------------------------
+
+
+def check(body: dict[str, Any]) -> None:
+    """Raise BadRequest naming the first malformed field of a Messages request."""
+    if not isinstance(body.get("model"), str):
+        raise BadRequest("model: Field required (a string)", "model")
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise BadRequest("max_tokens: Field required (a positive integer)", "max_tokens")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise BadRequest("messages: Field required (a list of messages)", "messages")
+    for i, m in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(m, dict):
+            raise BadRequest(f"{where}: expected an object", where)
+        if m.get("role") not in ("user", "assistant"):
+            raise BadRequest(f"{where}.role: must be 'user' or 'assistant'", f"{where}.role")
+        _check_content(m.get("content"), f"{where}.content")
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        _check_content(system, "system")
+    tools = body.get("tools")
+    if tools is not None and not (
+        isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
+    ):
+        raise BadRequest("tools: expected a list of tool objects", "tools")
+    choice = body.get("tool_choice")
+    if choice is not None and not (
+        isinstance(choice, dict) and isinstance(choice.get("type"), str)
+    ):
+        raise BadRequest("tool_choice: expected an object with a 'type'", "tool_choice")
+    stops = body.get("stop_sequences")
+    if stops is not None and not (
+        isinstance(stops, list) and all(isinstance(s, str) for s in stops)
+    ):
+        raise BadRequest("stop_sequences: expected a list of strings", "stop_sequences")
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise BadRequest("stream: expected a boolean", "stream")
+    for key in ("temperature", "top_p"):
+        check_number(body, key)
+    check_number(body, "top_k", integer=True)
+    thinking = body.get("thinking")
+    if thinking is not None and not isinstance(thinking, dict):
+        raise BadRequest("thinking: expected an object", "thinking")
+
+
+def _check_content(content: Any, where: str) -> None:
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}: expected a string or a list of content blocks", where)
+    for j, block in enumerate(content):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise BadRequest(f"{where}.{j}: expected a content block with a 'type'", f"{where}.{j}")
+
+
+# -- requests -----------------------------------------------------------------------------
+
+
+def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
+    src = block.get("source") if isinstance(block.get("source"), dict) else {}
+    if src.get("type") == "base64":
+        url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
+    elif src.get("type") == "url" and isinstance(src.get("url"), str):
+        url = src["url"]
+    else:
+        raise BadRequest(f"{where}.source: an image source is base64 or url", f"{where}.source")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _parts(content: Any, where: str) -> list[dict[str, Any]]:
+    """User-side content blocks (text, image, document text) as chat content parts."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    out = []
+    for j, b in enumerate(content or ()):
+        kind = b.get("type")
+        if kind == "text":
+            out.append({"type": "text", "text": str(b.get("text", ""))})
+        elif kind == "image":
+            out.append(_image_part(b, f"{where}.{j}"))
+        elif kind == "document" and (b.get("source") or {}).get("type") == "text":
+            out.append({"type": "text", "text": str(b["source"].get("data", ""))})
+        else:
+            raise BadRequest(
+                f"{where}.{j}: content block type {kind!r} is not supported here", f"{where}.{j}"
+            )
+    return out
+
+
+def _simplify(parts: list[dict[str, Any]], original: Any) -> Any:
+    """Keep a string a string; a list stays a list of parts (how the agent sent it)."""
+    if isinstance(original, str):
+        return original
+    return parts
+
+
+def _user(m: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    content = m.get("content")
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    out: list[dict[str, Any]] = []
+    rest = []
+    # tool_result blocks come first in a user turn; each is its own tool message.
+    for j, b in enumerate(content):
+        if b.get("type") == "tool_result":
+            body = b.get("content")
+            parts = _parts(body if body is not None else "", f"{where}.{j}.content")
+            if all(p["type"] == "text" for p in parts):
+                result: Any = "".join(p["text"] for p in parts)
+            else:
+                result = parts
+            out.append(
+                {"role": "tool", "tool_call_id": str(b.get("tool_use_id", "")), "content": result}
+            )
+        else:
+            rest.append(b)
+    if rest or not out:
+        out.append({"role": "user", "content": _parts(rest, where)})
+    return out
+
+
+def _assistant(m: dict[str, Any], where: str) -> dict[str, Any]:
+    content = m.get("content")
+    msg: dict[str, Any] = {"role": "assistant"}
+    if isinstance(content, str):
+        msg["content"] = content
+        return msg
+    texts, calls, thinking = [], [], []
+    for j, b in enumerate(content):
+        kind = b.get("type")
+        if kind == "text":
+            texts.append(str(b.get("text", "")))
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": str(b.get("id", "")),
+                    "name": str(b.get("name", "")),
+                    "arguments": dumps_args(b.get("input")),
+                }
+            )
+        elif kind == "thinking":
+            thinking.append(str(b.get("thinking", "")))
+        elif kind == "redacted_thinking":
+            continue  # opaque to anything but Anthropic
+        else:
+            raise BadRequest(
+                f"{where}.{j}: content block type {kind!r} is not supported here", f"{where}.{j}"
+            )
+    msg["content"] = "".join(texts) if texts else None
+    if calls:
+        msg["tool_calls"] = calls
+    if thinking:
+        msg["reasoning"] = "".join(thinking)
+    return msg
+
+
+def messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request as normalised record messages (system first)."""
+    out: list[dict[str, Any]] = []
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        out.append({"role": "system", "content": system})
+    elif isinstance(system, list) and system:
+        # Blocks are separate paragraphs of one system prompt.
+        out.append({"role": "system", "content": "\n\n".join(text_of([b]) for b in system)})
+    for i, m in enumerate(body["messages"]):
+        where = f"messages.{i}.content"
+        if m["role"] == "user":
+            out.extend(_user(m, where))
+        else:
+            out.append(_assistant(m, where))
+    return out
+
+
+def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Tool definitions in the chat shape (raises for Anthropic-defined tools a chat model lacks)."""
+    out = []
+    for i, t in enumerate(body.get("tools") or ()):
+        if t.get("type") not in _CLIENT_TOOL_TYPES:
+            raise BadRequest(
+                f"tools.{i}: tool type {t.get('type')!r} needs an Anthropic upstream "
+                '(use protocol_mode = "passthrough")',
+                f"tools.{i}",
+            )
+        out.append(
+            function_tool(t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}")
+        )
+    return out or None
+
+
+def _tool_choice(choice: dict[str, Any]) -> tuple[Any, bool | None]:
+    kind = choice.get("type")
+    parallel = False if choice.get("disable_parallel_tool_use") else None
+    if kind == "auto":
+        return "auto", parallel
+    if kind == "any":
+        return "required", parallel
+    if kind == "none":
+        return "none", None
+    if kind == "tool" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}, parallel
+    raise BadRequest(f"tool_choice.type: unknown choice {kind!r}", "tool_choice.type")
+
+
+def params(body: dict[str, Any]) -> dict[str, Any]:
+    """The agent's generation parameters, as it sent them (for the record)."""
+    return {k: v for k, v in body.items() if k not in _NOT_PARAMS}
+
+
+def to_chat(
+    body: dict[str, Any], normalised: list[dict[str, Any]], *, engine: str, model: str | None
+) -> dict[str, Any]:
+    """The chat-completions body asking a chat upstream the same question."""
+    chat: dict[str, Any] = {
+        "model": model or body["model"],
+        "messages": chat_messages(normalised, engine=engine),
+        "max_tokens": body["max_tokens"],
+    }
+    chat_tools = tools(body)
+    if chat_tools:
+        chat["tools"] = chat_tools
+    if isinstance(body.get("tool_choice"), dict):
+        choice, parallel = _tool_choice(body["tool_choice"])
+        if chat_tools or choice == "none":
+            chat["tool_choice"] = choice
+        if parallel is not None:
+            chat["parallel_tool_calls"] = parallel
+    for key in ("temperature", "top_p"):
+        if body.get(key) is not None:
+            chat[key] = body[key]
+    if body.get("top_k") is not None and engine == "vllm":
+        chat["top_k"] = body["top_k"]
+    if body.get("stop_sequences"):
+        chat["stop"] = body["stop_sequences"]
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and engine == "vllm":
+        # Chat templates that can think (Qwen3, DeepSeek, ...) read this switch; others ignore it.
+        chat["chat_template_kwargs"] = {"enable_thinking": thinking.get("type") != "disabled"}
+    if body.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+# -- responses ----------------------------------------------------------------------------
+
+
+def stop_reason(
+    finish: Any, matched: Any, stop_sequences: Any, has_calls: bool
+) -> tuple[str, str | None]:
+    """(Anthropic stop_reason, stop_sequence) for a chat finish_reason and vLLM's matched stop."""
+    if has_calls:
+        return "tool_use", None
+    if finish == STOP and isinstance(matched, str) and matched in (stop_sequences or ()):
+        return "stop_sequence", matched
+    return STOP_REASONS.get(finish, "end_turn"), None
+
+
+def anthropic_usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    return {
+        "input_tokens": max(prompt - cached, 0),
+        "output_tokens": completion,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def message_id(chat_id: Any) -> str:
+    return f"msg_{chat_id}" if isinstance(chat_id, str) and chat_id else short_id("msg")
+
+
+def from_chat(
+    chat: dict[str, Any], body: dict[str, Any], tokens: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The Anthropic ``Message`` for a (non-streamed or assembled) chat-completions body."""
+    choice = first_choice(chat)
+    msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    content: list[dict[str, Any]] = []
+    reasoning = msg.get("reasoning")
+    if reasoning is None:
+        reasoning = msg.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+    if isinstance(msg.get("content"), str) and msg["content"]:
+        content.append({"type": "text", "text": msg["content"]})
+    calls = [c for c in msg.get("tool_calls") or () if isinstance(c, dict)]
+    for c in calls:
+        fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+        content.append(
+            {
+                "type": "tool_use",
+                "id": c.get("id") or short_id("toolu"),
+                "name": str(fn.get("name") or ""),
+                "input": loads_args(dumps_args(fn.get("arguments"))),
+            }
+        )
+    reason, sequence = stop_reason(
+        choice.get("finish_reason"),
+        choice.get("stop_reason"),
+        body.get("stop_sequences"),
+        bool(calls),
+    )
+    return {
+        "id": message_id(chat.get("id")),
+        "type": "message",
+        "role": "assistant",
+        "model": chat.get("model") if isinstance(chat.get("model"), str) else body["model"],
+        "content": content,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": anthropic_usage(*chat_usage(chat, tokens)),
+    }
+
+
+def response_record(message: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic ``Message`` (pass-through) as the record's normalised response."""
+    blocks = [b for b in message.get("content") or () if isinstance(b, dict)]
+    norm = _assistant(
+        {"content": [b for b in blocks if b.get("type") in ("text", "tool_use", "thinking")]},
+        "content",
+    )
+    out: dict[str, Any] = {"message": norm}
+    reason = message.get("stop_reason")
+    if isinstance(reason, str):
+        out["finish_reason"] = FINISH_REASONS.get(reason, reason)
+    if isinstance(message.get("id"), str):
+        out["id"] = message["id"]
+    usage = message.get("usage")
+    if isinstance(usage, dict):
+        prompt = sum(
+            usage.get(k) or 0
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+            if isinstance(usage.get(k) or 0, int)
+        )
+        completion = usage.get("output_tokens")
+        out["usage"] = record_usage(prompt, completion if isinstance(completion, int) else 0)
+    return out

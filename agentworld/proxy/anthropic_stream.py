@@ -1,0 +1,220 @@
+"""Anthropic Messages streams: chat-completions chunks translated to Anthropic events, and Anthropic
+events assembled back into the ``Message`` they describe (for recording pass-through streams).
+
+The event grammar is ``message_start``, ``ping``, then for each content block
+``content_block_start`` / ``content_block_delta``… / ``content_block_stop``, and
+finally ``message_delta`` (stop reason, usage) and ``message_stop``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from agentworld.proxy.anthropic import anthropic_usage, error_body, message_id, stop_reason
+from agentworld.proxy.chat_form import sse
+
+
+class ChatToAnthropic:
+    """Feed parsed ``chat.completion.chunk`` objects; get Anthropic SSE events as bytes."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.started = False
+        self.index = -1  # the open content block, -1 when none
+        self.kind: str | None = None  # "thinking" | "text" | "tool_use"
+        self.tool_blocks: dict[int, int] = {}  # chat tool-call index -> content block index
+        self.finish_reason: Any = None
+        self.matched_stop: Any = None
+
+    def _start(self, chunk: dict[str, Any]) -> list[bytes]:
+        self.started = True
+        prompt = chunk.get("prompt_token_ids")
+        message = {
+            "id": message_id(chunk.get("id")),
+            "type": "message",
+            "role": "assistant",
+            "model": chunk.get("model")
+            if isinstance(chunk.get("model"), str)
+            else self.body["model"],
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": anthropic_usage(len(prompt) if isinstance(prompt, list) else 0, 0, 0),
+        }
+        return [
+            sse("message_start", {"type": "message_start", "message": message}),
+            sse("ping", {"type": "ping"}),
+        ]
+
+    def _close(self) -> list[bytes]:
+        if self.index < 0 or self.kind is None:
+            return []
+        self.kind = None
+        return [sse("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def _open(self, kind: str, block: dict[str, Any]) -> list[bytes]:
+        out = self._close()
+        self.index += 1
+        self.kind = kind
+        out.append(
+            sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": self.index, "content_block": block},
+            )
+        )
+        return out
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self.index, "delta": delta},
+        )
+
+    def feed(self, chunk: Any) -> list[bytes]:
+        """Events for one chunk (choice 0 only: Anthropic has no ``n``)."""
+        if not isinstance(chunk, dict):
+            return []
+        out = [] if self.started else self._start(chunk)
+        for c in chunk.get("choices") or ():
+            if not isinstance(c, dict) or c.get("index", 0) != 0:
+                continue
+            delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
+            reasoning = delta.get("reasoning")
+            if reasoning is None:
+                reasoning = delta.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                if self.kind != "thinking":
+                    out += self._open(
+                        "thinking", {"type": "thinking", "thinking": "", "signature": ""}
+                    )
+                out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                if self.kind != "text":
+                    out += self._open("text", {"type": "text", "text": ""})
+                out.append(self._delta({"type": "text_delta", "text": text}))
+            for tc in delta.get("tool_calls") or ():
+                out += self._tool_call(tc)
+            if c.get("finish_reason") is not None:
+                self.finish_reason = c["finish_reason"]
+            if c.get("stop_reason") is not None:
+                self.matched_stop = c["stop_reason"]
+        return out
+
+    def _tool_call(self, tc: Any) -> list[bytes]:
+        if not isinstance(tc, dict):
+            return []
+        k = tc.get("index", len(self.tool_blocks))
+        fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        out: list[bytes] = []
+        if k not in self.tool_blocks:
+            block = {
+                "type": "tool_use",
+                "id": tc.get("id") or f"toolu_{k}",
+                "name": str(fn.get("name") or ""),
+                "input": {},
+            }
+            out += self._open("tool_use", block)
+            self.tool_blocks[k] = self.index
+        args = fn.get("arguments")
+        # Anthropic streams one block at a time; a late piece of an earlier call cannot be sent.
+        if isinstance(args, str) and args and self.tool_blocks[k] == self.index:
+            out.append(self._delta({"type": "input_json_delta", "partial_json": args}))
+        return out
+
+    def finish(self, prompt: int, completion: int, cached: int) -> list[bytes]:
+        """The closing events, given the final token counts."""
+        out = [] if self.started else self._start({})
+        out += self._close()
+        reason, sequence = stop_reason(
+            self.finish_reason,
+            self.matched_stop,
+            self.body.get("stop_sequences"),
+            bool(self.tool_blocks),
+        )
+        usage = anthropic_usage(prompt, completion, cached)
+        out.append(
+            sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                    "usage": usage,
+                },
+            )
+        )
+        out.append(sse("message_stop", {"type": "message_stop"}))
+        return out
+
+
+def error_event(status: int, message: str) -> bytes:
+    """A mid-stream error, as Anthropic sends one."""
+    return sse("error", error_body(status, message))
+
+
+class AnthropicAssembler:
+    """Rebuilds the ``Message`` from an Anthropic event stream (pass-through recording)."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] | None = None
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.json: dict[int, list[str]] = {}
+        self.error: dict[str, Any] | None = None
+        self.done = False
+
+    def add(self, event: Any) -> None:
+        """Take one parsed event (its ``data:`` object)."""
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            self.message = dict(event["message"])
+            self.message["usage"] = dict(self.message.get("usage") or {})
+        elif kind == "content_block_start" and isinstance(event.get("index"), int):
+            block = event.get("content_block")
+            self.blocks[event["index"]] = dict(block) if isinstance(block, dict) else {}
+        elif kind == "content_block_delta":
+            self._delta(event.get("index"), event.get("delta") or {})
+        elif kind == "content_block_stop":
+            i = event.get("index")
+            if i in self.json and i in self.blocks:
+                raw = "".join(self.json.pop(i))
+                try:
+                    self.blocks[i]["input"] = orjson.loads(raw) if raw else {}
+                except orjson.JSONDecodeError:
+                    self.blocks[i]["input"] = {"_raw_arguments": raw}
+        elif kind == "message_delta" and self.message is not None:
+            delta = event.get("delta") or {}
+            for key in ("stop_reason", "stop_sequence"):
+                if key in delta:
+                    self.message[key] = delta[key]
+            usage = event.get("usage")
+            if isinstance(usage, dict):
+                self.message["usage"].update({k: v for k, v in usage.items() if v is not None})
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            err = event.get("error")
+            self.error = err if isinstance(err, dict) else {"message": str(err)}
+
+    def _delta(self, i: Any, delta: dict[str, Any]) -> None:
+        block = self.blocks.get(i) if isinstance(i, int) else None
+        if block is None:
+            return
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + str(delta.get("text", ""))
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+        elif kind == "signature_delta":
+            block["signature"] = str(delta.get("signature", ""))
+        elif kind == "input_json_delta":
+            self.json.setdefault(i, []).append(str(delta.get("partial_json", "")))
+
+    def result(self) -> dict[str, Any] | None:
+        """The message so far (None before ``message_start``)."""
+        if self.message is None:
+            return None
+        return {**self.message, "content": [self.blocks[i] for i in sorted(self.blocks)]}

@@ -1,0 +1,271 @@
+"""The proxy's aiohttp application: routes, auth, identification of trajectories, and forwarding.
+
+``make_app`` is shared by ``aw proxy``, the in-process ``ProxyServer`` and the tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from agentworld.proxy.config import DEFAULT_AGENT, ProxyConfig, UpstreamConfig
+from agentworld.proxy.protocols import CHAT, COMPLETIONS, Adapter, BadRequest
+from agentworld.proxy.recorder import Recorder
+from agentworld.proxy.stats import ProxyStats
+from agentworld.proxy.trajectories import Registry, Trajectory, UnknownTrajectory
+
+log = logging.getLogger("agentworld.proxy")
+access_log = logging.getLogger("agentworld.proxy.access")
+
+ROUTE_PREFIXES = (
+    "",
+    "/t/{trajectory}",
+    "/t/{trajectory}/g/{group}",
+    "/t/{trajectory}/a/{agent}",
+    "/t/{trajectory}/g/{group}/a/{agent}",
+)
+
+
+@dataclass
+class State:
+    """Everything a request handler needs, held by the app under STATE."""
+
+    config: ProxyConfig
+    pool: Any
+    stats: ProxyStats
+    registry: Registry
+    writer: Any = None
+    recorder: Recorder | None = None
+    session: aiohttp.ClientSession | None = None
+    policy_version: int = 0
+    own_writer: bool = True
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    def set_policy(self, version: int) -> None:
+        self.policy_version = version
+
+
+STATE: web.AppKey[State] = web.AppKey("agentworld_proxy_state", State)
+
+
+def error_response(
+    status: int, message: str, type_: str, param: str | None = None, code: Any = None
+) -> web.Response:
+    """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+def bad_request(exc: BadRequest) -> web.Response:
+    kind = "invalid_request_error" if exc.status != 404 else "not_found_error"
+    return error_response(exc.status, exc.message, kind, exc.param)
+
+
+async def read_json(request: web.Request, limit: int) -> dict[str, Any]:
+    """The request body as a JSON object, or BadRequest naming the problem (413 when too big)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BadRequest(f"request body over the {limit}-byte limit", None, 413)
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise BadRequest(f"request body over the {limit}-byte limit", None, 413) from None
+    if not raw:
+        raise BadRequest("the request body is empty; expected a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def check_name(value: Any, what: str, *, max_chars: int = 200) -> str | None:
+    """An id-like field from a path, header, query or body (None when absent)."""
+    if value is None or value == "":
+        return None
+    if (
+        not isinstance(value, str)
+        or len(value) > max_chars
+        or value.strip() != value
+        or any(c in value for c in "/\\\n\r\t\0")
+    ):
+        raise BadRequest(
+            f"{what}: must be a string of at most {max_chars} chars without slashes or whitespace",
+            what,
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Ident:
+    """Who a request belongs to: path and query first, then X-AW-* headers."""
+
+    trajectory: str | None
+    group: str | None
+    agent: str | None
+    task: str | None
+    dataset: str | None
+    split: str | None
+
+
+def identify(request: web.Request) -> Ident:
+    mi, q, h = request.match_info, request.query, request.headers
+
+    def pick(key: str, header: str) -> str | None:
+        return mi.get(key) or q.get(key) or h.get(header) or None
+
+    return Ident(
+        trajectory=check_name(pick("trajectory", "X-AW-Trajectory"), "trajectory"),
+        group=check_name(pick("group", "X-AW-Group"), "group"),
+        agent=check_name(pick("agent", "X-AW-Agent"), "agent"),
+        task=check_name(pick("task", "X-AW-Task"), "task", max_chars=1024),
+        dataset=check_name(pick("dataset", "X-AW-Dataset"), "dataset"),
+        split=check_name(pick("split", "X-AW-Split"), "split"),
+    )
+
+
+def agent_for(st: State, ident: Ident, model: Any) -> str:
+    """The agent a request without a trajectory belongs to."""
+    if ident.agent:
+        return ident.agent
+    if isinstance(model, str) and model in st.config.agents:
+        return model  # LiteLLM-style routing by model name
+    if st.config.default_upstream is None and len(st.config.agents) == 1:
+        return next(iter(st.config.agents))
+    return DEFAULT_AGENT
+
+
+def upstream_of(st: State, agent: str) -> tuple[UpstreamConfig, str | None]:
+    found = st.config.upstream_for(agent)
+    if found is None:
+        raise BadRequest(
+            f"no upstream for agent {agent!r}; configured agents: {sorted(st.config.agents)}",
+            "agent",
+        )
+    return found
+
+
+def get_trajectory(st: State, tid: str) -> Trajectory:
+    try:
+        return st.registry.get(tid)
+    except UnknownTrajectory as exc:
+        if exc.status is not None:
+            raise BadRequest(
+                f"trajectory {tid!r} has ended ({exc.status})", "trajectory", 409
+            ) from None
+        raise BadRequest(
+            f"unknown trajectory {tid!r}; create one with POST /aw/trajectories",
+            "trajectory",
+            404,
+        ) from None
+
+
+# -- middlewares --------------------------------------------------------------------------
+
+
+def _auth_middleware(token: str, stats: ProxyStats) -> Any:
+    expected = token.encode()
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        got = request.headers.get("Authorization", "")
+        bearer = got[7:].strip() if got[:7].lower() == "bearer " else ""
+        key = request.headers.get("x-api-key", "")
+        if not (
+            (bearer and hmac.compare_digest(bearer.encode(), expected))
+            or (key and hmac.compare_digest(key.encode(), expected))
+        ):
+            stats.error("auth")
+            return error_response(
+                401,
+                "missing or wrong proxy token (Authorization: Bearer ...)",
+                "authentication_error",
+            )
+        return await handler(request)
+
+    return auth
+
+
+@web.middleware
+async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+        return error_response(exc.status, f"{exc.reason}: {request.method} {request.path}", kind)
+    except BadRequest as exc:
+        return bad_request(exc)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("internal error serving %s %s", request.method, request.path)
+        request.app[STATE].stats.error("internal")
+        return error_response(500, "internal proxy error (see the proxy's log)", "server_error")
+
+
+@web.middleware
+async def _access_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    t0 = time.perf_counter()
+    resp = await handler(request)
+    access_log.info(
+        "%s %s %d %.1fms trajectory=%s",
+        request.method,
+        request.path,
+        resp.status,
+        (time.perf_counter() - t0) * 1000,
+        resp.headers.get("X-AW-Trajectory", "-"),
+    )
+    return resp
+
+
+# -- app ------------------------------------------------------------------------------------
+
+
+def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Application:
+    """The proxy app over an open Pool; creates (and closes) its own writer unless given one."""
+    from agentworld.proxy import bridge, forward, lifecycle, passthrough, running
+
+    stats = ProxyStats()
+    middlewares: list[Any] = [_errors_middleware]
+    if config.log_requests:
+        middlewares.insert(0, _access_middleware)
+    if config.auth_token:
+        middlewares.append(_auth_middleware(config.auth_token, stats))
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares)
+    st = State(
+        config=config,
+        pool=pool,
+        stats=stats,
+        registry=Registry(max_open=config.max_open_trajectories),
+        writer=writer,
+        own_writer=writer is None,
+        policy_version=config.policy_version,
+    )
+    app[STATE] = st
+    app.cleanup_ctx.append(running.running)
+
+    def bind(adapter: Adapter) -> Any:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await forward.generate(request, adapter)
+
+        return handler
+
+    for prefix in ROUTE_PREFIXES:
+        app.router.add_post(prefix + CHAT.path, bind(CHAT))
+        app.router.add_post(prefix + COMPLETIONS.path, bind(COMPLETIONS))
+        bridge.add_routes(app, prefix)  # Anthropic Messages, OpenAI Responses
+        app.router.add_get(prefix + "/v1/models", passthrough.models)
+        app.router.add_route("*", prefix + "/v1/{tail:.*}", passthrough.passthrough)
+    lifecycle.add_routes(app)
+    return app

@@ -1,0 +1,226 @@
+"""Forwarding Anthropic Messages and OpenAI Responses calls, and recording them as normalised steps.
+
+Per agent, ``protocol_mode`` says where a call goes: ``translate`` (the default)
+asks a chat-completions upstream (vLLM, ``aw serve``) the same question and
+translates its answer and stream back, which is where exact token ids come
+from; ``passthrough`` forwards to an upstream speaking the same protocol and
+records its answer as it is. Either way the step holds normalised messages,
+the protocol name, and the agent's own request and answer under ``raw``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from agentworld.proxy.app import STATE, agent_for, get_trajectory, identify, read_json, upstream_of
+from agentworld.proxy.bridge_calls import (
+    Ctx,
+    answer,
+    cancelled_step,
+    deliver,
+    error_response,
+    record_fault,
+)
+from agentworld.proxy.bridge_stream import stream
+from agentworld.proxy.calls import stamp, upstream_error_message
+from agentworld.proxy.forward import _thread
+from agentworld.proxy.protocol_adapters import (
+    MESSAGES,
+    PASSTHROUGH,
+    RESPONSES,
+    TRANSLATE,
+    ProtocolAdapter,
+)
+from agentworld.proxy.protocols import CHAT, BadRequest, Injected
+from agentworld.proxy.recorder import Call
+from agentworld.proxy.response_chains import ResponseChains
+from agentworld.proxy.upstream import Fault, classify, read_limited, timeout_for, upstream_headers
+
+CHAINS: web.AppKey[ResponseChains] = web.AppKey("agentworld_response_chains", ResponseChains)
+
+
+def add_routes(app: web.Application, prefix: str) -> None:
+    """Register ``/v1/messages`` and ``/v1/responses`` under one route prefix."""
+    if CHAINS not in app:
+        app[CHAINS] = ResponseChains()
+
+    def bind(adapter: ProtocolAdapter) -> Any:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await generate(request, adapter)
+
+        return handler
+
+    app.router.add_post(prefix + MESSAGES.path, bind(MESSAGES))
+    app.router.add_post(prefix + RESPONSES.path, bind(RESPONSES))
+
+
+async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.StreamResponse:
+    """POST /v1/messages or /v1/responses (under any trajectory prefix)."""
+    st = request.app[STATE]
+    chains = request.app[CHAINS]
+    started_at, t0 = time.time(), time.perf_counter()
+    metadata: dict[str, Any] = {}
+    try:
+        body = await read_json(request, st.config.max_body_bytes)
+        adapter.check(body)
+        ident = identify(request)
+        t = get_trajectory(st, ident.trajectory) if ident.trajectory else None
+        unknown: BadRequest | None = None
+        try:
+            history, chained = adapter.history(body, chains)
+        except BadRequest as exc:
+            history, chained, unknown = [], None, exc
+        if t is None and chained is not None and chained in st.registry.open:
+            t = st.registry.open[chained]
+        agent = t.agent if t is not None else agent_for(st, ident, body.get("model"))
+        up, api_key = upstream_of(st, agent)
+        mode = up.protocol_mode or TRANSLATE
+        if unknown is not None:
+            if mode == TRANSLATE:
+                raise unknown  # the chat upstream cannot know it: the proxy must rebuild the input
+            metadata["history"] = "previous_response_id unknown to the proxy: input only"
+        messages = adapter.messages(body, history, strict=mode == TRANSLATE)
+        chat = (
+            adapter.to_chat(body, messages, engine=up.engine, model=up.model)
+            if mode == TRANSLATE
+            else None
+        )
+        prompt_key = None
+        if t is None:
+            t, prompt_key = _thread(st, ident, agent, messages)
+    except BadRequest as exc:
+        st.stats.error("bad_request")
+        st.stats.request(adapter.protocol, exc.status)
+        return error_response(adapter, exc.status, exc.message, exc.param)
+
+    slot = st.registry.pick_slot(t, len(up.urls))
+    base = up.urls[slot]
+    index = t.next_index
+    t.next_index += 1
+    t.inflight += 1
+    t.last_active = time.monotonic()
+    metadata.update({"upstream": base, "protocol_mode": mode})
+    if t.threaded:
+        metadata["threading"] = "auto"
+    if up.model is not None and body.get("model") not in (None, up.model):
+        metadata["requested_model"] = body.get("model")
+    request_record: dict[str, Any] = {"messages": messages, "params": adapter.params(body)}
+    if chat is not None:
+        sent, injected = CHAT.prepare(chat, up)
+        url = base + CHAT.path
+        request_record["params"]["chat"] = {
+            k: v for k, v in sent.items() if k not in ("model", "messages", "tools")
+        }
+    else:
+        sent, injected = dict(body), Injected()
+        if up.model is not None:
+            sent["model"] = up.model
+        url = base + adapter.path
+    if isinstance(sent.get("model"), str):
+        request_record["model"] = sent["model"]
+    tools = adapter.record_tools(body)
+    if tools:
+        request_record["tools"] = tools
+    call = Call(
+        trajectory=t,
+        index=index,
+        adapter=adapter,  # type: ignore[arg-type]
+        sent=sent,
+        injected=injected,
+        policy_version=st.policy_version,
+        started_at=started_at,
+        t0=t0,
+        metadata=metadata,
+        messages=messages,
+    )
+    ctx = Ctx(st, chains, adapter, call, body, mode, adapter.new_id(), prompt_key, request_record)
+    headers = upstream_headers(
+        request.headers,
+        api_key,
+        forward_client_auth=not st.config.auth_token,
+        extra={
+            "Content-Type": "application/json",
+            "Accept-Encoding": "identity",
+            "X-AW-Trajectory": t.id,
+        },
+    )
+    if adapter is MESSAGES and mode == PASSTHROUGH and api_key is not None:
+        del headers["Authorization"]  # Anthropic's API takes its key as x-api-key
+        headers["x-api-key"] = api_key
+    out_headers = {"X-AW-Trajectory": t.id, "X-AW-Step": str(index)}
+    try:
+        if body.get("stream") is True:
+            resp = await stream(request, ctx, url, up, headers, out_headers)
+        else:
+            resp = await _unary(request, ctx, url, up, headers, out_headers)
+    finally:
+        t.inflight -= 1
+        t.last_active = time.monotonic()
+    st.stats.request(adapter.protocol, resp.status)
+    return resp
+
+
+# -- unary ------------------------------------------------------------------------------------
+
+
+async def _unary(
+    request: web.Request,
+    ctx: Ctx,
+    url: str,
+    up: Any,
+    headers: Any,
+    out_headers: dict[str, str],
+) -> web.StreamResponse:
+    st, call, adapter = ctx.st, ctx.call, ctx.adapter
+    assert st.session is not None and st.recorder is not None
+    t_up = time.perf_counter()
+    try:
+        async with st.session.post(
+            url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
+        ) as resp:
+            raw = await read_limited(resp, st.config.max_response_bytes)
+            status, ctype = resp.status, resp.headers.get("Content-Type", "application/json")
+            stamp(st, call, resp.headers)
+    except asyncio.CancelledError:
+        st.recorder.later(call.trajectory, cancelled_step(ctx))
+        raise
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        fault = classify(exc, url)
+        await record_fault(ctx, fault)
+        return error_response(adapter, fault.status, fault.message)
+    call.upstream_s = call.first_token_s = time.perf_counter() - t_up
+    if status != 200:
+        fault = Fault(status, "upstream_status", upstream_error_message(raw))
+        await record_fault(ctx, fault)
+        if ctx.translate:
+            return error_response(adapter, status, fault.message)
+        return web.Response(status=status, body=raw, headers={"Content-Type": ctype, **out_headers})
+    try:
+        obj = orjson.loads(raw)
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        recs, proto = answer(ctx, obj)
+    except ValueError as exc:
+        fault = Fault(502, "upstream_invalid", f"upstream {url} sent an unreadable answer: {exc}")
+        await record_fault(ctx, fault)
+        return error_response(adapter, 502, fault.message)
+    data = orjson.dumps(proto) if ctx.translate else raw
+    out_headers["Content-Type"] = "application/json" if ctx.translate else ctype
+    out: web.StreamResponse = web.Response(body=data, headers=out_headers)
+
+    async def send() -> None:
+        await out.prepare(request)
+        await out.write_eof()
+
+    async def fail(message: str) -> None:
+        nonlocal out
+        out = error_response(adapter, 503, message)
+
+    await deliver(ctx, recs, send, fail)
+    return out

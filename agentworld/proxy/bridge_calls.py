@@ -1,0 +1,160 @@
+"""What every Anthropic / Responses call shares: its context, its step records, its errors,
+and the order of recording and answering that the durability mode promises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from agentworld import records
+from agentworld.proxy.app import State
+from agentworld.proxy.calls import WRITE_ERRORS, add_continuations
+from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
+from agentworld.proxy.protocols import CHAT
+from agentworld.proxy.recorder import Call, RecordFailed
+from agentworld.proxy.response_chains import ResponseChains
+from agentworld.proxy.upstream import Fault
+
+
+@dataclass
+class Ctx:
+    """One call in flight: what the agent asked, where it went, and what to record."""
+
+    st: State
+    chains: ResponseChains
+    adapter: ProtocolAdapter
+    call: Call
+    body: dict[str, Any]
+    mode: str
+    rid: str  # the protocol object id a translated answer gets
+    prompt_key: bytes | None
+    request_record: dict[str, Any]
+    seq: int = 0  # last Responses sequence_number seen (pass-through error events continue it)
+
+    @property
+    def translate(self) -> bool:
+        return self.mode == TRANSLATE
+
+
+def error_response(
+    adapter: ProtocolAdapter, status: int, message: str, param: str | None = None
+) -> web.Response:
+    """An HTTP error in the protocol's own shape."""
+    return web.Response(
+        status=status,
+        body=adapter.error_body(status, message, param),
+        content_type="application/json",
+    )
+
+
+def step(
+    ctx: Ctx,
+    *,
+    status: str = "ok",
+    response: dict[str, Any] | None = None,
+    tokens: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    raw_response: Any = None,
+) -> dict[str, Any]:
+    """The step record of this call; ``raw`` keeps the agent's own request and answer."""
+    call = ctx.call
+    return records.make_step(
+        **call.trajectory.common(),
+        index=call.index,
+        protocol=ctx.adapter.protocol,
+        policy_version=call.policy_version,
+        timings=call.timings(),
+        metadata=call.metadata or None,
+        request=ctx.request_record,
+        response=response,
+        tokens=tokens,
+        status=status,
+        error=error,
+        raw={"request": ctx.body, "response": raw_response},
+    )
+
+
+def partial_answer(ctx: Ctx, partial: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(response, tokens) for what arrived before a failure, if anything did."""
+    if not isinstance(partial, dict):
+        return None, None
+    if ctx.translate:
+        got = CHAT.choices(partial)
+        return (got[0][1], got[0][2]) if got else (None, None)
+    return ctx.adapter.response_record(partial), None
+
+
+def failed(
+    ctx: Ctx, status: str, error: dict[str, Any], partial: Any = None
+) -> list[dict[str, Any]]:
+    """The step of a call that failed or was cancelled, with what arrived before."""
+    response, tokens = partial_answer(ctx, partial)
+    return [step(ctx, status=status, response=response, tokens=tokens, error=error)]
+
+
+def cancelled_step(ctx: Ctx, partial: Any = None) -> list[dict[str, Any]]:
+    error = {"type": "client_disconnected", "message": "the agent disconnected mid-call"}
+    return failed(ctx, "cancelled", error, partial)
+
+
+async def record_fault(ctx: Ctx, fault: Fault, partial: Any = None) -> None:
+    """Record an upstream failure; a recording failure here is only counted and logged."""
+    ctx.st.stats.error("upstream")
+    error = {"type": fault.type, "message": fault.message, "status": fault.status}
+    try:
+        await ctx.st.recorder.steps(ctx.call.trajectory, failed(ctx, "error", error, partial))  # type: ignore[union-attr]
+    except RecordFailed:
+        pass  # the agent already gets an error; the failure is counted and logged
+
+
+def answer(ctx: Ctx, obj: dict[str, Any], proto: Any = None) -> tuple[list[dict[str, Any]], Any]:
+    """The ok step for an upstream answer, and the protocol object the agent gets."""
+    if ctx.translate:
+        got = CHAT.choices(obj)
+        if not got:
+            raise ValueError("the chat answer has no choices")
+        _, response, tokens = got[0]
+        if proto is None:
+            proto = ctx.adapter.from_chat(obj, ctx.body, ctx.rid, tokens)
+        if isinstance(obj.get("id"), str):
+            ctx.call.metadata["upstream_id"] = obj["id"]
+    else:
+        proto = obj
+        response, tokens = ctx.adapter.response_record(obj), None
+    if isinstance(proto, dict) and isinstance(proto.get("id"), str):
+        response["id"] = proto["id"]
+    rec = step(ctx, response=response, tokens=tokens, raw_response=proto)
+    ctx.adapter.remember(ctx.chains, ctx.call.trajectory.id, ctx.body, proto)
+    add_continuations(ctx.st, ctx.call, ctx.prompt_key, [rec])
+    return [rec], proto
+
+
+def error_event(ctx: Ctx, tr: Any, status: int, message: str) -> bytes:
+    """A mid-stream error event (Responses events continue the sequence numbers)."""
+    seq = tr.seq if hasattr(tr, "seq") else ctx.seq + 1
+    return ctx.adapter.error_event(status, message, seq)
+
+
+async def deliver(ctx: Ctx, recs: list[dict[str, Any]], send: Any, on_fail: Any) -> None:
+    """Record and send in the order the durability mode promises (strict: record first)."""
+    st = ctx.st
+    assert st.recorder is not None
+    if st.recorder.strict:
+        try:
+            await st.recorder.steps(ctx.call.trajectory, recs)
+        except RecordFailed as exc:
+            await on_fail(f"the step could not be recorded durably: {exc}")
+            return
+    try:
+        await send()
+    except WRITE_ERRORS:
+        for r in recs:
+            r["status"] = "cancelled"
+            r["error"] = {
+                "type": "client_disconnected",
+                "message": "the agent left before the answer",
+            }
+    if not st.recorder.strict:
+        await st.recorder.steps(ctx.call.trajectory, recs)

@@ -1,0 +1,242 @@
+"""Streamed Anthropic / Responses calls: chat chunks translated event by event, or the protocol's
+own events forwarded as they come; the closing event waits until the step is recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from agentworld.proxy.bridge_calls import (
+    Ctx,
+    answer,
+    cancelled_step,
+    deliver,
+    error_event,
+    error_response,
+    record_fault,
+)
+from agentworld.proxy.calls import WRITE_ERRORS, stamp, upstream_error_message
+from agentworld.proxy.chat_form import chat_usage
+from agentworld.proxy.protocols import CHAT
+from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, event_data
+from agentworld.proxy.upstream import Fault, classify, read_limited, timeout_for
+
+
+async def stream(
+    request: web.Request,
+    ctx: Ctx,
+    url: str,
+    up: Any,
+    headers: Any,
+    out_headers: dict[str, str],
+) -> web.StreamResponse:
+    st, call, adapter = ctx.st, ctx.call, ctx.adapter
+    assert st.session is not None and st.recorder is not None
+    t_up = time.perf_counter()
+    try:
+        resp = await st.session.post(
+            url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
+        )
+    except asyncio.CancelledError:
+        st.recorder.later(call.trajectory, cancelled_step(ctx))
+        raise
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        fault = classify(exc, url)
+        await record_fault(ctx, fault)
+        return error_response(adapter, fault.status, fault.message)
+    asm: Any = StreamAssembler(chat=True) if ctx.translate else adapter.assembler()
+    tr = adapter.translator(ctx.body, ctx.rid) if ctx.translate else None
+    try:
+        stamp(st, call, resp.headers)
+        ctype = resp.headers.get("Content-Type", "")
+        if resp.status != 200 or not ctype.startswith("text/event-stream"):
+            try:
+                raw = await read_limited(resp, st.config.max_response_bytes)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                fault = classify(exc, url)
+                await record_fault(ctx, fault)
+                return error_response(adapter, fault.status, fault.message)
+            ok = resp.status == 200
+            fault = Fault(
+                502 if ok else resp.status,
+                "upstream_status",
+                "the upstream answered without an event stream"
+                if ok
+                else upstream_error_message(raw),
+            )
+            await record_fault(ctx, fault)
+            if ctx.translate or ok:
+                return error_response(adapter, fault.status, fault.message)
+            return web.Response(
+                status=resp.status,
+                body=raw,
+                headers={"Content-Type": ctype or "application/json", **out_headers},
+            )
+        out = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                **out_headers,
+            },
+        )
+        try:
+            await out.prepare(request)
+        except WRITE_ERRORS:
+            await st.recorder.steps(call.trajectory, cancelled_step(ctx))
+            return out
+        held, cancelled, fault = await _pump(resp, out, ctx, asm, tr, url)
+        call.upstream_s = time.perf_counter() - t_up
+        return await _finish(ctx, out, asm, tr, held, cancelled, fault)
+    except asyncio.CancelledError:
+        st.recorder.later(call.trajectory, cancelled_step(ctx, asm.result()))
+        raise
+    finally:
+        resp.close()
+
+
+async def _pump(
+    resp: aiohttp.ClientResponse,
+    out: web.StreamResponse,
+    ctx: Ctx,
+    asm: Any,
+    tr: Any,
+    url: str,
+) -> tuple[bytes, bool, Fault | None]:
+    """Forward (or translate) events as they arrive; hold back the end until the step is recorded.
+
+    Returns (held-back final event, agent gone, fault).
+    """
+    call = ctx.call
+    splitter = EventSplitter()
+    done = False
+    held = b""
+    final_events = ctx.adapter.final_events
+    try:
+        async for data in resp.content.iter_any():
+            if call.first_token_s is None:
+                call.first_token_s = time.perf_counter() - call.t0
+            parts: list[bytes] = []
+            for ev in splitter.feed(data):
+                payload = event_data(ev)
+                if payload is None:
+                    if tr is None:
+                        parts.append(ev + b"\n\n")
+                    continue
+                if tr is not None and payload.strip() == b"[DONE]":
+                    done = True  # the protocol's own closing events follow the record
+                    continue
+                try:
+                    obj = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    if tr is None:
+                        parts.append(ev + b"\n\n")
+                    continue
+                asm.add(obj)
+                if not isinstance(obj, dict):
+                    continue
+                if tr is not None:
+                    if "error" not in obj or "choices" in obj:
+                        parts += tr.feed(obj)
+                    continue
+                if isinstance(obj.get("sequence_number"), int):
+                    ctx.seq = obj["sequence_number"]
+                if obj.get("type") in final_events:
+                    done = True
+                    held = ev + b"\n\n"  # released once the step is registered (durable, if strict)
+                else:
+                    parts.append(ev + b"\n\n")
+            if parts:
+                try:
+                    await out.write(b"".join(parts))
+                except WRITE_ERRORS:
+                    return held, True, None
+    except SSEError as exc:
+        return held, False, Fault(502, "upstream_invalid", f"upstream {url}: {exc}")
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        return held, False, classify(exc, url)
+    if not done and asm.error is None:
+        return (
+            held,
+            False,
+            Fault(502, "upstream_disconnected", f"upstream {url} ended the stream early"),
+        )
+    return held, False, None
+
+
+async def _finish(
+    ctx: Ctx,
+    out: web.StreamResponse,
+    asm: Any,
+    tr: Any,
+    held: bytes,
+    cancelled: bool,
+    fault: Fault | None,
+) -> web.StreamResponse:
+    st = ctx.st
+    assert st.recorder is not None
+    partial = asm.result()
+    if cancelled:
+        await st.recorder.steps(ctx.call.trajectory, cancelled_step(ctx, partial))
+        return out
+    notify = (
+        fault is not None or tr is not None
+    )  # a pass-through error event already reached the agent
+    if fault is None and asm.error is not None:
+        err = asm.error
+        code = err.get("code")
+        fault = Fault(
+            code if isinstance(code, int) else 502,
+            "upstream_stream_error",
+            str(err.get("message") or err)[:4000],
+        )
+    recs: list[dict[str, Any]] = []
+    if fault is None:
+        try:
+            if tr is not None:
+                got = CHAT.choices(partial)
+                if not got:
+                    raise ValueError("the stream has no choices")
+                tokens = got[0][2]
+                counts = chat_usage(partial, tokens)
+                tail = b"".join(tr.finish(*counts))
+                proto = ctx.adapter.streamed(tr, partial, ctx.body, tokens, counts)
+                recs, _ = answer(ctx, partial, proto)
+            elif partial is None:
+                raise ValueError("the stream never started a message")
+            else:
+                tail = held
+                recs, _ = answer(ctx, partial)
+        except ValueError as exc:
+            fault = Fault(502, "upstream_invalid", f"unreadable stream: {exc}")
+    if fault is not None:
+        if notify:
+            try:
+                await out.write(error_event(ctx, tr, fault.status, fault.message))
+            except WRITE_ERRORS:
+                pass
+        await record_fault(ctx, fault, partial)
+        try:
+            await out.write_eof()
+        except WRITE_ERRORS:
+            pass
+        return out
+
+    async def send() -> None:
+        await out.write(tail)
+        await out.write_eof()
+
+    async def fail(message: str) -> None:
+        try:
+            await out.write(error_event(ctx, tr, 503, message))
+            await out.write_eof()
+        except WRITE_ERRORS:
+            pass
+
+    await deliver(ctx, recs, send, fail)
+    return out

@@ -1,0 +1,107 @@
+"""`aw proxy`: serve the recording gateway in front of one or more upstream model servers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from agentworld.pool.command import POOL_OPTION
+
+
+def proxy(
+    pool: Path = POOL_OPTION,
+    upstream: str | None = typer.Option(
+        None,
+        "--upstream",
+        "-u",
+        help="Upstream base URL (e.g. http://127.0.0.1:8000); no config needed.",
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="agents.toml with [agents.NAME] upstream keys."
+    ),
+    engine: str = typer.Option(
+        "vllm",
+        "--engine",
+        help="For --upstream: 'vllm' (ask for token ids) or 'openai' (messages only).",
+    ),
+    api_key_env: str | None = typer.Option(
+        None, "--api-key-env", help="For --upstream: environment variable holding its API key."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind (default: loopback only)."
+    ),
+    port: int = typer.Option(4000, "--port", help="Port to listen on (0: any free port)."),
+    durability: str = typer.Option(
+        "batched",
+        "--durability",
+        help="'batched': steps are fsynced within 50 ms; 'strict': the agent gets its answer "
+        "only once its step is on disk.",
+    ),
+    auth_token: str | None = typer.Option(
+        None,
+        "--auth-token",
+        envvar="AW_PROXY_TOKEN",
+        help="Require 'Authorization: Bearer TOKEN' (env AW_PROXY_TOKEN).",
+    ),
+    idle_timeout_s: float = typer.Option(
+        900.0, "--idle-timeout-s", help="Close trajectories idle this long as 'timeout'."
+    ),
+    max_body_bytes: int = typer.Option(
+        32 * 1024 * 1024, "--max-body-bytes", help="Refuse request bodies larger than this (413)."
+    ),
+    policy_version: int = typer.Option(0, "--policy-version", help="Initial policy version stamp."),
+    log_requests: bool = typer.Option(False, "--log-requests", help="Log one line per request."),
+) -> None:
+    """Serve an OpenAI-compatible proxy that records every call into the pool."""
+    import logging
+
+    from aiohttp import web
+
+    from agentworld.errors import ConfigError
+    from agentworld.pool import Pool
+    from agentworld.proxy.app import make_app
+    from agentworld.proxy.config import ProxyConfig, UpstreamConfig, load_agents, resolve_keys
+
+    if engine not in ("vllm", "openai"):
+        raise ConfigError(f"--engine: 'vllm' or 'openai', got {engine!r}")
+    agents = load_agents(config) if config is not None else {}
+    default = None
+    if upstream is not None:
+        default = UpstreamConfig.single(upstream, engine=engine)  # type: ignore[arg-type]
+        if api_key_env:
+            default = UpstreamConfig(
+                urls=default.urls, engine=default.engine, api_key_env=api_key_env
+            )
+    keys = resolve_keys(agents, default, os.environ, str(config or "agents.toml"))
+    cfg = ProxyConfig(
+        agents=agents,
+        default_upstream=default,
+        api_keys=keys,
+        durability=durability,  # type: ignore[arg-type]
+        auth_token=auth_token or None,
+        idle_timeout_s=idle_timeout_s,
+        max_body_bytes=max_body_bytes,
+        log_requests=log_requests,
+        policy_version=policy_version,
+    )
+    if log_requests:
+        logging.getLogger("agentworld.proxy.access").setLevel(logging.INFO)
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        logging.getLogger("agentworld.proxy.access").addHandler(logging.StreamHandler(sys.stderr))
+        logging.getLogger("agentworld.proxy.access").propagate = False
+    the_pool = Pool.create(pool)
+    app = make_app(cfg, the_pool)
+    targets = ", ".join(
+        [f"{n} -> {' '.join(u.urls)}" for n, u in agents.items()]
+        + ([f"default -> {default.urls[0]}"] if default else [])
+    )
+    typer.echo(
+        f"aw proxy: http://{host}:{port}/v1 -> {targets}; pool {the_pool.root}; "
+        f"durability {durability}{'; auth on' if auth_token else ''}",
+        err=True,
+    )
+    web.run_app(app, host=host, port=port, access_log=None, print=None)

@@ -1,0 +1,250 @@
+"""The proxy's configuration: per-agent upstreams from agents.toml and the server's own settings.
+
+Parsed once at the edge into frozen dataclasses; API keys are read from the
+environment here and nowhere else, and are never written to the pool.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from agentworld.errors import ConfigError
+
+Engine = Literal["vllm", "openai"]
+ENGINES: tuple[str, ...] = ("vllm", "openai")
+PROTOCOL_MODES: tuple[str, ...] = ("translate", "passthrough")
+
+# Keys of an ``[agents.NAME]`` table that describe the upstream (owned here).
+UPSTREAM_KEYS = frozenset(
+    {
+        "upstream",
+        "model",
+        "api_key_env",
+        "engine",
+        "timeout_s",
+        "connect_timeout_s",
+        "params",
+        "protocol_mode",
+    }
+)
+# Keys of the same table owned by the rollout subsystem (`aw run`): the proxy ignores them.
+ROLLOUT_KEYS = frozenset(
+    {
+        "kind",
+        "module",
+        "command",
+        "args",
+        "env",
+        "cwd",
+        "entry",
+        "function",
+        "max_turns",
+        "max_steps",
+        "concurrency",
+        "episode_timeout_s",
+        "description",
+        "tools",
+        "system_prompt",
+        "options",
+    }
+)
+
+DEFAULT_AGENT = "default"
+
+
+def _check_url(url: Any, where: str) -> str:
+    if not isinstance(url, str):
+        raise ConfigError(f"{where}: an upstream URL is a string, got {type(url).__name__}")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{where}: {url!r} is not an http(s) URL")
+    url = url.rstrip("/")
+    # Accept both "http://h:p" and "http://h:p/v1": requests are sent to <base>/v1/...
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
+def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    v = table.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise ConfigError(f"{where}.{key}: expected a positive number of seconds, got {v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """Where one agent's LLM calls go, and how."""
+
+    urls: tuple[str, ...]
+    model: str | None = None  # sent instead of the agent's own model name when set
+    api_key_env: str | None = None  # name of the environment variable holding the key
+    engine: Engine = "vllm"  # "vllm": ask for token ids and log-probs; "openai": messages only
+    timeout_s: float = 600.0  # longest wait for the next byte from the upstream
+    connect_timeout_s: float = 10.0
+    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Anthropic Messages / Responses calls: "translate" them for a chat-completions upstream
+    # (the default), or "passthrough" to an upstream that speaks the same protocol.
+    protocol_mode: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            raise ConfigError("an upstream needs at least one URL")
+        if not isinstance(self.params, MappingProxyType):
+            object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+
+    @classmethod
+    def single(
+        cls, url: str, *, engine: Engine = "vllm", where: str = "--upstream"
+    ) -> UpstreamConfig:
+        """An upstream from one URL (``aw proxy --upstream URL``)."""
+        return cls(urls=(_check_url(url, where),), engine=engine)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], where: str) -> UpstreamConfig:
+        """Parse the upstream keys of an ``[agents.NAME]`` table; other keys are the caller's.
+
+        ``where`` names the table in errors, e.g. ``"agents.toml: agents.coder"``.
+        """
+        raw = table.get("upstream")
+        if raw is None:
+            raise ConfigError(f"{where}.upstream: required (a URL or a list of URLs)")
+        urls = [raw] if isinstance(raw, str) else raw
+        if not isinstance(urls, list) or not urls:
+            raise ConfigError(f"{where}.upstream: expected a URL or a non-empty list of URLs")
+        checked = tuple(_check_url(u, f"{where}.upstream") for u in urls)
+        model = table.get("model")
+        if model is not None and (not isinstance(model, str) or not model):
+            raise ConfigError(f"{where}.model: expected a model name (string)")
+        key_env = table.get("api_key_env")
+        if key_env is not None and (not isinstance(key_env, str) or not key_env):
+            raise ConfigError(f"{where}.api_key_env: expected an environment variable name")
+        engine = table.get("engine", "vllm")
+        if engine not in ENGINES:
+            raise ConfigError(f"{where}.engine: must be one of {list(ENGINES)}, got {engine!r}")
+        params = table.get("params", {})
+        if not isinstance(params, dict):
+            raise ConfigError(f"{where}.params: expected a table of sampling defaults")
+        for reserved in ("messages", "prompt", "stream", "model"):
+            if reserved in params:
+                raise ConfigError(f"{where}.params.{reserved}: not a sampling parameter")
+        mode = table.get("protocol_mode")
+        if mode is not None and mode not in PROTOCOL_MODES:
+            raise ConfigError(
+                f"{where}.protocol_mode: must be one of {list(PROTOCOL_MODES)}, got {mode!r}"
+            )
+        return cls(
+            urls=checked,
+            model=model,
+            api_key_env=key_env,
+            engine=engine,
+            timeout_s=_number(table, "timeout_s", 600.0, where),
+            connect_timeout_s=_number(table, "connect_timeout_s", 10.0, where),
+            params=MappingProxyType(dict(params)),
+            protocol_mode=mode,
+        )
+
+    def resolve_api_key(self, environ: Mapping[str, str], where: str) -> str | None:
+        """Read the API key from the environment (called once, at startup)."""
+        if self.api_key_env is None:
+            return None
+        key = environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"{where}.api_key_env: environment variable {self.api_key_env} is not set"
+            )
+        return key
+
+
+def load_agents(path: Path) -> dict[str, UpstreamConfig]:
+    """Upstreams of every agent in an agents.toml that has one.
+
+    Keys outside the upstream and rollout sets are errors naming file and key.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    agents = data.get("agents", {})
+    if not isinstance(agents, dict):
+        raise ConfigError(f"{path}: [agents] must be a table of [agents.NAME] tables")
+    out: dict[str, UpstreamConfig] = {}
+    for name, table in agents.items():
+        where = f"{path}: agents.{name}"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table")
+        unknown = sorted(set(table) - UPSTREAM_KEYS - ROLLOUT_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown key")
+        if "upstream" in table:
+            out[name] = UpstreamConfig.from_table(table, where)
+    return out
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Everything the proxy app needs, resolved at the edge."""
+
+    agents: Mapping[str, UpstreamConfig] = field(default_factory=dict)
+    default_upstream: UpstreamConfig | None = None
+    api_keys: Mapping[str, str] = field(default_factory=dict)  # agent name -> key, never logged
+    durability: Literal["batched", "strict"] = "batched"
+    commit_interval_s: float = 0.05  # the loss window of batched durability
+    auth_token: str | None = None
+    idle_timeout_s: float = 900.0
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_response_bytes: int = 64 * 1024 * 1024
+    max_open_trajectories: int = 100_000
+    log_requests: bool = False
+    policy_version: int = 0
+    restore: bool = True  # rebuild open trajectories from the pool index on start
+
+    def __post_init__(self) -> None:
+        if self.durability not in ("batched", "strict"):
+            raise ConfigError(f"--durability: 'batched' or 'strict', got {self.durability!r}")
+        if self.idle_timeout_s <= 0:
+            raise ConfigError("--idle-timeout-s: must be positive")
+        if self.max_body_bytes < 1024:
+            raise ConfigError("--max-body-bytes: must be at least 1024")
+        if self.auth_token is not None and not self.auth_token:
+            raise ConfigError("--auth-token: must not be empty")
+        if not self.agents and self.default_upstream is None:
+            raise ConfigError("no upstream: pass --upstream URL or --config agents.toml")
+
+    def upstream_for(self, agent: str) -> tuple[UpstreamConfig, str | None] | None:
+        """The upstream and API key serving ``agent`` (its own, else the default)."""
+        if agent in self.agents:
+            return self.agents[agent], self.api_keys.get(agent)
+        if self.default_upstream is not None:
+            return self.default_upstream, self.api_keys.get(DEFAULT_AGENT)
+        if len(self.agents) == 1:
+            ((name, up),) = self.agents.items()
+            return up, self.api_keys.get(name)
+        return None
+
+
+def resolve_keys(
+    agents: Mapping[str, UpstreamConfig],
+    default: UpstreamConfig | None,
+    environ: Mapping[str, str],
+    where: str = "agents.toml",
+) -> dict[str, str]:
+    """API keys for every upstream that names an environment variable."""
+    keys: dict[str, str] = {}
+    for name, up in agents.items():
+        key = up.resolve_api_key(environ, f"{where}: agents.{name}")
+        if key:
+            keys[name] = key
+    if default is not None:
+        key = default.resolve_api_key(environ, "--upstream")
+        if key:
+            keys[DEFAULT_AGENT] = key
+    return keys

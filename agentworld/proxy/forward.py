@@ -1,0 +1,211 @@
+"""Forwarding generation calls upstream and recording them (the unary path; streams in streaming.py).
+
+What the agent receives is what the upstream sent (status, body shape), minus
+the token-id and log-prob fields the proxy asked for on its own. The step is
+recorded after the response is sent (batched durability) or before (strict).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from agentworld.proxy.app import (
+    STATE,
+    BadRequest,
+    State,
+    agent_for,
+    bad_request,
+    error_response,
+    get_trajectory,
+    identify,
+    read_json,
+    upstream_of,
+)
+from agentworld.proxy.calls import (
+    WRITE_ERRORS,
+    add_continuations,
+    cancelled_steps,
+    record_fault,
+    stamp,
+    upstream_error_message,
+)
+from agentworld.proxy.protocols import Adapter
+from agentworld.proxy.recorder import Call, RecordFailed, ok_steps
+from agentworld.proxy.streaming import stream
+from agentworld.proxy.trajectories import Trajectory, prefix_keys
+from agentworld.proxy.upstream import (
+    Fault,
+    classify,
+    read_limited,
+    timeout_for,
+    upstream_headers,
+)
+
+
+async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse:
+    """POST /v1/chat/completions and /v1/completions (under any trajectory prefix)."""
+    st = request.app[STATE]
+    started_at, t0 = time.time(), time.perf_counter()
+    try:
+        body = await read_json(request, st.config.max_body_bytes)
+        adapter.check(body)
+        ident = identify(request)
+        messages = adapter.messages(body) if adapter.chat else None
+        if ident.trajectory:
+            t = get_trajectory(st, ident.trajectory)
+            prompt_key = None
+        else:
+            agent = agent_for(st, ident, body.get("model"))
+            upstream_of(st, agent)  # fail before opening a trajectory
+            t, prompt_key = _thread(st, ident, agent, messages)
+        up, api_key = upstream_of(st, t.agent)
+    except BadRequest as exc:
+        st.stats.error("bad_request")
+        st.stats.request(adapter.protocol, exc.status)
+        return bad_request(exc)
+
+    slot = st.registry.pick_slot(t, len(up.urls))
+    url = up.urls[slot] + adapter.path
+    index = t.next_index
+    t.next_index += 1
+    t.inflight += 1
+    t.last_active = time.monotonic()
+    sent, injected = adapter.prepare(body, up)
+    metadata: dict[str, Any] = {"upstream": up.urls[slot]}
+    if t.threaded:
+        metadata["threading"] = "auto"
+    if up.model is not None and body.get("model") not in (None, up.model):
+        metadata["requested_model"] = body.get("model")
+    call = Call(
+        trajectory=t,
+        index=index,
+        adapter=adapter,
+        sent=sent,
+        injected=injected,
+        policy_version=st.policy_version,
+        started_at=started_at,
+        t0=t0,
+        metadata=metadata,
+        messages=messages,
+    )
+    headers = upstream_headers(
+        request.headers,
+        api_key,
+        forward_client_auth=not st.config.auth_token,
+        extra={
+            "Content-Type": "application/json",
+            "Accept-Encoding": "identity",
+            "X-AW-Trajectory": t.id,
+        },
+    )
+    out_headers = {"X-AW-Trajectory": t.id, "X-AW-Step": str(index)}
+    try:
+        if sent.get("stream") is True:
+            resp = await stream(request, st, call, url, up, headers, out_headers, prompt_key)
+        else:
+            resp = await _unary(request, st, call, url, up, headers, out_headers, prompt_key)
+    finally:
+        t.inflight -= 1
+        t.last_active = time.monotonic()
+    st.stats.request(adapter.protocol, resp.status)
+    return resp
+
+
+def _thread(
+    st: State, ident: Any, agent: str, messages: list[dict[str, Any]] | None
+) -> tuple[Trajectory, bytes | None]:
+    """Join the open trajectory this conversation continues, or start one."""
+    keys = prefix_keys(agent, messages) if messages is not None else None
+    t = st.registry.find_thread(keys) if keys else None
+    if t is not None:
+        st.registry.continue_thread(t)
+    else:
+        t = st.registry.create(
+            agent,
+            group=ident.group,
+            task=ident.task,
+            dataset=ident.dataset,
+            split=ident.split,
+            threaded=messages is not None,
+            policy_version=st.policy_version,
+        )
+    return t, keys[-1] if keys else None
+
+
+async def _unary(
+    request: web.Request,
+    st: State,
+    call: Call,
+    url: str,
+    up: Any,
+    headers: Any,
+    out_headers: dict[str, str],
+    prompt_key: bytes | None,
+) -> web.StreamResponse:
+    assert st.session is not None and st.recorder is not None
+    t_up = time.perf_counter()
+    try:
+        async with st.session.post(
+            url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
+        ) as resp:
+            raw = await read_limited(resp, st.config.max_response_bytes)
+            status, ctype = resp.status, resp.headers.get("Content-Type", "application/json")
+            stamp(st, call, resp.headers)
+    except asyncio.CancelledError:
+        st.recorder.later(call.trajectory, cancelled_steps(call))
+        raise
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        fault = classify(exc, url)
+        await record_fault(st, call, fault)
+        return error_response(fault.status, fault.message, "upstream_error", code=fault.status)
+    call.upstream_s = call.first_token_s = time.perf_counter() - t_up
+    if status != 200:
+        fault = Fault(status, "upstream_status", upstream_error_message(raw))
+        await record_fault(st, call, fault)
+        return web.Response(status=status, body=raw, headers={"Content-Type": ctype, **out_headers})
+    try:
+        obj = orjson.loads(raw)
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        fault = Fault(
+            502, "upstream_invalid", f"upstream {url} sent a body that is not a JSON object: {exc}"
+        )
+        await record_fault(st, call, fault)
+        return error_response(502, fault.message, "upstream_error", code=502)
+    recs = ok_steps(call, obj)
+    if call.injected.any:
+        call.adapter.strip(obj, call.injected)
+        raw = orjson.dumps(obj)
+    out_headers["Content-Type"] = ctype
+    add_continuations(st, call, prompt_key, recs)
+    if st.recorder.strict:
+        try:
+            await st.recorder.steps(call.trajectory, recs)
+        except RecordFailed as exc:
+            return error_response(
+                503,
+                f"the step could not be recorded durably: {exc}",
+                "service_unavailable",
+                code=503,
+            )
+        return web.Response(body=raw, headers=out_headers)
+    out = web.Response(body=raw, headers=out_headers)
+    try:
+        await out.prepare(request)
+        await out.write_eof()
+    except WRITE_ERRORS:
+        for r in recs:
+            r["status"] = "cancelled"
+            r["error"] = {
+                "type": "client_disconnected",
+                "message": "the agent left before the answer",
+            }
+    await st.recorder.steps(call.trajectory, recs)
+    return out

@@ -1,0 +1,366 @@
+"""The /aw/ endpoints: trajectories, rewards, white-box steps, policy, health, stats, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from agentworld import __version__, records
+from agentworld.errors import RecordError
+from agentworld.proxy.app import (
+    STATE,
+    BadRequest,
+    State,
+    agent_for,
+    check_name,
+    error_response,
+    get_trajectory,
+    identify,
+    read_json,
+)
+from agentworld.proxy.protocols import normalise_message
+from agentworld.proxy.recorder import RecordFailed
+from agentworld.proxy.trajectories import Trajectory
+
+log = logging.getLogger("agentworld.proxy")
+
+COMPLETE_WAIT_S = 30.0  # how long /complete waits for the trajectory's calls in flight
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(obj), content_type="application/json")
+
+
+async def _body(request: web.Request, *, optional: bool = False) -> dict[str, Any]:
+    st = request.app[STATE]
+    if optional and not request.can_read_body:
+        return {}
+    return await read_json(request, st.config.max_body_bytes)
+
+
+def _number(v: Any, what: str) -> float:
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or v != v
+        or v in (float("inf"), float("-inf"))
+    ):
+        raise BadRequest(f"'{what}' must be a finite number", what)
+    return v
+
+
+def _error_field(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return {"type": "agent_error", "message": v}
+    if isinstance(v, dict) and isinstance(v.get("message"), str):
+        return {"type": str(v.get("type") or "agent_error"), "message": v["message"]}
+    raise BadRequest("'error' must be a string or {type, message}", "error")
+
+
+def _metadata(v: Any) -> dict[str, Any] | None:
+    if v is not None and not isinstance(v, dict):
+        raise BadRequest("'metadata' must be an object", "metadata")
+    return v or None
+
+
+async def end_trajectory(
+    st: State,
+    t: Trajectory,
+    status: str,
+    *,
+    reward: float | None = None,
+    error: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Close a trajectory and write its end record."""
+    st.registry.close(t.id, status)
+    rec = records.make_end(
+        **t.common(),
+        status=status,
+        steps=t.steps,
+        reward=reward if reward is not None else t.reward,
+        policy_version=t.policy_version or st.policy_version,
+        error=error,
+        metadata=metadata if metadata is not None else t.metadata,
+    )
+    st.stats.ended(status)
+    assert st.recorder is not None
+    await st.recorder.end(rec)
+    return rec
+
+
+# -- trajectories ------------------------------------------------------------------------------
+
+
+async def create_trajectory(request: web.Request) -> web.Response:
+    """POST /aw/trajectories {agent?, dataset?, split?, task?, group?, metadata?, trajectory?}."""
+    st = request.app[STATE]
+    body = await _body(request, optional=True)
+    ident = identify(request)
+    agent = check_name(body.get("agent"), "agent") or agent_for(st, ident, None)
+    if st.config.upstream_for(agent) is None:
+        raise BadRequest(
+            f"no upstream for agent {agent!r}; configured: {sorted(st.config.agents)}", "agent"
+        )
+    fields = {
+        "group": check_name(body.get("group"), "group") or ident.group,
+        "dataset": check_name(body.get("dataset"), "dataset") or ident.dataset,
+        "split": check_name(body.get("split"), "split") or ident.split,
+        "task": check_name(body.get("task"), "task", max_chars=1024) or ident.task,
+        "metadata": _metadata(body.get("metadata")),
+    }
+    tid = check_name(body.get("trajectory"), "trajectory")
+    try:
+        t = st.registry.create(agent, trajectory=tid, policy_version=st.policy_version, **fields)
+    except ValueError as exc:
+        raise BadRequest(str(exc), "trajectory", 409) from None
+    base = f"{request.scheme}://{request.host}/t/{t.id}"
+    return _json(
+        {
+            "trajectory": t.id,
+            "agent": t.agent,
+            "group": t.group,
+            "base_url": base + "/v1",
+            "anthropic_base_url": base,
+        }
+    )
+
+
+async def get_trajectory_state(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    t = get_trajectory(st, request.match_info["trajectory"])
+    return _json(
+        {
+            "trajectory": t.id,
+            "agent": t.agent,
+            "group": t.group,
+            "task": t.task,
+            "status": "open",
+            "steps": t.steps,
+            "next_index": t.next_index,
+            "inflight": t.inflight,
+            "threaded": t.threaded,
+            "reward": t.reward,
+        }
+    )
+
+
+async def set_reward(request: web.Request) -> web.Response:
+    """POST /aw/trajectories/<id>/reward {reward, step?: index or step id, choice?}."""
+    st = request.app[STATE]
+    tid = request.match_info["trajectory"]
+    body = await _body(request)
+    reward = _number(body.get("reward"), "reward")
+    step = body.get("step")
+    choice = body.get("choice")
+    t = st.registry.open.get(tid)
+    if step is None:
+        if t is not None:
+            t.reward = reward  # goes into the end record
+            return _json({"trajectory": tid, "reward": reward, "target": "end"})
+        return await _label(st, [f"trajectory:{tid}"], reward, tid)
+    if isinstance(step, str):
+        ids = [step]
+    elif isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        if t is not None and step in t.step_ids:
+            ids = list(t.step_ids[step])
+        else:
+            rows = await asyncio.to_thread(_indexed_steps, st, tid)
+            ids = [
+                r["id"]
+                for r in rows
+                if r["idx"] == step and (choice is None or r["choice"] == choice)
+            ]
+        if choice is not None and t is not None and step in t.step_ids:
+            ids = ids[choice : choice + 1] if isinstance(choice, int) and len(ids) > 1 else ids
+    else:
+        raise BadRequest("'step' must be a step index (integer >= 0) or a step id", "step")
+    if not ids:
+        raise BadRequest(f"trajectory {tid!r} has no step {step!r}", "step", 404)
+    return await _label(st, [f"step:{i}" for i in ids], reward, tid)
+
+
+def _indexed_steps(st: State, tid: str) -> list[dict[str, Any]]:
+    return st.pool.index().steps(tid)
+
+
+async def _label(st: State, targets: list[str], reward: float, tid: str) -> web.Response:
+    if targets[0].startswith("trajectory:") and tid not in st.registry.closed:
+        rows = await asyncio.to_thread(_indexed_steps, st, tid)
+        if (
+            not rows
+            and await asyncio.to_thread(lambda: st.pool.index(refresh=False).end(tid)) is None
+        ):
+            raise BadRequest(f"unknown trajectory {tid!r}", "trajectory", 404)
+    await asyncio.to_thread(st.pool.labels.set, targets, {"reward": reward}, author="aw-proxy")
+    return _json({"trajectory": tid, "reward": reward, "target": "labels", "labelled": targets})
+
+
+async def complete(request: web.Request) -> web.Response:
+    """POST /aw/trajectories/<id>/complete {status?, reward?, error?, metadata?}: writes the end record."""
+    st = request.app[STATE]
+    t = get_trajectory(st, request.match_info["trajectory"])
+    body = await _body(request, optional=True)
+    status = body.get("status", "done")
+    if status not in records.END_STATUSES:
+        raise BadRequest(f"'status' must be one of {sorted(records.END_STATUSES)}", "status")
+    reward = _number(body["reward"], "reward") if body.get("reward") is not None else None
+    error, metadata = _error_field(body.get("error")), _metadata(body.get("metadata"))
+    deadline = time.monotonic() + COMPLETE_WAIT_S
+    while t.inflight and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # let calls in flight land their steps before the end record
+    if t.id not in st.registry.open:
+        raise BadRequest(f"trajectory {t.id!r} has ended", "trajectory", 409)
+    try:
+        rec = await end_trajectory(st, t, status, reward=reward, error=error, metadata=metadata)
+    except RecordFailed as exc:
+        return error_response(
+            503, f"the end record could not be stored: {exc}", "service_unavailable"
+        )
+    return _json(
+        {"trajectory": t.id, "status": status, "steps": rec["steps"], "reward": rec.get("reward")}
+    )
+
+
+async def whitebox_step(request: web.Request) -> web.Response:
+    """POST /aw/steps: a step an agent produced itself, with token ids (protocol "whitebox")."""
+    st = request.app[STATE]
+    body = await _body(request)
+    tid = check_name(body.get("trajectory"), "trajectory")
+    if tid is None:
+        raise BadRequest(
+            "'trajectory' is required (create one with POST /aw/trajectories)", "trajectory"
+        )
+    t = get_trajectory(st, tid)
+    index = body.get("index")
+    if index is None:
+        index = t.next_index
+    elif isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise BadRequest("'index' must be an integer >= 0", "index")
+    request_part: dict[str, Any] = {}
+    if isinstance(body.get("messages"), list):
+        if not all(isinstance(m, dict) for m in body["messages"]):
+            raise BadRequest("'messages' must be a list of objects", "messages")
+        request_part["messages"] = [normalise_message(m) for m in body["messages"]]
+    for key in ("prompt", "model", "tools", "params"):
+        if body.get(key) is not None:
+            request_part[key] = body[key]
+    response = body.get("response")
+    if response is None and isinstance(body.get("completion"), str):
+        response = {"message": {"role": "assistant", "content": body["completion"]}}
+    if isinstance(response, dict) and isinstance(response.get("message"), dict):
+        response = {
+            **response,
+            "message": normalise_message({"role": "assistant", **response["message"]}),
+        }
+    tokens = body.get("tokens")
+    if isinstance(tokens, dict) and "source" not in tokens:
+        tokens = {
+            "source": "engine" if tokens.get("completion_ids") is not None else "none",
+            **tokens,
+        }
+    pv = body.get("policy_version", st.policy_version)
+    rec = records.make_step(
+        **t.common(),
+        index=index,
+        request=request_part,
+        response=response,
+        tokens=tokens,
+        protocol="whitebox",
+        status=body.get("status", "ok"),
+        policy_version=pv,
+        choice=body.get("choice"),
+        reward=body.get("reward"),
+        error=body.get("error"),
+        metadata=_metadata(body.get("metadata")),
+        timings=body.get("timings"),
+    )
+    try:
+        records.validate(rec)
+    except RecordError as exc:
+        st.stats.error("bad_request")
+        raise BadRequest(f"invalid step: {exc}", exc.field) from None
+    t.next_index = max(t.next_index, index + 1)
+    t.last_active = time.monotonic()
+    if isinstance(pv, int):
+        t.policy_version = pv
+    assert st.recorder is not None
+    try:
+        await st.recorder.steps(t, [rec])
+    except RecordFailed as exc:
+        return error_response(
+            503, f"the step could not be recorded durably: {exc}", "service_unavailable"
+        )
+    st.stats.whitebox_steps += 1
+    return _json({"id": rec["id"], "trajectory": t.id, "index": index})
+
+
+# -- policy, health, stats ------------------------------------------------------------------
+
+
+async def set_policy(request: web.Request) -> web.Response:
+    """POST /aw/policy {version}: the version stamped on every step from now on."""
+    st = request.app[STATE]
+    body = await _body(request)
+    v = body.get("version")
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise BadRequest("'version' must be an integer >= 0", "version")
+    st.set_policy(v)
+    return _json({"policy_version": v})
+
+
+async def get_policy(request: web.Request) -> web.Response:
+    return _json({"policy_version": request.app[STATE].policy_version})
+
+
+async def health(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    err = getattr(st.writer, "last_error", None)
+    return _json(
+        {
+            "status": "degraded" if err else "ok",
+            "version": __version__,
+            "pool": str(st.pool.root),
+            "durability": st.config.durability,
+            "open_trajectories": len(st.registry),
+            "policy_version": st.policy_version,
+            "writer_error": str(err) if err else None,
+        }
+    )
+
+
+async def stats(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    snap = st.stats.snapshot(open_trajectories=len(st.registry), policy_version=st.policy_version)
+    snap["writer"] = dict(getattr(st.writer, "stats", {}))
+    return _json(snap)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    st.stats.snapshot(open_trajectories=len(st.registry), policy_version=st.policy_version)
+    return web.Response(
+        body=generate_latest(st.stats.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/aw/trajectories", create_trajectory)
+    r.add_get("/aw/trajectories/{trajectory}", get_trajectory_state)
+    r.add_post("/aw/trajectories/{trajectory}/reward", set_reward)
+    r.add_post("/aw/trajectories/{trajectory}/complete", complete)
+    r.add_post("/aw/steps", whitebox_step)
+    r.add_post("/aw/policy", set_policy)
+    r.add_get("/aw/policy", get_policy)
+    r.add_get("/aw/health", health)
+    r.add_get("/aw/stats", stats)
+    r.add_get("/metrics", metrics)

@@ -1,0 +1,86 @@
+"""Routes the proxy forwards without recording: other /v1/* paths, and /v1/models."""
+
+from __future__ import annotations
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from agentworld.proxy.app import (
+    STATE,
+    BadRequest,
+    State,
+    agent_for,
+    bad_request,
+    error_response,
+    get_trajectory,
+    identify,
+    upstream_of,
+)
+from agentworld.proxy.calls import WRITE_ERRORS
+from agentworld.proxy.upstream import classify, response_headers, upstream_headers
+
+
+def _target(st: State, request: web.Request) -> tuple[str, str | None]:
+    ident = identify(request)
+    if ident.trajectory:
+        t = get_trajectory(st, ident.trajectory)
+        up, key = upstream_of(st, t.agent)
+        return up.urls[t.slot or 0], key
+    up, key = upstream_of(st, agent_for(st, ident, None))
+    return up.urls[0], key
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Any other /v1/* path: forwarded as is (streamed both ways), not recorded."""
+    return await _pass(request, request.match_info["tail"])
+
+
+async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
+    st = request.app[STATE]
+    assert st.session is not None
+    try:
+        base, api_key = _target(st, request)
+    except BadRequest as exc:
+        return bad_request(exc)
+    url = base + "/v1/" + tail
+    if request.query_string:
+        url += "?" + request.query_string
+    headers = upstream_headers(
+        request.headers, api_key, forward_client_auth=not st.config.auth_token
+    )
+    data = await request.read() if request.can_read_body else None
+    try:
+        async with st.session.request(
+            request.method, url, data=data, headers=headers, allow_redirects=False
+        ) as resp:
+            out = web.StreamResponse(
+                status=resp.status, reason=resp.reason, headers=response_headers(resp.headers)
+            )
+            await out.prepare(request)
+            try:
+                async for chunk in resp.content.iter_any():
+                    await out.write(chunk)
+                await out.write_eof()
+            except WRITE_ERRORS:
+                pass
+            return out
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        fault = classify(exc, url)
+        st.stats.error("upstream")
+        return error_response(fault.status, fault.message, "upstream_error", code=fault.status)
+
+
+async def models(request: web.Request) -> web.StreamResponse:
+    """GET /v1/models: the upstream's list, or the configured agents when several share the proxy."""
+    st = request.app[STATE]
+    ident = identify(request)
+    if not ident.trajectory and not ident.agent and len(st.config.agents) > 1:
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "agentworld"}
+            for name in sorted(st.config.agents)
+        ]
+        return web.json_response(
+            {"object": "list", "data": data}, dumps=lambda o: orjson.dumps(o).decode()
+        )
+    return await _pass(request, "models")

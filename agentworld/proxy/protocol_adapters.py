@@ -1,0 +1,193 @@
+"""One interface over Anthropic Messages and OpenAI Responses, so ``bridge`` forwards both alike.
+
+Each adapter answers: is the request well formed, what are its normalised
+messages, what chat-completions body asks the same, how a chat answer (or its
+stream) reads in the protocol, how the protocol's own answer reads as a
+record, and how errors look. Responses adds the ``previous_response_id`` chains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from agentworld.proxy import anthropic as am
+from agentworld.proxy import responses as rs
+from agentworld.proxy.anthropic_stream import AnthropicAssembler, ChatToAnthropic
+from agentworld.proxy.chat_form import short_id, sse
+from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.response_chains import ResponseChains, Stored
+from agentworld.proxy.responses_stream import ChatToResponses, ResponsesAssembler
+
+PASSTHROUGH, TRANSLATE = "passthrough", "translate"
+MODES = (PASSTHROUGH, TRANSLATE)
+
+
+class MessagesAdapter:
+    """Anthropic ``POST /v1/messages``."""
+
+    protocol = am.PROTOCOL
+    path = am.PATH
+    final_events = frozenset({"message_stop"})
+
+    def check(self, body: dict[str, Any]) -> None:
+        am.check(body)
+
+    def error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        return orjson.dumps(am.error_body(status, message))
+
+    def error_event(self, status: int, message: str, seq: int) -> bytes:
+        return sse("error", am.error_body(status, message))
+
+    def history(self, body: dict[str, Any], chains: ResponseChains) -> tuple[list[Any], str | None]:
+        """Items before the request's own, and the trajectory they belong to (none here)."""
+        return [], None
+
+    def messages(
+        self, body: dict[str, Any], history: list[Any], *, strict: bool
+    ) -> list[dict[str, Any]]:
+        return am.messages(body)
+
+    def record_tools(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+        try:
+            return am.tools(body)
+        except BadRequest:  # Anthropic-defined tools (pass-through): kept as the agent sent them
+            return list(body.get("tools") or ()) or None
+
+    def params(self, body: dict[str, Any]) -> dict[str, Any]:
+        return am.params(body)
+
+    def new_id(self) -> str:
+        return short_id("msg")
+
+    def to_chat(
+        self,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        *,
+        engine: str,
+        model: str | None,
+    ) -> dict[str, Any]:
+        return am.to_chat(body, messages, engine=engine, model=model)
+
+    def from_chat(
+        self, chat: dict[str, Any], body: dict[str, Any], rid: str, tokens: dict[str, Any]
+    ) -> dict[str, Any]:
+        return am.from_chat(chat, body, tokens)
+
+    def translator(self, body: dict[str, Any], rid: str) -> ChatToAnthropic:
+        return ChatToAnthropic(body)
+
+    def streamed(
+        self,
+        tr: Any,
+        chat: dict[str, Any],
+        body: dict[str, Any],
+        tokens: dict[str, Any],
+        counts: tuple[int, int, int],
+    ) -> dict[str, Any]:
+        """The protocol object a translated stream amounted to (for ``raw``)."""
+        return am.from_chat(chat, body, tokens)
+
+    def assembler(self) -> AnthropicAssembler:
+        return AnthropicAssembler()
+
+    def response_record(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return am.response_record(obj)
+
+    def remember(
+        self, chains: ResponseChains, trajectory: str, body: dict[str, Any], obj: Any
+    ) -> None:
+        """Keep what a later request may point back to (nothing for Messages)."""
+
+
+class ResponsesAdapter:
+    """OpenAI ``POST /v1/responses``."""
+
+    protocol = rs.PROTOCOL
+    path = rs.PATH
+    final_events = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+    def check(self, body: dict[str, Any]) -> None:
+        rs.check(body)
+
+    def error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        return orjson.dumps(rs.error_body(status, message, param))
+
+    def error_event(self, status: int, message: str, seq: int) -> bytes:
+        code = "server_error" if status >= 500 else "invalid_request_error"
+        data = {"type": "error", "code": code, "message": message, "param": None}
+        return sse("error", {**data, "sequence_number": seq})
+
+    def history(self, body: dict[str, Any], chains: ResponseChains) -> tuple[list[Any], str | None]:
+        prev = body.get("previous_response_id")
+        if not isinstance(prev, str):
+            return [], None
+        stored = chains.get(prev)
+        return chains.history(prev), stored.trajectory if stored else None
+
+    def messages(
+        self, body: dict[str, Any], history: list[Any], *, strict: bool
+    ) -> list[dict[str, Any]]:
+        return rs.messages(history + rs.items(body), body.get("instructions"), strict=strict)
+
+    def record_tools(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+        return rs.record_tools(body)
+
+    def params(self, body: dict[str, Any]) -> dict[str, Any]:
+        return rs.params(body)
+
+    def new_id(self) -> str:
+        return short_id("resp")
+
+    def to_chat(
+        self,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        *,
+        engine: str,
+        model: str | None,
+    ) -> dict[str, Any]:
+        return rs.to_chat(body, messages, engine=engine, model=model)
+
+    def from_chat(
+        self, chat: dict[str, Any], body: dict[str, Any], rid: str, tokens: dict[str, Any]
+    ) -> dict[str, Any]:
+        return rs.from_chat(chat, body, rid, tokens)
+
+    def translator(self, body: dict[str, Any], rid: str) -> ChatToResponses:
+        return ChatToResponses(body, rid)
+
+    def streamed(
+        self,
+        tr: Any,
+        chat: dict[str, Any],
+        body: dict[str, Any],
+        tokens: dict[str, Any],
+        counts: tuple[int, int, int],
+    ) -> dict[str, Any]:
+        return tr.final(*counts)  # the items as streamed, with the ids the agent saw
+
+    def assembler(self) -> ResponsesAssembler:
+        return ResponsesAssembler()
+
+    def response_record(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return rs.response_record(obj)
+
+    def remember(
+        self, chains: ResponseChains, trajectory: str, body: dict[str, Any], obj: Any
+    ) -> None:
+        if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
+            return
+        output = [o for o in obj.get("output") or () if isinstance(o, dict)]
+        prev = body.get("previous_response_id")
+        chains.put(
+            obj["id"],
+            Stored(trajectory, prev if isinstance(prev, str) else None, rs.items(body), output),
+        )
+
+
+MESSAGES = MessagesAdapter()
+RESPONSES = ResponsesAdapter()
+ProtocolAdapter = MessagesAdapter | ResponsesAdapter

@@ -1,0 +1,408 @@
+"""Wire-protocol adapters: checking agent requests, asking vLLM for token ids, and normalising
+requests and responses into the record shape.
+
+This is the one place that knows the OpenAI chat and completions formats. A
+later adapter (Anthropic Messages, OpenAI Responses) implements the same
+methods and registers its route; nothing else in the proxy changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agentworld.proxy.config import UpstreamConfig
+
+MAX_N = 128
+_MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+class BadRequest(ValueError):
+    """The agent's request is malformed; ``param`` names the field (OpenAI's error shape)."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Injected:
+    """What the proxy added to the agent's request, to be removed from what the agent receives."""
+
+    token_ids: bool = False
+    logprobs: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.token_ids or self.logprobs
+
+
+# -- messages -----------------------------------------------------------------------
+
+
+def _arguments(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    return orjson.dumps(v).decode() if v is not None else ""
+
+
+def normalise_tool_calls(calls: Any) -> list[dict[str, Any]] | None:
+    """OpenAI ``tool_calls`` ([{id, type, function{name, arguments}}]) -> [{id, name, arguments}]."""
+    if not isinstance(calls, list) or not calls:
+        return None
+    out = []
+    for c in calls:
+        if not isinstance(c, dict):
+            continue
+        fn = c.get("function") if isinstance(c.get("function"), dict) else c
+        call = {"name": str(fn.get("name") or ""), "arguments": _arguments(fn.get("arguments"))}
+        if isinstance(c.get("id"), str):
+            call["id"] = c["id"]
+        out.append(call)
+    return out or None
+
+
+def normalise_message(m: dict[str, Any]) -> dict[str, Any]:
+    """One OpenAI chat message in the record's normalised shape."""
+    role = m.get("role")
+    out: dict[str, Any] = {"role": "tool" if role == "function" else role}
+    content = m.get("content")
+    if isinstance(content, str | list):
+        out["content"] = content
+    for key in ("name", "tool_call_id"):
+        if isinstance(m.get(key), str):
+            out[key] = m[key]
+    calls = normalise_tool_calls(m.get("tool_calls"))
+    if calls:
+        out["tool_calls"] = calls
+    reasoning = m.get("reasoning")
+    if reasoning is None:
+        reasoning = m.get("reasoning_content")
+    if isinstance(reasoning, str):
+        out["reasoning"] = reasoning
+    return out
+
+
+def thread_form(m: dict[str, Any]) -> Any:
+    """What must match for a resent message to count as the same turn (automatic threading).
+
+    Agents often drop reasoning, turn a null assistant content into "", strip
+    whitespace, or re-serialise tool arguments; none of that breaks a thread.
+    """
+    content = m.get("content")
+    if isinstance(content, list):
+        if all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            content = "".join(str(p.get("text", "")) for p in content)
+        else:
+            content = orjson.dumps(content, option=orjson.OPT_SORT_KEYS).decode()
+    content = (content or "").strip()
+    calls = []
+    for c in m.get("tool_calls") or ():
+        args = c.get("arguments", "")
+        try:
+            args = orjson.dumps(orjson.loads(args), option=orjson.OPT_SORT_KEYS).decode()
+        except (orjson.JSONDecodeError, TypeError):
+            pass
+        calls.append([c.get("id") or "", c.get("name"), args])
+    return [m.get("role"), content, calls, m.get("tool_call_id") or "", m.get("name") or ""]
+
+
+# -- field checks ---------------------------------------------------------------------
+
+
+def _check_common(body: dict[str, Any]) -> None:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest("'model' must be a string", "model")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean", "stream")
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N):
+        raise BadRequest(f"'n' must be an integer between 1 and {MAX_N}", "n")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise BadRequest("'stream_options' must be an object", "stream_options")
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        v = body.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise BadRequest(f"'{key}' must be a number", key)
+    for key in ("max_tokens", "max_completion_tokens", "seed"):
+        v = body.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise BadRequest(f"'{key}' must be an integer", key)
+    stop = body.get("stop")
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop))
+    ):
+        raise BadRequest("'stop' must be a string or a list of strings", "stop")
+
+
+def _params(body: dict[str, Any], skip: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in skip}
+
+
+def _usage_for(body: dict[str, Any], choice: dict[str, Any], n_choices: int, ids: Any) -> Any:
+    usage = body.get("usage")
+    if n_choices == 1:
+        if usage is None and isinstance(ids, list):
+            prompt = body.get("prompt_token_ids") or choice.get("prompt_token_ids")
+            usage = {"completion_tokens": len(ids)}
+            if isinstance(prompt, list):
+                usage["prompt_tokens"] = len(prompt)
+        return usage
+    # n > 1: the upstream's usage covers all choices; give each step its own share.
+    out: dict[str, Any] = {}
+    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+        out["prompt_tokens"] = usage["prompt_tokens"]
+    if isinstance(ids, list):
+        out["completion_tokens"] = len(ids)
+    return out or None
+
+
+def _tokens(prompt_ids: Any, ids: Any, logprobs: list[Any] | None) -> dict[str, Any]:
+    if not isinstance(ids, list):
+        return {"source": "none"}
+    tokens: dict[str, Any] = {"source": "engine", "completion_ids": ids}
+    if isinstance(prompt_ids, list):
+        tokens["prompt_ids"] = prompt_ids
+    if (
+        logprobs is not None
+        and len(logprobs) == len(ids)
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in logprobs)
+    ):
+        tokens["completion_logprobs"] = logprobs
+    return tokens
+
+
+class ChatAdapter:
+    """OpenAI ``POST /v1/chat/completions`` (vLLM extensions for token ids)."""
+
+    protocol = "openai.chat"
+    path = "/v1/chat/completions"
+    chat = True
+    _skip = frozenset({"model", "messages", "tools"})
+
+    def check(self, body: dict[str, Any]) -> None:
+        """Raise BadRequest naming the first malformed field."""
+        messages = body.get("messages")
+        if messages is None:
+            raise BadRequest("'messages' is a required property", "messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty list of messages", "messages")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise BadRequest(f"messages[{i}] must be an object", f"messages[{i}]")
+            role = m.get("role")
+            if role not in _MESSAGE_ROLES:
+                raise BadRequest(
+                    f"messages[{i}].role: unknown role {role!r}", f"messages[{i}].role"
+                )
+            content = m.get("content")
+            if content is not None and not isinstance(content, str | list):
+                raise BadRequest(
+                    f"messages[{i}].content must be a string, a list of parts or null",
+                    f"messages[{i}].content",
+                )
+            calls = m.get("tool_calls")
+            if calls is not None and not isinstance(calls, list):
+                raise BadRequest(
+                    f"messages[{i}].tool_calls must be a list", f"messages[{i}].tool_calls"
+                )
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise BadRequest("'tools' must be a list of tool definitions", "tools")
+        lp = body.get("logprobs")
+        if lp is not None and not isinstance(lp, bool):
+            raise BadRequest("'logprobs' must be a boolean", "logprobs")
+        _check_common(body)
+
+    def prepare(self, body: dict[str, Any], up: UpstreamConfig) -> tuple[dict[str, Any], Injected]:
+        """The body to send upstream (model, sampling defaults, token-id requests)."""
+        sent = {**{k: v for k, v in up.params.items() if k not in body}, **body}
+        if up.model is not None:
+            sent["model"] = up.model
+        if up.engine != "vllm":
+            return sent, Injected()
+        ids = not sent.get("return_token_ids")
+        lps = not sent.get("logprobs")
+        if ids:
+            sent["return_token_ids"] = True
+        if lps:
+            sent["logprobs"] = True
+            sent.pop("top_logprobs", None)
+        return sent, Injected(ids, lps)
+
+    def strip(self, obj: dict[str, Any], injected: Injected) -> None:
+        """Remove what the agent did not ask for, from a body or a stream chunk, in place."""
+        if injected.token_ids:
+            obj.pop("prompt_token_ids", None)
+        for c in obj.get("choices") or ():
+            if isinstance(c, dict):
+                if injected.token_ids:
+                    c.pop("token_ids", None)
+                if injected.logprobs and "logprobs" in c:
+                    c["logprobs"] = None
+
+    def request_record(
+        self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        skip = self._skip | _injected_keys(injected, chat=True)
+        req: dict[str, Any] = {
+            "messages": messages if messages is not None else self.messages(sent),
+            "params": _params(sent, skip),
+        }
+        if isinstance(sent.get("model"), str):
+            req["model"] = sent["model"]
+        if sent.get("tools"):
+            req["tools"] = sent["tools"]
+        return req
+
+    def messages(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The request's messages in the record shape (also what threading compares)."""
+        return [normalise_message(m) for m in body["messages"]]
+
+    def choices(self, body: dict[str, Any]) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+        """(choice index, record response, record tokens) for each choice of a response body."""
+        out = []
+        choices = [c for c in body.get("choices") or () if isinstance(c, dict)]
+        for c in choices:
+            msg = c.get("message") if isinstance(c.get("message"), dict) else {}
+            message = normalise_message({**msg, "role": "assistant"})
+            message.setdefault("content", None)
+            response: dict[str, Any] = {"message": message}
+            if isinstance(c.get("finish_reason"), str):
+                response["finish_reason"] = c["finish_reason"]
+            if isinstance(body.get("id"), str):
+                response["id"] = body["id"]
+            ids = c.get("token_ids")
+            usage = _usage_for(body, c, len(choices), ids)
+            if isinstance(usage, dict):
+                response["usage"] = usage
+            lp = c.get("logprobs")
+            values = None
+            if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+                values = [e.get("logprob") if isinstance(e, dict) else None for e in lp["content"]]
+            tokens = _tokens(body.get("prompt_token_ids"), ids, values)
+            out.append(
+                (c.get("index", 0) if isinstance(c.get("index"), int) else 0, response, tokens)
+            )
+        return out
+
+
+class CompletionsAdapter:
+    """OpenAI legacy ``POST /v1/completions`` (vLLM puts prompt ids on each choice)."""
+
+    protocol = "openai.completions"
+    path = "/v1/completions"
+    chat = False
+    _skip = frozenset({"model", "prompt"})
+
+    def check(self, body: dict[str, Any]) -> None:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise BadRequest("'prompt' is a required property", "prompt")
+        ok = isinstance(prompt, str) or (
+            isinstance(prompt, list)
+            and prompt
+            and (
+                all(isinstance(p, str) for p in prompt)
+                or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+            )
+        )
+        if not ok:
+            raise BadRequest(
+                "'prompt' must be a string, a list of strings or a list of token ids", "prompt"
+            )
+        lp = body.get("logprobs")
+        if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int)):
+            raise BadRequest("'logprobs' must be an integer", "logprobs")
+        _check_common(body)
+
+    def prepare(self, body: dict[str, Any], up: UpstreamConfig) -> tuple[dict[str, Any], Injected]:
+        sent = {**{k: v for k, v in up.params.items() if k not in body}, **body}
+        if up.model is not None:
+            sent["model"] = up.model
+        if up.engine != "vllm":
+            return sent, Injected()
+        ids = not sent.get("return_token_ids")
+        lps = sent.get("logprobs") is None
+        if ids:
+            sent["return_token_ids"] = True
+        if lps:
+            sent["logprobs"] = 0  # the sampled token's log-prob, no alternatives
+        return sent, Injected(ids, lps)
+
+    def strip(self, obj: dict[str, Any], injected: Injected) -> None:
+        for c in obj.get("choices") or ():
+            if isinstance(c, dict):
+                if injected.token_ids:
+                    c.pop("token_ids", None)
+                    c.pop("prompt_token_ids", None)
+                if injected.logprobs and "logprobs" in c:
+                    c["logprobs"] = None
+
+    def request_record(
+        self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        skip = self._skip | _injected_keys(injected, chat=False)
+        prompt = sent["prompt"]
+        req: dict[str, Any] = {"params": _params(sent, skip)}
+        if isinstance(prompt, str):
+            req["prompt"] = prompt
+        elif all(isinstance(p, str) for p in prompt):
+            req["prompt"] = prompt[0] if len(prompt) == 1 else "".join(prompt)
+            if len(prompt) > 1:
+                req["params"]["prompt_list"] = prompt
+        else:
+            req["prompt"] = ""
+            req["params"]["prompt_token_ids"] = prompt
+        if isinstance(sent.get("model"), str):
+            req["model"] = sent["model"]
+        return req
+
+    def choices(self, body: dict[str, Any]) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+        out = []
+        choices = [c for c in body.get("choices") or () if isinstance(c, dict)]
+        for c in choices:
+            response: dict[str, Any] = {
+                "text": c.get("text") if isinstance(c.get("text"), str) else ""
+            }
+            if isinstance(c.get("finish_reason"), str):
+                response["finish_reason"] = c["finish_reason"]
+            if isinstance(body.get("id"), str):
+                response["id"] = body["id"]
+            ids = c.get("token_ids")
+            usage = _usage_for(body, c, len(choices), ids)
+            if isinstance(usage, dict):
+                response["usage"] = usage
+            lp = c.get("logprobs")
+            values = lp.get("token_logprobs") if isinstance(lp, dict) else None
+            tokens = _tokens(
+                c.get("prompt_token_ids"), ids, values if isinstance(values, list) else None
+            )
+            out.append(
+                (c.get("index", 0) if isinstance(c.get("index"), int) else 0, response, tokens)
+            )
+        return out
+
+
+def _injected_keys(injected: Injected, *, chat: bool) -> frozenset[str]:
+    """Request keys the proxy added (not recorded as the agent's parameters)."""
+    keys = set()
+    if injected.token_ids:
+        keys.add("return_token_ids")
+    if injected.logprobs:
+        keys.add("logprobs")
+    return frozenset(keys)
+
+
+CHAT = ChatAdapter()
+COMPLETIONS = CompletionsAdapter()
+Adapter = ChatAdapter | CompletionsAdapter

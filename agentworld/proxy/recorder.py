@@ -1,0 +1,184 @@
+"""Turning one proxied call into step records, and writing them to the pool without hurting the agent.
+
+A recording failure (invalid record, disk full, closed writer) is logged and
+counted; it reaches the agent only in strict durability mode, as a 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentworld import records
+from agentworld.errors import AgentWorldError
+from agentworld.proxy.protocols import Adapter, Injected
+from agentworld.proxy.stats import ProxyStats
+from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class RecordFailed(Exception):
+    """A step could not be made durable (strict mode turns this into a 503)."""
+
+
+@dataclass
+class Call:
+    """What the proxy learnt about one generation call while serving it."""
+
+    trajectory: Trajectory
+    index: int
+    adapter: Adapter
+    sent: dict[str, Any]
+    injected: Injected
+    policy_version: int
+    started_at: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.perf_counter)
+    first_token_s: float | None = None
+    upstream_s: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] | None = None  # normalised once, shared with threading
+
+    def timings(self) -> dict[str, Any]:
+        t: dict[str, Any] = {"started_at": self.started_at, "ended_at": time.time()}
+        if self.first_token_s is not None:
+            t["first_token_s"] = round(self.first_token_s, 6)
+        if self.upstream_s is not None:
+            t["upstream_s"] = round(self.upstream_s, 6)
+        return t
+
+
+def _common(call: Call) -> dict[str, Any]:
+    t = call.trajectory
+    return {
+        **t.common(),
+        "index": call.index,
+        "protocol": call.adapter.protocol,
+        "policy_version": call.policy_version,
+        "timings": call.timings(),
+        "metadata": call.metadata or None,
+    }
+
+
+def ok_steps(call: Call, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """One step record per choice of a successful response body."""
+    request = call.adapter.request_record(call.sent, call.injected, call.messages)
+    choices = call.adapter.choices(body)
+    common = _common(call)
+    if not choices:
+        return [
+            records.make_step(
+                **common,
+                request=request,
+                response=None,
+                status="error",
+                error={"type": "upstream_invalid", "message": "the response has no choices"},
+            )
+        ]
+    multi = len(choices) > 1
+    out = []
+    for index, response, tokens in choices:
+        out.append(
+            records.make_step(
+                **common,
+                request=request,
+                response=response,
+                tokens=tokens,
+                choice=index if multi else None,
+            )
+        )
+    return out
+
+
+def failed_step(
+    call: Call,
+    *,
+    status: str,
+    error: dict[str, Any],
+    partial: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One step for a call that failed or was cancelled (with what arrived before, if any)."""
+    request = call.adapter.request_record(call.sent, call.injected, call.messages)
+    response = None
+    tokens = None
+    if partial is not None:
+        got = call.adapter.choices(partial)
+        if got:
+            _, response, tokens = got[0]
+    return [
+        records.make_step(
+            **_common(call),
+            request=request,
+            response=response,
+            tokens=tokens,
+            status=status,
+            error=error,
+        )
+    ]
+
+
+def step_tokens(rec: dict[str, Any]) -> tuple[int, int]:
+    usage = (rec.get("response") or {}).get("usage") or {}
+    tokens = rec.get("tokens") or {}
+    prompt = usage.get("prompt_tokens") or len(tokens.get("prompt_ids") or ())
+    completion = usage.get("completion_tokens") or len(tokens.get("completion_ids") or ())
+    return (
+        prompt if isinstance(prompt, int) else 0,
+        completion if isinstance(completion, int) else 0,
+    )
+
+
+class Recorder:
+    """Writes records through the pool writer; counts and logs failures."""
+
+    def __init__(self, writer: Any, stats: ProxyStats, *, strict: bool) -> None:
+        self.writer = writer
+        self.stats = stats
+        self.strict = strict
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def steps(self, t: Trajectory, recs: list[dict[str, Any]]) -> None:
+        """Append step records; raise RecordFailed only in strict mode."""
+        for rec in recs:
+            await self._append(rec)
+            t.steps += 1
+            if len(t.step_ids) < MAX_STEP_IDS:
+                t.step_ids.setdefault(rec["index"], []).append(rec["id"])
+            self.stats.step(rec["status"], *step_tokens(rec))
+
+    async def end(self, rec: dict[str, Any]) -> None:
+        await self._append(rec)
+
+    async def _append(self, rec: dict[str, Any]) -> None:
+        try:
+            await self.writer.append_async(rec)
+        except (AgentWorldError, OSError, ValueError, TypeError) as exc:
+            self.stats.error("record")
+            log.error(
+                "recording %s %s of trajectory %s failed: %s",
+                rec.get("kind"),
+                rec.get("id"),
+                rec.get("trajectory"),
+                exc,
+            )
+            if self.strict:
+                raise RecordFailed(str(exc)) from exc
+
+    def later(self, t: Trajectory, recs: list[dict[str, Any]]) -> None:
+        """Record from a context that is being cancelled (the task outlives the handler)."""
+        task = asyncio.get_running_loop().create_task(self._quiet(t, recs))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _quiet(self, t: Trajectory, recs: list[dict[str, Any]]) -> None:
+        try:
+            await self.steps(t, recs)
+        except RecordFailed:
+            pass
+
+    async def drain(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

@@ -1,0 +1,465 @@
+"""OpenAI Responses (``POST /v1/responses``): checks, normalisation, ``previous_response_id`` chains,
+and translation to chat completions.
+
+Input items become the record's normalised messages: a ``reasoning`` item, an
+assistant ``message`` and the ``function_call`` items after it form one
+assistant turn (how the chat shape and the response record hold it), and each
+``function_call_output`` is a tool message. A chat upstream stores nothing, so
+the proxy keeps every response's items and rebuilds the conversation a
+``previous_response_id`` points to.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentworld.proxy.chat_form import (
+    CONTENT_FILTER,
+    LENGTH,
+    STOP,
+    TOOL_CALLS,
+    chat_messages,
+    chat_usage,
+    check_number,
+    dumps_args,
+    first_choice,
+    function_tool,
+    record_usage,
+    short_id,
+    text_of,
+)
+from agentworld.proxy.protocols import BadRequest
+
+PROTOCOL = "openai.responses"
+PATH = "/v1/responses"
+
+_NOT_PARAMS = frozenset({"model", "input", "instructions", "tools"})
+_ITEM_TYPES = frozenset(
+    {"message", "function_call", "function_call_output", "reasoning", "item_reference"}
+)
+_ROLES = frozenset({"user", "assistant", "system", "developer"})
+
+
+# -- checks -------------------------------------------------------------------------------
+
+
+def check(body: dict[str, Any]) -> None:
+    """Raise BadRequest naming the first malformed field of a Responses request."""
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise BadRequest("'model' must be a string", "model")
+    inp = body.get("input")
+    if inp is None and body.get("previous_response_id") is None:
+        raise BadRequest("'input' is a required property", "input")
+    if inp is not None and not isinstance(inp, str | list):
+        raise BadRequest("'input' must be a string or a list of input items", "input")
+    for i, item in enumerate(inp if isinstance(inp, list) else ()):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise BadRequest(f"{where}: expected an object", where)
+        kind = item.get("type", "message" if "role" in item else None)
+        if not isinstance(kind, str):
+            raise BadRequest(f"{where}.type: required", f"{where}.type")
+        if kind == "message":
+            if item.get("role") not in _ROLES:
+                raise BadRequest(
+                    f"{where}.role: unknown role {item.get('role')!r}", f"{where}.role"
+                )
+            if not isinstance(item.get("content"), str | list):
+                raise BadRequest(
+                    f"{where}.content: expected a string or a list of parts", f"{where}.content"
+                )
+        elif kind in ("function_call", "function_call_output") and not isinstance(
+            item.get("call_id"), str
+        ):
+            raise BadRequest(f"{where}.call_id: required (a string)", f"{where}.call_id")
+    for key in ("instructions", "previous_response_id"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise BadRequest(f"'{key}' must be a string", key)
+    tools = body.get("tools")
+    if tools is not None and not (
+        isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
+    ):
+        raise BadRequest("'tools' must be a list of tool objects", "tools")
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise BadRequest("'stream' must be a boolean", "stream")
+    for key in ("temperature", "top_p"):
+        check_number(body, key)
+    check_number(body, "max_output_tokens", integer=True)
+
+
+def items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's own input items (a string input is one user message)."""
+    inp = body.get("input")
+    if isinstance(inp, str):
+        return [{"type": "message", "role": "user", "content": inp}]
+    return [
+        {**item, "type": item.get("type", "message")}
+        for item in inp or ()
+        if isinstance(item, dict)
+    ]
+
+
+# -- normalisation --------------------------------------------------------------------------
+
+
+def _part(p: Any, where: str) -> dict[str, Any]:
+    if isinstance(p, str):
+        return {"type": "text", "text": p}
+    if not isinstance(p, dict):
+        raise BadRequest(f"{where}: expected a content part object", where)
+    kind = p.get("type")
+    if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+        return {"type": "text", "text": str(p.get("text", ""))}
+    if kind == "refusal":
+        return {"type": "text", "text": str(p.get("refusal", ""))}
+    if kind == "input_image":
+        url = p.get("image_url") or p.get("file_id")
+        image: dict[str, Any] = {"url": str(url or "")}
+        if isinstance(p.get("detail"), str):
+            image["detail"] = p["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file":
+        file = {k: p[k] for k in ("file_data", "file_id", "filename") if isinstance(p.get(k), str)}
+        return {"type": "file", "file": file}
+    raise BadRequest(f"{where}.type: content part type {kind!r} is not supported here", where)
+
+
+def _content(content: Any, where: str, *, as_text: bool) -> Any:
+    if isinstance(content, str) or content is None:
+        return content
+    parts = [_part(p, f"{where}[{j}]") for j, p in enumerate(content)]
+    if as_text:
+        return "".join(p.get("text", "") for p in parts)
+    return parts
+
+
+def messages(
+    all_items: list[dict[str, Any]], instructions: Any = None, *, strict: bool = True
+) -> list[dict[str, Any]]:
+    """Items (history and the request's own) as normalised record messages.
+
+    ``strict`` refuses items a chat model cannot be given (translation); with an
+    upstream that speaks Responses they are skipped here and kept in ``raw``.
+    """
+    out: list[dict[str, Any]] = []
+    if isinstance(instructions, str) and instructions:
+        out.append({"role": "system", "content": instructions})
+    turn: dict[str, Any] | None = None  # the assistant turn items are still joining
+    for i, item in enumerate(all_items):
+        where = f"input[{i}]"
+        kind = item.get("type")
+        if kind == "message" and item.get("role") == "assistant":
+            text = _content(item.get("content"), f"{where}.content", as_text=True)
+            if turn is None or turn.get("content") is not None or turn.get("tool_calls"):
+                turn = {"role": "assistant", "content": None}
+                out.append(turn)
+            turn["content"] = text
+        elif kind == "message":
+            turn = None
+            content = _content(item.get("content"), f"{where}.content", as_text=False)
+            out.append({"role": item.get("role"), "content": content})
+        elif kind == "function_call":
+            if turn is None:
+                turn = {"role": "assistant", "content": None}
+                out.append(turn)
+            turn.setdefault("tool_calls", []).append(
+                {
+                    "id": str(item.get("call_id", "")),
+                    "name": str(item.get("name", "")),
+                    "arguments": dumps_args(item.get("arguments")),
+                }
+            )
+        elif kind == "function_call_output":
+            turn = None
+            output = item.get("output")
+            content = _content(
+                output if output is not None else "", f"{where}.output", as_text=False
+            )
+            if isinstance(content, list) and all(p["type"] == "text" for p in content):
+                content = "".join(p["text"] for p in content)
+            out.append(
+                {"role": "tool", "tool_call_id": str(item.get("call_id")), "content": content}
+            )
+        elif kind == "reasoning":
+            text = text_of(item.get("content")) or text_of(item.get("summary"))
+            if turn is not None and turn.get("content") is None and not turn.get("tool_calls"):
+                turn["reasoning"] = turn.get("reasoning", "") + text
+            else:
+                turn = {"role": "assistant", "content": None, "reasoning": text}
+                out.append(turn)
+        elif strict:
+            raise BadRequest(
+                f"{where}.type: item type {kind!r} needs an upstream that speaks Responses "
+                '(protocol_mode = "passthrough")',
+                f"{where}.type",
+            )
+    for m in out:
+        if m["role"] == "assistant" and not m.get("reasoning"):
+            m.pop("reasoning", None)
+    return out
+
+
+def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Function tools in the chat shape; built-in tools need a Responses upstream."""
+    out = []
+    for i, t in enumerate(body.get("tools") or ()):
+        if t.get("type") != "function":
+            raise BadRequest(
+                f"tools[{i}].type: tool type {t.get('type')!r} needs an upstream that speaks "
+                'Responses (protocol_mode = "passthrough")',
+                f"tools[{i}].type",
+            )
+        tool = function_tool(
+            t.get("name"), t.get("description"), t.get("parameters"), f"tools[{i}]"
+        )
+        if isinstance(t.get("strict"), bool):
+            tool["function"]["strict"] = t["strict"]
+        out.append(tool)
+    return out or None
+
+
+def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Tools for the record: function tools in the chat shape, others as the agent sent them."""
+    out = []
+    for t in body.get("tools") or ():
+        if t.get("type") == "function" and isinstance(t.get("name"), str):
+            fn = {k: t[k] for k in ("name", "description", "parameters", "strict") if k in t}
+            out.append({"type": "function", "function": fn})
+        else:
+            out.append(t)
+    return out or None
+
+
+def params(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in _NOT_PARAMS}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise BadRequest(f"tool_choice: {choice!r} cannot be given to a chat upstream", "tool_choice")
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") in (None, "text"):
+        return None
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    if fmt["type"] == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    raise BadRequest(f"text.format.type: unknown format {fmt['type']!r}", "text.format.type")
+
+
+def to_chat(
+    body: dict[str, Any], normalised: list[dict[str, Any]], *, engine: str, model: str | None
+) -> dict[str, Any]:
+    """The chat-completions body asking a chat upstream the same question."""
+    chat: dict[str, Any] = {
+        "model": model or body.get("model") or "",
+        "messages": chat_messages(normalised, engine=engine),
+    }
+    chat_tools = tools(body)
+    if chat_tools:
+        chat["tools"] = chat_tools
+        if body.get("tool_choice") is not None:
+            chat["tool_choice"] = _tool_choice(body["tool_choice"])
+        if isinstance(body.get("parallel_tool_calls"), bool):
+            chat["parallel_tool_calls"] = body["parallel_tool_calls"]
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    for key in ("temperature", "top_p"):
+        if body.get(key) is not None:
+            chat[key] = body[key]
+    fmt = _response_format(body.get("text"))
+    if fmt is not None:
+        chat["response_format"] = fmt
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
+        chat["reasoning_effort"] = reasoning["effort"]
+    if body.get("stream"):
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+# -- responses --------------------------------------------------------------------------------
+
+
+def status_of(finish: Any) -> tuple[str, dict[str, Any] | None]:
+    """(status, incomplete_details) for a chat finish_reason."""
+    if finish == LENGTH:
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish == CONTENT_FILTER:
+        return "incomplete", {"reason": "content_filter"}
+    return "completed", None
+
+
+def usage_of(prompt: int, completion: int, cached: int, reasoning: int = 0) -> dict[str, Any]:
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + completion,
+    }
+
+
+def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": status,
+    }
+
+
+def message_item(item_id: str, text: str | None, status: str = "completed") -> dict[str, Any]:
+    content = (
+        []
+        if text is None
+        else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    )
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": content,
+    }
+
+
+def call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def output_of(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Output items for one chat assistant message: reasoning, message, function calls."""
+    out = []
+    reasoning = msg.get("reasoning")
+    if reasoning is None:
+        reasoning = msg.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        out.append(reasoning_item(short_id("rs"), reasoning))
+    if isinstance(msg.get("content"), str) and msg["content"]:
+        out.append(message_item(short_id("msg"), msg["content"]))
+    for c in msg.get("tool_calls") or ():
+        if not isinstance(c, dict):
+            continue
+        fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+        out.append(
+            call_item(
+                short_id("fc"),
+                c.get("id") or short_id("call"),
+                str(fn.get("name") or ""),
+                dumps_args(fn.get("arguments")),
+            )
+        )
+    return out
+
+
+def skeleton(
+    body: dict[str, Any], response_id: str, model: str, created_at: float
+) -> dict[str, Any]:
+    """A Response object with the request's settings and no output yet (status in_progress)."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+        "store": body.get("store", True),
+        "temperature": body.get("temperature", 1.0),
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0),
+        "truncation": body.get("truncation", "disabled"),
+        "usage": None,
+        "user": body.get("user"),
+        "metadata": body.get("metadata") or {},
+    }
+
+
+def from_chat(
+    chat: dict[str, Any],
+    body: dict[str, Any],
+    response_id: str,
+    tokens: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Response object for a (non-streamed or assembled) chat-completions body."""
+    choice = first_choice(chat)
+    msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    model = chat.get("model") if isinstance(chat.get("model"), str) else body.get("model") or ""
+    created = chat.get("created") if isinstance(chat.get("created"), int | float) else time.time()
+    resp = skeleton(body, response_id, model, created)
+    resp["status"], resp["incomplete_details"] = status_of(choice.get("finish_reason"))
+    resp["output"] = output_of(msg)
+    resp["usage"] = usage_of(*chat_usage(chat, tokens))
+    return resp
+
+
+def response_record(resp: dict[str, Any]) -> dict[str, Any]:
+    """A Response object (pass-through) as the record's normalised response."""
+    output = [o for o in resp.get("output") or () if isinstance(o, dict)]
+    known = [o for o in output if o.get("type") in ("message", "function_call", "reasoning")]
+    msgs = messages(known, strict=False)
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    for m in msgs:  # one turn; join defensively if the upstream split it
+        if m.get("content") is not None:
+            message["content"] = (message["content"] or "") + text_of(m["content"])
+        if m.get("tool_calls"):
+            message.setdefault("tool_calls", []).extend(m["tool_calls"])
+        if m.get("reasoning"):
+            message["reasoning"] = message.get("reasoning", "") + m["reasoning"]
+    out: dict[str, Any] = {"message": message}
+    status = resp.get("status")
+    details = resp.get("incomplete_details") or {}
+    if status == "incomplete":
+        out["finish_reason"] = (
+            LENGTH if details.get("reason") == "max_output_tokens" else CONTENT_FILTER
+        )
+    elif status == "completed":
+        out["finish_reason"] = TOOL_CALLS if message.get("tool_calls") else STOP
+    elif isinstance(status, str):
+        out["finish_reason"] = status
+    if isinstance(resp.get("id"), str):
+        out["id"] = resp["id"]
+    usage = resp.get("usage")
+    if isinstance(usage, dict):
+        prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
+        out["usage"] = record_usage(
+            prompt if isinstance(prompt, int) else 0,
+            completion if isinstance(completion, int) else 0,
+        )
+    return out
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """An error in OpenAI's shape."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    if status == 404:
+        kind = "not_found_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": None}}

@@ -1,0 +1,275 @@
+"""OpenAI Responses streams: chat-completions chunks translated to Responses events, and Responses
+events assembled back into the Response they describe (for recording pass-through streams).
+
+Every event carries a ``sequence_number``. The grammar: ``response.created``,
+``response.in_progress``, then per output item ``response.output_item.added``,
+its parts and deltas, ``response.output_item.done``, and finally
+``response.completed`` (or ``response.incomplete``) holding the whole Response.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+from agentworld.proxy.chat_form import short_id, sse
+from agentworld.proxy.responses import (
+    call_item,
+    message_item,
+    reasoning_item,
+    skeleton,
+    status_of,
+    usage_of,
+)
+
+
+class ChatToResponses:
+    """Feed parsed ``chat.completion.chunk`` objects; get Responses SSE events as bytes."""
+
+    def __init__(self, body: dict[str, Any], response_id: str) -> None:
+        self.body = body
+        self.response_id = response_id
+        self.seq = 0
+        self.response: dict[str, Any] | None = None
+        self.output: list[dict[str, Any]] = []  # items, open or done, by output_index
+        self.open: int | None = None  # output_index of the item receiving deltas
+        self.kind: str | None = None  # "reasoning" | "message" | "function_call"
+        self.calls: dict[int, int] = {}  # chat tool-call index -> output_index
+        self.finish_reason: Any = None
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return sse(kind, data)
+
+    def _start(self, chunk: dict[str, Any]) -> list[bytes]:
+        model = chunk.get("model") if isinstance(chunk.get("model"), str) else None
+        created = chunk.get("created") if isinstance(chunk.get("created"), int | float) else None
+        self.response = skeleton(
+            self.body,
+            self.response_id,
+            model or self.body.get("model") or "",
+            created or time.time(),
+        )
+        snap = copy.deepcopy(self.response)
+        return [
+            self._event("response.created", response=snap),
+            self._event("response.in_progress", response=snap),
+        ]
+
+    def _add(self, kind: str, item: dict[str, Any]) -> list[bytes]:
+        out = self._close()
+        self.output.append(item)
+        self.open = len(self.output) - 1
+        self.kind = kind
+        out.append(
+            self._event(
+                "response.output_item.added", output_index=self.open, item=copy.deepcopy(item)
+            )
+        )
+        if kind in ("message", "reasoning"):
+            part = (
+                {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                if kind == "message"
+                else {"type": "reasoning_text", "text": ""}
+            )
+            item["content"] = [dict(part)]
+            out.append(self._part_event("response.content_part.added", part))
+        return out
+
+    def _part_event(self, kind: str, part: dict[str, Any]) -> bytes:
+        item = self.output[self.open or 0]
+        return self._event(
+            kind, item_id=item["id"], output_index=self.open, content_index=0, part=dict(part)
+        )
+
+    def _close(self) -> list[bytes]:
+        if self.open is None:
+            return []
+        i, item, out = self.open, self.output[self.open], []
+        if self.kind == "message":
+            part = item["content"][0]
+            out.append(
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=0,
+                    text=part["text"],
+                    logprobs=[],
+                )
+            )
+            out.append(self._part_event("response.content_part.done", part))
+        elif self.kind == "reasoning":
+            part = item["content"][0]
+            out.append(
+                self._event(
+                    "response.reasoning_text.done",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=0,
+                    text=part["text"],
+                )
+            )
+            out.append(self._part_event("response.content_part.done", part))
+        elif self.kind == "function_call":
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=i,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                )
+            )
+        item["status"] = "completed"
+        out.append(
+            self._event("response.output_item.done", output_index=i, item=copy.deepcopy(item))
+        )
+        self.open = self.kind = None
+        return out
+
+    def feed(self, chunk: Any) -> list[bytes]:
+        """Events for one chunk (choice 0 only: Responses has no ``n``)."""
+        if not isinstance(chunk, dict):
+            return []
+        out = [] if self.response is not None else self._start(chunk)
+        for c in chunk.get("choices") or ():
+            if not isinstance(c, dict) or c.get("index", 0) != 0:
+                continue
+            delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
+            reasoning = delta.get("reasoning")
+            if reasoning is None:
+                reasoning = delta.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                if self.kind != "reasoning":
+                    out += self._add("reasoning", reasoning_item(short_id("rs"), "", "in_progress"))
+                out.append(self._text_delta("response.reasoning_text.delta", reasoning))
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                if self.kind != "message":
+                    out += self._add("message", message_item(short_id("msg"), None, "in_progress"))
+                out.append(self._text_delta("response.output_text.delta", text, logprobs=[]))
+            for tc in delta.get("tool_calls") or ():
+                out += self._tool_call(tc)
+            if c.get("finish_reason") is not None:
+                self.finish_reason = c["finish_reason"]
+        return out
+
+    def _text_delta(self, kind: str, text: str, **extra: Any) -> bytes:
+        item = self.output[self.open or 0]
+        item["content"][0]["text"] += text
+        return self._event(
+            kind, item_id=item["id"], output_index=self.open, content_index=0, delta=text, **extra
+        )
+
+    def _tool_call(self, tc: Any) -> list[bytes]:
+        if not isinstance(tc, dict):
+            return []
+        k = tc.get("index", len(self.calls))
+        fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        out: list[bytes] = []
+        if k not in self.calls:
+            item = call_item(
+                short_id("fc"),
+                tc.get("id") or short_id("call"),
+                str(fn.get("name") or ""),
+                "",
+                "in_progress",
+            )
+            out += self._add("function_call", item)
+            self.calls[k] = self.open or 0
+        i = self.calls[k]
+        args = fn.get("arguments")
+        if isinstance(args, str) and args:
+            self.output[i]["arguments"] += args
+            if i == self.open:  # a late piece of an earlier call shows in its done event
+                out.append(
+                    self._event(
+                        "response.function_call_arguments.delta",
+                        item_id=self.output[i]["id"],
+                        output_index=i,
+                        delta=args,
+                    )
+                )
+        return out
+
+    def finish(self, prompt: int, completion: int, cached: int) -> list[bytes]:
+        """The closing events, given the final token counts."""
+        out = [] if self.response is not None else self._start({})
+        out += self._close()
+        assert self.response is not None
+        final = self.final(prompt, completion, cached)
+        kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
+        out.append(self._event(kind, response=final))
+        return out
+
+    def final(self, prompt: int, completion: int, cached: int) -> dict[str, Any]:
+        """The whole Response as it stands (also what the pass-through record would hold)."""
+        resp = dict(self.response or skeleton(self.body, self.response_id, "", time.time()))
+        resp["status"], resp["incomplete_details"] = status_of(self.finish_reason)
+        resp["output"] = copy.deepcopy(self.output)
+        resp["usage"] = usage_of(prompt, completion, cached)
+        return resp
+
+    def error(self, status: int, message: str) -> bytes:
+        """A mid-stream error event."""
+        code = "server_error" if status >= 500 else "invalid_request_error"
+        return self._event("error", code=code, message=message, param=None)
+
+
+class ResponsesAssembler:
+    """Rebuilds the Response from a Responses event stream (pass-through recording)."""
+
+    _LIFECYCLE = frozenset(
+        {
+            "response.created",
+            "response.in_progress",
+            "response.queued",
+            "response.completed",
+            "response.incomplete",
+            "response.failed",
+        }
+    )
+    _FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+    def __init__(self) -> None:
+        self.response: dict[str, Any] | None = None
+        self.items: dict[int, dict[str, Any]] = {}
+        self.error: dict[str, Any] | None = None
+        self.done = False
+
+    def add(self, event: Any) -> None:
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        i = event.get("output_index")
+        if kind in self._LIFECYCLE and isinstance(event.get("response"), dict):
+            self.response = event["response"]
+            self.done = self.done or kind in self._FINAL
+        elif kind in ("response.output_item.added", "response.output_item.done") and isinstance(
+            i, int
+        ):
+            if isinstance(event.get("item"), dict):
+                self.items[i] = copy.deepcopy(event["item"])
+        elif kind == "response.output_text.delta" and i in self.items:
+            parts = self.items[i].setdefault("content", [])
+            ci = event.get("content_index", 0)
+            while len(parts) <= ci:
+                parts.append({"type": "output_text", "text": ""})
+            parts[ci]["text"] = parts[ci].get("text", "") + str(event.get("delta", ""))
+        elif kind == "response.function_call_arguments.delta" and i in self.items:
+            item = self.items[i]
+            item["arguments"] = item.get("arguments", "") + str(event.get("delta", ""))
+        elif kind == "error":
+            self.error = {"message": str(event.get("message", "")), "code": event.get("code")}
+
+    def result(self) -> dict[str, Any] | None:
+        """The Response so far: the final one if it came, else what the items say."""
+        if self.response is None:
+            return None
+        resp = dict(self.response)
+        if not resp.get("output") and self.items:
+            resp["output"] = [self.items[i] for i in sorted(self.items)]
+        return resp

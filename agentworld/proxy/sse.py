@@ -1,0 +1,214 @@
+"""Server-sent events: split an upstream byte stream into events, and assemble streamed chunks.
+
+The assembler turns OpenAI/vLLM ``chat.completion.chunk`` (or ``text_completion``)
+chunks back into the body a non-streamed call would have returned, so one
+recorder serves both modes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+class SSEError(ValueError):
+    """The upstream stream is not valid SSE (or an event is too large)."""
+
+
+class EventSplitter:
+    """Incremental splitter: feed bytes, get complete raw events (without the blank line)."""
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._buf = b""
+        self.max_event_bytes = max_event_bytes
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        buf = self._buf + data if self._buf else data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        start = 0
+        while True:
+            end = buf.find(b"\n\n", start)
+            if end < 0:
+                break
+            yield buf[start:end]
+            start = end + 2
+        self._buf = buf[start:]
+        if len(self._buf) > self.max_event_bytes:
+            raise SSEError(f"an SSE event is over {self.max_event_bytes} bytes")
+
+    @property
+    def pending(self) -> bytes:
+        return self._buf
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The joined ``data:`` payload of one event, or None for comments and other fields."""
+    parts = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            value = line[5:]
+            parts.append(value[1:] if value.startswith(b" ") else value)
+    return b"\n".join(parts) if parts else None
+
+
+def encode_event(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+@dataclass
+class _Choice:
+    index: int
+    role: str = "assistant"
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    stop_reason: Any = None
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
+    logprobs: list[dict[str, Any]] | None = None  # chat: logprobs.content entries
+    token_logprobs: list[Any] | None = None  # completions: logprobs.token_logprobs
+    saw_content: bool = False
+
+
+class StreamAssembler:
+    """Accumulates parsed chunks; ``result()`` is the equivalent non-streamed body."""
+
+    def __init__(self, *, chat: bool) -> None:
+        self.chat = chat
+        self.choices: dict[int, _Choice] = {}
+        self.top: dict[str, Any] = {}
+        self.usage: dict[str, Any] | None = None
+        self.prompt_token_ids: list[int] | None = None
+        self.error: dict[str, Any] | None = None
+        self.done = False
+        self.chunks = 0
+
+    def add(self, chunk: Any) -> None:
+        """Take one parsed ``data:`` object."""
+        if not isinstance(chunk, dict):
+            return
+        if "error" in chunk and "choices" not in chunk:
+            err = chunk["error"]
+            self.error = err if isinstance(err, dict) else {"message": str(err)}
+            return
+        self.chunks += 1
+        for key in ("id", "model", "created", "system_fingerprint"):
+            if chunk.get(key) is not None:
+                self.top[key] = chunk[key]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        if isinstance(chunk.get("prompt_token_ids"), list):
+            self.prompt_token_ids = chunk["prompt_token_ids"]
+        for c in chunk.get("choices") or ():
+            if isinstance(c, dict):
+                self._add_choice(c)
+
+    def _add_choice(self, c: dict[str, Any]) -> None:
+        i = c.get("index", 0)
+        if not isinstance(i, int):
+            return
+        ch = self.choices.get(i)
+        if ch is None:
+            ch = self.choices[i] = _Choice(i)
+        if self.chat:
+            delta = c.get("delta") or {}
+            if delta.get("role"):
+                ch.role = delta["role"]
+            if isinstance(delta.get("content"), str):
+                ch.content.append(delta["content"])
+                ch.saw_content = True
+            r = delta.get("reasoning")
+            if r is None:
+                r = delta.get("reasoning_content")
+            if isinstance(r, str):
+                ch.reasoning.append(r)
+            for tc in delta.get("tool_calls") or ():
+                self._add_tool_call(ch, tc)
+            lp = c.get("logprobs")
+            if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+                if ch.logprobs is None:
+                    ch.logprobs = []
+                ch.logprobs.extend(lp["content"])
+        else:
+            if isinstance(c.get("text"), str):
+                ch.text.append(c["text"])
+            lp = c.get("logprobs")
+            if isinstance(lp, dict) and isinstance(lp.get("token_logprobs"), list):
+                if ch.token_logprobs is None:
+                    ch.token_logprobs = []
+                ch.token_logprobs.extend(lp["token_logprobs"])
+            if isinstance(c.get("prompt_token_ids"), list):
+                ch.prompt_token_ids = c["prompt_token_ids"]
+        if isinstance(c.get("token_ids"), list):
+            if ch.token_ids is None:
+                ch.token_ids = []
+            ch.token_ids.extend(c["token_ids"])
+        if c.get("finish_reason") is not None:
+            ch.finish_reason = c["finish_reason"]
+        if c.get("stop_reason") is not None:
+            ch.stop_reason = c["stop_reason"]
+
+    @staticmethod
+    def _add_tool_call(ch: _Choice, tc: Any) -> None:
+        if not isinstance(tc, dict):
+            return
+        k = tc.get("index", len(ch.tool_calls))
+        cur = ch.tool_calls.get(k)
+        if cur is None:
+            cur = ch.tool_calls[k] = {"id": None, "type": "function", "name": "", "arguments": []}
+        if tc.get("id"):
+            cur["id"] = tc["id"]
+        fn = tc.get("function") or {}
+        if fn.get("name"):
+            cur["name"] += fn["name"]
+        if isinstance(fn.get("arguments"), str):
+            cur["arguments"].append(fn["arguments"])
+
+    def result(self) -> dict[str, Any]:
+        """The body a non-streamed call would have returned (as far as the chunks tell)."""
+        choices = []
+        for i in sorted(self.choices):
+            ch = self.choices[i]
+            out: dict[str, Any] = {"index": i, "finish_reason": ch.finish_reason}
+            if self.chat:
+                msg: dict[str, Any] = {
+                    "role": ch.role,
+                    "content": "".join(ch.content) if ch.saw_content else None,
+                }
+                if ch.reasoning:
+                    msg["reasoning"] = "".join(ch.reasoning)
+                if ch.tool_calls:
+                    msg["tool_calls"] = [
+                        {
+                            "id": t["id"],
+                            "type": "function",
+                            "function": {"name": t["name"], "arguments": "".join(t["arguments"])},
+                        }
+                        for _, t in sorted(ch.tool_calls.items())
+                    ]
+                out["message"] = msg
+                out["logprobs"] = {"content": ch.logprobs} if ch.logprobs is not None else None
+            else:
+                out["text"] = "".join(ch.text)
+                out["logprobs"] = (
+                    {"token_logprobs": ch.token_logprobs} if ch.token_logprobs is not None else None
+                )
+                if ch.prompt_token_ids is not None:
+                    out["prompt_token_ids"] = ch.prompt_token_ids
+            if ch.stop_reason is not None:
+                out["stop_reason"] = ch.stop_reason
+            if ch.token_ids is not None:
+                out["token_ids"] = ch.token_ids
+            choices.append(out)
+        body: dict[str, Any] = {**self.top, "choices": choices, "usage": self.usage}
+        if self.prompt_token_ids is not None:
+            body["prompt_token_ids"] = self.prompt_token_ids
+        return body

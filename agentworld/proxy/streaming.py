@@ -1,0 +1,207 @@
+"""Forwarding SSE streams: events go to the agent as they arrive while the assembler rebuilds
+the full response for the record; ``[DONE]`` is released only once the step is
+registered (and durable, in strict mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from agentworld.proxy.app import State, error_response
+from agentworld.proxy.calls import (
+    WRITE_ERRORS,
+    add_continuations,
+    cancelled_steps,
+    record_fault,
+    stamp,
+    upstream_error_message,
+)
+from agentworld.proxy.recorder import Call, RecordFailed, ok_steps
+from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, encode_event, event_data
+from agentworld.proxy.upstream import Fault, classify, read_limited, timeout_for
+
+
+async def stream(
+    request: web.Request,
+    st: State,
+    call: Call,
+    url: str,
+    up: Any,
+    headers: Any,
+    out_headers: dict[str, str],
+    prompt_key: bytes | None,
+) -> web.StreamResponse:
+    assert st.session is not None and st.recorder is not None
+    t_up = time.perf_counter()
+    try:
+        resp = await st.session.post(
+            url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
+        )
+    except asyncio.CancelledError:
+        st.recorder.later(call.trajectory, cancelled_steps(call))
+        raise
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        fault = classify(exc, url)
+        await record_fault(st, call, fault)
+        return error_response(fault.status, fault.message, "upstream_error", code=fault.status)
+    asm = StreamAssembler(chat=call.adapter.chat)
+    clean = False  # fully read: the connection can go back to the pool (keep-alive)
+    try:
+        stamp(st, call, resp.headers)
+        ctype = resp.headers.get("Content-Type", "")
+        if resp.status != 200 or not ctype.startswith("text/event-stream"):
+            try:
+                raw = await read_limited(resp, st.config.max_response_bytes)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                fault = classify(exc, url)
+                await record_fault(st, call, fault)
+                return error_response(
+                    fault.status, fault.message, "upstream_error", code=fault.status
+                )
+            msg = upstream_error_message(raw) if resp.status != 200 else "not an event stream"
+            fault = Fault(resp.status if resp.status != 200 else 502, "upstream_status", msg)
+            await record_fault(st, call, fault)
+            return web.Response(
+                status=resp.status,
+                body=raw,
+                headers={"Content-Type": ctype or "application/json", **out_headers},
+            )
+        out = web.StreamResponse(
+            status=200,
+            headers={"Content-Type": ctype, "Cache-Control": "no-cache", **out_headers},
+        )
+        try:
+            await out.prepare(request)
+        except WRITE_ERRORS:
+            await st.recorder.steps(call.trajectory, cancelled_steps(call))
+            return out
+        done, cancelled, fault = await _pump(resp, out, call, asm, url)
+        clean = done and not cancelled and fault is None
+        call.upstream_s = time.perf_counter() - t_up
+        return await _finish_stream(st, call, out, asm, done, cancelled, fault, prompt_key)
+    except asyncio.CancelledError:
+        st.recorder.later(call.trajectory, cancelled_steps(call, asm.result()))
+        raise
+    finally:
+        if clean:
+            resp.release()
+        else:
+            resp.close()
+
+
+async def _pump(
+    resp: aiohttp.ClientResponse,
+    out: web.StreamResponse,
+    call: Call,
+    asm: StreamAssembler,
+    url: str,
+) -> tuple[bool, bool, Fault | None]:
+    """Forward events as they arrive, feeding the assembler; hold back [DONE]."""
+    splitter = EventSplitter()
+    strip = call.injected.any
+    done = False
+    try:
+        async for data in resp.content.iter_any():
+            if call.first_token_s is None:
+                call.first_token_s = time.perf_counter() - call.t0
+            parts = []
+            for ev in splitter.feed(data):
+                payload = event_data(ev)
+                if payload is None:
+                    parts.append(ev + b"\n\n")
+                    continue
+                if payload.strip() == b"[DONE]":
+                    done = True  # released after the step is registered (and durable, if strict)
+                    continue
+                try:
+                    obj = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    parts.append(ev + b"\n\n")
+                    continue
+                asm.add(obj)
+                if strip and isinstance(obj, dict):
+                    call.adapter.strip(obj, call.injected)
+                    parts.append(encode_event(obj))
+                else:
+                    parts.append(ev + b"\n\n")
+            if parts:
+                try:
+                    await out.write(b"".join(parts))
+                except WRITE_ERRORS:
+                    return done, True, None
+    except SSEError as exc:
+        return done, False, Fault(502, "upstream_invalid", f"upstream {url}: {exc}")
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        return done, False, classify(exc, url)
+    if not done and asm.error is None:
+        return (
+            done,
+            False,
+            Fault(502, "upstream_disconnected", f"upstream {url} ended the stream before [DONE]"),
+        )
+    return done, False, None
+
+
+async def _finish_stream(
+    st: State,
+    call: Call,
+    out: web.StreamResponse,
+    asm: StreamAssembler,
+    done: bool,
+    cancelled: bool,
+    fault: Fault | None,
+    prompt_key: bytes | None,
+) -> web.StreamResponse:
+    assert st.recorder is not None
+    body = asm.result()
+    if cancelled:
+        await st.recorder.steps(call.trajectory, cancelled_steps(call, body))
+        return out
+    if fault is not None or asm.error is not None:
+        if fault is None:
+            err = asm.error or {}
+            fault = Fault(
+                err.get("code") if isinstance(err.get("code"), int) else 502,
+                "upstream_stream_error",
+                str(err.get("message") or err)[:4000],
+            )
+        else:
+            try:
+                error = {"message": fault.message, "type": "upstream_error", "code": fault.status}
+                await out.write(encode_event({"error": error}))
+            except WRITE_ERRORS:
+                pass
+        await record_fault(st, call, fault, partial=body)
+        try:
+            await out.write_eof()
+        except WRITE_ERRORS:
+            pass
+        return out
+    recs = ok_steps(call, body)
+    add_continuations(st, call, prompt_key, recs)
+    tail = b"data: [DONE]\n\n"
+    if st.recorder.strict:
+        try:
+            await st.recorder.steps(call.trajectory, recs)
+        except RecordFailed as exc:
+            error = {
+                "message": f"the step could not be recorded durably: {exc}",
+                "type": "service_unavailable",
+                "code": 503,
+            }
+            tail = encode_event({"error": error})
+    try:
+        await out.write(tail)
+        await out.write_eof()
+    except WRITE_ERRORS:
+        for r in recs:
+            r["status"] = "cancelled"
+            r["error"] = {"type": "client_disconnected", "message": "the agent left before [DONE]"}
+    if not st.recorder.strict:
+        await st.recorder.steps(call.trajectory, recs)
+    return out

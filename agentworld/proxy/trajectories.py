@@ -1,0 +1,239 @@
+"""Open trajectories: ids, step numbering, automatic threading, upstream affinity, idle timeout.
+
+Only in-memory state lives here; every step is already in the pool, so after
+a restart ``restore`` rebuilds this registry from the pool index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from agentworld import records
+from agentworld.proxy.protocols import thread_form
+
+log = logging.getLogger(__name__)
+
+MAX_CLOSED_REMEMBERED = 100_000
+MAX_STEP_IDS = 100_000  # per trajectory; beyond it rewards by index need the pool
+
+
+class UnknownTrajectory(LookupError):
+    """No open trajectory has this id (``status`` says if it was closed)."""
+
+    def __init__(self, trajectory: str, status: str | None = None) -> None:
+        self.trajectory = trajectory
+        self.status = status
+        super().__init__(trajectory)
+
+
+@dataclass
+class Trajectory:
+    """One open trajectory."""
+
+    id: str
+    agent: str
+    group: str | None = None
+    dataset: str | None = None
+    split: str | None = None
+    task: str | None = None
+    metadata: dict[str, Any] | None = None
+    threaded: bool = False  # started by automatic threading
+    next_index: int = 0
+    steps: int = 0  # step records written (choices count separately)
+    reward: float | None = None
+    slot: int | None = None  # which of the agent's upstream URLs serves it (prefix cache)
+    last_active: float = field(default_factory=time.monotonic)
+    inflight: int = 0
+    policy_version: int = 0
+    thread_keys: set[bytes] = field(default_factory=set)
+    step_ids: dict[int, list[str]] = field(default_factory=dict)
+
+    def common(self) -> dict[str, Any]:
+        """Fields every record of this trajectory carries."""
+        return {
+            "trajectory": self.id,
+            "agent": self.agent,
+            "group": self.group,
+            "dataset": self.dataset,
+            "split": self.split,
+            "task": self.task,
+        }
+
+
+def _chain(prev: bytes, message: dict[str, Any]) -> bytes:
+    data = orjson.dumps(thread_form(message), option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(prev + data, digest_size=16).digest()
+
+
+def prefix_keys(agent: str, messages: Sequence[dict[str, Any]]) -> list[bytes]:
+    """keys[i] identifies the conversation messages[:i] of this agent."""
+    keys = [hashlib.blake2b(agent.encode(), digest_size=16).digest()]
+    for m in messages:
+        keys.append(_chain(keys[-1], m))
+    return keys
+
+
+class Registry:
+    """All open trajectories of one proxy."""
+
+    def __init__(self, *, max_open: int = 100_000) -> None:
+        self.open: dict[str, Trajectory] = {}
+        self.closed: OrderedDict[str, str] = OrderedDict()  # id -> end status
+        self.threads: dict[bytes, str] = {}  # continuation key -> trajectory id
+        self.max_open = max_open
+        self.done_count = 0
+        self._rr = 0
+
+    def __len__(self) -> int:
+        return len(self.open)
+
+    def create(self, agent: str, *, trajectory: str | None = None, **fields: Any) -> Trajectory:
+        """Open a trajectory (id given by the caller, or a new one)."""
+        tid = trajectory or records.new_id("tr")
+        if tid in self.open:
+            raise ValueError(f"trajectory {tid!r} is already open")
+        if tid in self.closed:
+            raise ValueError(f"trajectory {tid!r} already ended ({self.closed[tid]})")
+        t = Trajectory(id=tid, agent=agent, **fields)
+        self.open[tid] = t
+        return t
+
+    def get(self, tid: str) -> Trajectory:
+        t = self.open.get(tid)
+        if t is None:
+            raise UnknownTrajectory(tid, self.closed.get(tid))
+        return t
+
+    def close(self, tid: str, status: str) -> Trajectory:
+        """Remove an open trajectory; the caller writes its end record."""
+        t = self.open.pop(tid)
+        for k in t.thread_keys:
+            if self.threads.get(k) == tid:
+                del self.threads[k]
+        t.thread_keys.clear()
+        self.closed[tid] = status
+        if len(self.closed) > MAX_CLOSED_REMEMBERED:
+            self.closed.popitem(last=False)
+        self.done_count += 1
+        return t
+
+    def over_capacity(self) -> list[Trajectory]:
+        """Oldest idle trajectories beyond ``max_open`` (to be closed as timeouts)."""
+        extra = len(self.open) - self.max_open
+        if extra <= 0:
+            return []
+        idle = sorted(
+            (t for t in self.open.values() if not t.inflight), key=lambda t: t.last_active
+        )
+        return idle[:extra]
+
+    def idle(self, now: float, timeout_s: float) -> list[Trajectory]:
+        return [t for t in self.open.values() if not t.inflight and now - t.last_active > timeout_s]
+
+    # -- automatic threading ----------------------------------------------------------
+
+    def find_thread(self, keys: Sequence[bytes]) -> Trajectory | None:
+        """The open trajectory whose last request + response the messages continue (longest)."""
+        for i in range(len(keys) - 2, 0, -1):
+            tid = self.threads.get(keys[i])
+            if tid is not None and tid in self.open:
+                return self.open[tid]
+        return None
+
+    def continue_thread(self, t: Trajectory) -> None:
+        """The conversation moved on: the old continuation points are spent."""
+        for k in t.thread_keys:
+            if self.threads.get(k) == t.id:
+                del self.threads[k]
+        t.thread_keys.clear()
+
+    def add_continuations(
+        self, t: Trajectory, prompt_key: bytes, responses: Iterable[dict[str, Any]]
+    ) -> None:
+        """Register where this trajectory's conversation can continue (one per choice)."""
+        if t.id not in self.open:
+            return
+        for msg in responses:
+            k = _chain(prompt_key, msg)
+            self.threads[k] = t.id
+            t.thread_keys.add(k)
+
+    # -- upstream affinity ---------------------------------------------------------------
+
+    def pick_slot(self, t: Trajectory, n_urls: int) -> int:
+        """Give a trajectory the least-loaded of its agent's upstream URLs, for good."""
+        if t.slot is None or t.slot >= n_urls:
+            if n_urls == 1:
+                t.slot = 0
+            else:
+                load = [0] * n_urls
+                for o in self.open.values():
+                    if o.agent == t.agent and o.slot is not None and o.slot < n_urls:
+                        load[o.slot] += 1
+                low = min(load)
+                candidates = [i for i, n in enumerate(load) if n == low]
+                self._rr += 1
+                t.slot = candidates[self._rr % len(candidates)]
+        return t.slot
+
+
+def restore(registry: Registry, pool: Any, *, limit: int = 100_000) -> int:
+    """Re-open the pool's open trajectories (no end record) after a restart.
+
+    Steps are numbered on from the last one stored; threaded trajectories get
+    their continuation points back from their last step.
+    """
+    from agentworld.pool import Selection
+
+    idx = pool.index()
+    rows = idx.trajectories(Selection(status=("open",)), limit=limit)
+    n = 0
+    for row in rows:
+        tid = row["id"]
+        if tid in registry.open:
+            continue
+        steps = idx.steps(tid)
+        if not steps:
+            continue
+        last = steps[-1]
+        t = Trajectory(
+            id=tid,
+            agent=row.get("agent") or "default",
+            group=row.get("group"),
+            dataset=row.get("dataset"),
+            split=row.get("split"),
+            task=row.get("task"),
+            next_index=max(s["idx"] for s in steps) + 1,
+            steps=len(steps),
+            policy_version=row.get("policy_max") or 0,
+        )
+        for s in steps:
+            t.step_ids.setdefault(s["idx"], []).append(s["id"])
+        registry.open[tid] = t
+        n += 1
+        try:
+            rec = pool.get_step(last["id"])
+        except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
+            log.warning("restore %s: cannot read its last step: %s", tid, exc)
+            continue
+        if (rec.get("metadata") or {}).get("threading") == "auto":
+            t.threaded = True
+            msgs = (rec.get("request") or {}).get("messages")
+            if msgs:
+                keys = prefix_keys(t.agent, msgs)
+                last_steps = [pool.get_step(sid) for sid in t.step_ids.get(last["idx"], [])]
+                responses = [
+                    s["response"]["message"]
+                    for s in last_steps
+                    if (s.get("response") or {}).get("message")
+                ]
+                registry.add_continuations(t, keys[-1], responses)
+    return n

@@ -1,0 +1,131 @@
+"""Talking to upstream model servers: one shared ClientSession, headers, timeouts, fault mapping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from multidict import CIMultiDict
+
+from agentworld.proxy.config import UpstreamConfig
+
+POLICY_HEADER = "X-AW-Policy-Version"
+
+# Never forwarded in either direction (hop-by-hop, or rewritten by us).
+HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",
+        "accept-encoding",
+    }
+)
+SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An upstream failure, as the agent sees it (status) and as the record says it (type)."""
+
+    status: int
+    type: str
+    message: str
+
+
+def classify(exc: BaseException, url: str) -> Fault:
+    """Map a client exception to 502/504 and an error type for the step record."""
+    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        return Fault(504, "upstream_timeout", f"upstream {url} timed out")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return Fault(502, "upstream_unreachable", f"upstream {url} refused the connection: {exc}")
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return Fault(502, "upstream_disconnected", f"upstream {url} closed the connection: {exc}")
+    if isinstance(exc, aiohttp.ClientError | ConnectionError | OSError):
+        return Fault(502, "upstream_error", f"upstream {url} failed: {type(exc).__name__}: {exc}")
+    return Fault(502, "upstream_error", f"upstream {url}: {type(exc).__name__}: {exc}")
+
+
+def timeout_for(up: UpstreamConfig) -> aiohttp.ClientTimeout:
+    # sock_read bounds the gap between bytes, so long streams live while stalled ones die.
+    return aiohttp.ClientTimeout(
+        total=None,
+        sock_connect=up.connect_timeout_s,
+        connect=up.connect_timeout_s,
+        sock_read=up.timeout_s,
+    )
+
+
+def make_session() -> aiohttp.ClientSession:
+    """The proxy's one upstream session (connection pooling per upstream host)."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+    return aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+def upstream_headers(
+    incoming: Mapping[str, str],
+    api_key: str | None,
+    *,
+    forward_client_auth: bool,
+    extra: Mapping[str, str] | None = None,
+) -> CIMultiDict[str]:
+    """Headers for the upstream: the agent's, minus hop-by-hop, secrets and X-AW-*, plus the key."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for k, v in incoming.items():
+        lk = k.lower()
+        if lk in HOP_HEADERS or lk.startswith("x-aw-"):
+            continue
+        if lk in SECRET_HEADERS and not (forward_client_auth and api_key is None):
+            continue
+        out.add(k, v)
+    if api_key is not None:
+        out["Authorization"] = f"Bearer {api_key}"
+    if extra:
+        out.update(extra)
+    return out
+
+
+def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
+    """The upstream's response headers that are safe to hand to the agent."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for k, v in upstream.items():
+        if k.lower() not in HOP_HEADERS and k.lower() != "set-cookie":
+            out.add(k, v)
+    return out
+
+
+def policy_from(headers: Mapping[str, str]) -> int | None:
+    """The policy version an upstream announces, if any (ignored when malformed)."""
+    v = headers.get(POLICY_HEADER)
+    if v is None:
+        return None
+    try:
+        n = int(v.strip())
+    except ValueError:
+        return None
+    return n if n >= 0 else None
+
+
+async def read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body, refusing bodies over ``limit`` bytes (bounded memory)."""
+    chunks = []
+    size = 0
+    async for data in resp.content.iter_any():
+        size += len(data)
+        if size > limit:
+            raise aiohttp.ClientPayloadError(f"response body over {limit} bytes")
+        chunks.append(data)
+    return b"".join(chunks)

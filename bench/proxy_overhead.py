@@ -1,0 +1,270 @@
+"""What `aw proxy` costs: latency it adds and throughput it keeps, against a bare pass-through.
+
+Three servers run in their own processes: a fake vLLM upstream (fixed small
+completion, plus a streaming variant), a bare aiohttp pass-through that
+forwards bytes without recording, and `aw proxy` recording into a temporary
+pool (batched durability). The load generator (this process) calls the
+upstream directly, through the bare pass-through and through the proxy, side
+by side, at each concurrency level, and prints ratios. Loopback only.
+
+    python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPLY = "Hello! How can I help you today?"
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
+
+
+# -- servers (each runs in its own process) ---------------------------------------------------
+
+
+def serve_fake(port: int) -> None:
+    from aiohttp import web
+
+    from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
+
+    web.run_app(
+        make_fake_app(FakeUpstream("bench", reply=REPLY)),
+        host="127.0.0.1",
+        port=port,
+        access_log=None,
+        print=None,
+    )
+
+
+def serve_bare(port: int, upstream: str) -> None:
+    """The baseline: forward the body, stream the answer back, record nothing."""
+    import aiohttp
+    from aiohttp import web
+
+    async def ctx(app: web.Application):
+        app["s"] = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
+        )
+        yield
+        await app["s"].close()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        data = await request.read()
+        async with request.app["s"].post(
+            upstream + request.path, data=data, headers={"Content-Type": "application/json"}
+        ) as r:
+            out = web.StreamResponse(
+                status=r.status, headers={"Content-Type": r.headers["Content-Type"]}
+            )
+            await out.prepare(request)
+            async for chunk in r.content.iter_any():
+                await out.write(chunk)
+            await out.write_eof()
+            return out
+
+    app = web.Application()
+    app.cleanup_ctx.append(ctx)
+    app.router.add_post("/v1/chat/completions", handle)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (contention-proof cost, unlike wall time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start(args: list[str]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.DEVNULL)
+
+
+# -- load ---------------------------------------------------------------------------------------
+
+
+async def wait_up(session, url: str) -> None:
+    import aiohttp
+
+    for _ in range(400):
+        try:
+            async with session.post(url + "/v1/chat/completions", json=BODY) as r:
+                if r.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.05)
+    raise SystemExit(f"{url} did not start")
+
+
+async def load(
+    session, url: str, *, concurrency: int, requests: int, stream: bool, max_s: float
+) -> dict:
+    """Bounded closed-loop load: latency (or time to first chunk) per request, and requests/s."""
+    import orjson
+
+    body = orjson.dumps({**BODY, "stream": stream})
+    headers = {"Content-Type": "application/json"}
+    latencies: list[float] = []
+    firsts: list[float] = []
+    left = requests
+    deadline = time.perf_counter() + max_s
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0 and time.perf_counter() < deadline:
+            left -= 1
+            t0 = time.perf_counter()
+            async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+                if stream:
+                    first = None
+                    async for _ in r.content.iter_any():
+                        if first is None:
+                            first = time.perf_counter() - t0
+                    firsts.append(first or 0.0)
+                else:
+                    await r.read()
+                assert r.status == 200, r.status
+            latencies.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - t0
+    q = statistics.quantiles(latencies, n=100)
+    out = {
+        "n": len(latencies),
+        "rps": len(latencies) / wall,
+        "p50": statistics.median(latencies),
+        "p99": q[98],
+    }
+    if firsts:
+        out["ttfc50"] = statistics.median(firsts)
+    return out
+
+
+async def run(levels: list[int], requests: int, max_s: float, rounds: int) -> None:
+    import aiohttp
+
+    ports = {name: free_port() for name in ("fake", "bare", "proxy")}
+    up = f"http://127.0.0.1:{ports['fake']}"
+    pool = tempfile.mkdtemp(prefix="aw-bench-pool-")
+    here = str(Path(__file__).resolve())
+    procs = [
+        start([here, "--serve", "fake", "--port", str(ports["fake"])]),
+        start([here, "--serve", "bare", "--port", str(ports["bare"]), "--upstream", up]),
+        start(
+            [
+                "-m",
+                "agentworld.proxy",
+                "--pool",
+                pool,
+                "--upstream",
+                up,
+                "--port",
+                str(ports["proxy"]),
+            ]
+        ),
+    ]
+    pids = {"direct": procs[0].pid, "bare": procs[1].pid, "proxy": procs[2].pid}
+    urls = {
+        "direct": up,
+        "bare": f"http://127.0.0.1:{ports['bare']}",
+        "proxy": f"http://127.0.0.1:{ports['proxy']}",
+    }
+    try:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for u in urls.values():
+                await wait_up(session, u)
+            print(
+                f"# aw proxy overhead: {os.cpu_count()} CPUs, best of {rounds} rounds, pool {pool}"
+            )
+            print(
+                f"{'mode':7} {'conc':>5} {'path':7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ttfc ms':>8}"
+                f" {'hop CPU us/req':>15}"
+            )
+            for stream in (False, True):
+                for c in levels:
+                    best: dict[str, dict] = {}
+                    for _ in range(rounds):
+                        for name, u in urls.items():  # interleaved, so drift hits all three
+                            n = requests if c > 1 else max(200, requests // 5)
+                            cpu0 = cpu_s(pids[name])
+                            r = await load(
+                                session, u, concurrency=c, requests=n, stream=stream, max_s=max_s
+                            )
+                            # The hop's own CPU per request (upstream excluded for bare/proxy).
+                            r["cpu_us"] = (cpu_s(pids[name]) - cpu0) / r["n"] * 1e6
+                            if name not in best or r["p50"] < best[name]["p50"]:
+                                best[name] = r
+                    mode = "stream" if stream else "unary"
+                    for name, r in best.items():
+                        ttfc = f"{r['ttfc50'] * 1000:8.3f}" if "ttfc50" in r else f"{'':8}"
+                        print(
+                            f"{mode:7} {c:5d} {name:7} {r['rps']:9.0f} {r['p50'] * 1000:8.3f}"
+                            f" {r['p99'] * 1000:8.3f} {ttfc} {r['cpu_us']:15.0f}"
+                        )
+                    added = (best["proxy"]["p50"] - best["direct"]["p50"]) * 1000
+                    added99 = (best["proxy"]["p99"] - best["direct"]["p99"]) * 1000
+                    ratio = best["proxy"]["rps"] / best["bare"]["rps"]
+                    cpu = best["bare"]["cpu_us"] / best["proxy"]["cpu_us"]
+                    line = (
+                        f"  -> proxy adds p50 {added:+.3f} ms, p99 {added99:+.3f} ms; throughput"
+                        f" proxy/bare = {ratio:.2f} (by CPU per request: {cpu:.2f})"
+                    )
+                    if stream:
+                        ttfc = (best["proxy"]["ttfc50"] - best["direct"]["ttfc50"]) * 1000
+                        line += f"; added time to first chunk {ttfc:+.3f} ms"
+                    print(line, flush=True)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    sys.path.insert(0, str(ROOT))
+    from agentworld.pool import Pool
+
+    steps = sum(1 for r in Pool.open(pool).iter_records() if r["kind"] == "step")
+    print(f"# recorded {steps} steps in {pool}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--serve", choices=["fake", "bare"])
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--upstream")
+    ap.add_argument("--requests", type=int, default=2000, help="requests per measurement (bounded)")
+    ap.add_argument("--levels", default="1,32,256")
+    ap.add_argument("--max-s", type=float, default=8.0, help="time bound per measurement")
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args()
+    if a.serve == "fake":
+        serve_fake(a.port)
+    elif a.serve == "bare":
+        serve_bare(a.port, a.upstream)
+    else:
+        asyncio.run(run([int(x) for x in a.levels.split(",")], a.requests, a.max_s, a.rounds))
+
+
+if __name__ == "__main__":
+    main()

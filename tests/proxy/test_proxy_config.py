@@ -1,0 +1,121 @@
+"""agents.toml upstream parsing, the `proxy` command's wiring, and import hygiene."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from agentworld.errors import ConfigError
+from agentworld.proxy.config import ProxyConfig, UpstreamConfig, load_agents, resolve_keys
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "agents.toml"
+    p.write_text(text)
+    return p
+
+
+def test_agents_toml_upstreams(tmp_path):
+    path = write(
+        tmp_path,
+        """
+[agents.coder]
+kind = "command"
+command = "python agent.py"
+upstream = ["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000"]
+model = "Qwen/Qwen3-8B"
+api_key_env = "CODER_KEY"
+timeout_s = 120
+params = { temperature = 0.7, max_tokens = 512 }
+
+[agents.hosted]
+upstream = "https://api.example.com"
+engine = "openai"
+
+[agents.local_only]
+kind = "python"
+module = "my.agent"
+""",
+    )
+    agents = load_agents(path)
+    assert set(agents) == {"coder", "hosted"}  # an agent without upstream uses the default
+    coder = agents["coder"]
+    assert coder.urls == ("http://10.0.0.1:8000", "http://10.0.0.2:8000")
+    assert coder.model == "Qwen/Qwen3-8B" and coder.timeout_s == 120.0
+    assert dict(coder.params) == {"temperature": 0.7, "max_tokens": 512}
+    assert agents["hosted"].engine == "openai" and agents["hosted"].connect_timeout_s == 10.0
+    with pytest.raises(TypeError):
+        coder.params["temperature"] = 1  # type: ignore[index]
+    keys = resolve_keys(agents, None, {"CODER_KEY": "sk-1"})
+    assert keys == {"coder": "sk-1"}
+    with pytest.raises(ConfigError, match="CODER_KEY is not set"):
+        resolve_keys(agents, None, {})
+
+
+@pytest.mark.parametrize(
+    ("table", "needle"),
+    [
+        ('upstream = "ftp://x"', "is not an http(s) URL"),
+        ("upstream = 5", "expected a URL or a non-empty list"),
+        ("upstream = [5]", "upstream URL is a string"),
+        ('upstream = "http://x"\nengine = "tgi"', "engine: must be one of"),
+        ('upstream = "http://x"\ntimeout_s = -1', "timeout_s: expected a positive"),
+        ('upstream = "http://x"\nparams = { messages = [] }', "params.messages"),
+        ('upstream = "http://x"\nupstreem = "typo"', "agents.a.upstreem: unknown key"),
+    ],
+)
+def test_bad_agents_toml_names_file_and_key(tmp_path, table, needle):
+    path = write(tmp_path, f"[agents.a]\n{table}\n")
+    with pytest.raises(ConfigError) as info:
+        load_agents(path)
+    assert needle in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_from_table_for_the_rollout_loader():
+    up = UpstreamConfig.from_table(
+        {"upstream": "http://h:1", "kind": "anything"}, "agents.toml: agents.x"
+    )
+    assert up.urls == ("http://h:1",) and up.engine == "vllm"
+    with pytest.raises(ConfigError, match=r"agents.toml: agents.x.upstream: required"):
+        UpstreamConfig.from_table({"model": "m"}, "agents.toml: agents.x")
+
+
+def test_not_toml(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_agents(write(tmp_path, "[agents\n"))
+
+
+def test_proxy_config_needs_an_upstream():
+    with pytest.raises(ConfigError, match="no upstream"):
+        ProxyConfig()
+    with pytest.raises(ConfigError, match="--durability"):
+        ProxyConfig(default_upstream=UpstreamConfig.single("http://x"), durability="eventually")  # type: ignore[arg-type]
+
+
+def test_command_registers_and_reports_bad_flags(tmp_path):
+    from agentworld.proxy.command import proxy
+
+    app = typer.Typer()
+    app.command("proxy")(proxy)
+    app.command("noop")(lambda: None)
+    runner = CliRunner()
+    result = runner.invoke(app, ["proxy", "--help"])
+    assert result.exit_code == 0 and "--durability" in result.output
+    result = runner.invoke(app, ["proxy", "--pool", str(tmp_path / "p"), "--upstream", "nope"])
+    assert isinstance(result.exception, ConfigError) and "--upstream" in str(result.exception)
+
+
+def test_command_module_imports_only_typer():
+    code = "import sys, agentworld.proxy.command; print('aiohttp' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
+    assert out.split() == ["False", "False"]

@@ -1,0 +1,286 @@
+"""Bad input, upstream faults, disconnects, recording failures, auth and operations endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any, ClassVar
+
+import aiohttp
+import openai
+import pytest
+
+from agentworld.errors import PoolError
+from agentworld.proxy.config import ProxyConfig, UpstreamConfig
+from agentworld.proxy.server import ProxyServer
+from tests.proxy.conftest import steps_of
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+async def raw_post(url: str, data: Any, **kw: Any) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.post(url, data=data, **kw) as r:
+        return r.status, await r.json(content_type=None)
+
+
+def client(proxy: Any, **kw: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=proxy.base_url, api_key="k", max_retries=0, **kw)
+
+
+async def still_serves(proxy: Any) -> None:
+    c = client(proxy)
+    r = await c.chat.completions.create(model="m", messages=USER)
+    assert r.choices[0].message.content == "ok 1: hi"
+    await c.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "must be a JSON object"),
+        (b"", 400, "empty"),
+        (b'{"model": "m"}', 400, "'messages' is a required property"),
+        (b'{"messages": "hi"}', 400, "'messages' must be a non-empty list"),
+        (b'{"messages": [{"role": "wizard", "content": "x"}]}', 400, "unknown role"),
+        (b'{"messages": [{"role": "user", "content": 5}]}', 400, "messages[0].content"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "n": "3"}', 400, "'n' must be"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', 400, "'stream'"),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}',
+            400,
+            "'temperature'",
+        ),
+        (b'{"messages": [{"role": "user", "content": "x"}], "tools": {}}', 400, "'tools'"),
+    ],
+)
+async def test_bad_requests_get_openai_shaped_4xx(proxy, pool, body, status, needle):
+    got, err = await raw_post(
+        proxy.base_url + "/chat/completions", body, headers={"Content-Type": "application/json"}
+    )
+    assert got == status
+    assert needle in err["error"]["message"]
+    assert err["error"]["type"] == "invalid_request_error"
+    await still_serves(proxy)
+    await proxy.stop()
+    assert len(steps_of(pool)) == 1  # bad requests are not steps
+
+
+async def test_completions_missing_prompt(proxy):
+    got, err = await raw_post(proxy.base_url + "/completions", b'{"model": "m"}')
+    assert got == 400 and err["error"]["param"] == "prompt"
+
+
+async def test_body_too_large_is_413(make_proxy):
+    proxy = await make_proxy(max_body_bytes=4096)
+    body = b'{"messages": [{"role": "user", "content": "' + b"x" * 8000 + b'"}]}'
+    got, err = await raw_post(proxy.base_url + "/chat/completions", body)
+    assert got == 413 and "limit" in err["error"]["message"]
+    await still_serves(proxy)
+
+
+async def test_unknown_trajectory_and_route(proxy):
+    c = openai.AsyncOpenAI(base_url=proxy.trajectory_url("tr_missing"), api_key="k", max_retries=0)
+    with pytest.raises(openai.NotFoundError, match="unknown trajectory"):
+        await c.chat.completions.create(model="m", messages=USER)
+    await c.close()
+    got, err = await raw_post(proxy.url + "/aw/trajectories/tr_missing/complete", b"{}")
+    assert got == 404 and "tr_missing" in err["error"]["message"]
+    got, err = await raw_post(proxy.url + "/nowhere", b"{}")
+    assert got == 404 and err["error"]["type"] == "not_found_error"
+    got, err = await raw_post(proxy.url + "/aw/trajectories", b'{"group": "a/b"}')
+    assert got == 400 and err["error"]["param"] == "group"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_upstream_refused_is_502_and_a_failed_step(make_proxy, pool):
+    proxy = await make_proxy(UpstreamConfig.single(f"http://127.0.0.1:{closed_port()}"))
+    c = client(proxy)
+    for stream in (False, True):
+        with pytest.raises(openai.APIStatusError) as info:
+            await c.chat.completions.create(model="m", messages=USER, stream=stream)
+        assert info.value.status_code == 502
+    await c.close()
+    await proxy.stop()
+    steps = steps_of(pool)
+    assert [s["status"] for s in steps] == ["error", "error"]
+    assert (
+        steps[0]["error"]["type"] == "upstream_unreachable" and steps[0]["error"]["status"] == 502
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("model", "status"), [("fail-500", 500), ("fail-400", 400)])
+async def test_upstream_error_status_passes_through(proxy, pool, model, status, stream):
+    c = client(proxy)
+    with pytest.raises(openai.APIStatusError) as info:
+        await c.chat.completions.create(model=model, messages=USER, stream=stream)
+    assert info.value.status_code == status
+    assert info.value.body["message"] in ("engine exploded", "max_tokens is too large")
+    await still_serves(proxy)
+    await c.close()
+    await proxy.stop()
+    failed = [s for s in steps_of(pool) if s["status"] == "error"]
+    assert (
+        failed[0]["error"]["status"] == status and failed[0]["error"]["type"] == "upstream_status"
+    )
+
+
+async def test_upstream_timeout_is_504(make_proxy, pool, fake):
+    fake[0].hang_s = 1.0
+    proxy = await make_proxy(UpstreamConfig(urls=(fake[1],), timeout_s=0.2))
+    c = client(proxy)
+    with pytest.raises(openai.APIStatusError) as info:
+        await c.chat.completions.create(model="hang", messages=USER)
+    assert info.value.status_code == 504
+    await still_serves(proxy)
+    await c.close()
+    await proxy.stop()
+    assert steps_of(pool)[0]["error"]["type"] == "upstream_timeout"
+
+
+@pytest.mark.parametrize("model", ["reset", "break", "bad-json"])
+async def test_upstream_reset_or_garbage_is_502(proxy, pool, model):
+    c = client(proxy)
+    with pytest.raises(openai.APIStatusError) as info:
+        await c.chat.completions.create(model=model, messages=USER)
+    assert info.value.status_code == 502
+    await still_serves(proxy)
+    await c.close()
+    await proxy.stop()
+    assert steps_of(pool)[0]["status"] == "error"
+
+
+async def test_stream_broken_midway_reaches_agent_and_is_recorded(proxy, pool):
+    c = client(proxy)
+    got = []
+    with pytest.raises(openai.APIError):
+        stream = await c.chat.completions.create(model="break", messages=USER, stream=True)
+        async for chunk in stream:
+            got.append(chunk)
+    assert got  # the first chunks arrived before the break
+    await still_serves(proxy)
+    await c.close()
+    await proxy.stop()
+    broken = steps_of(pool)[0]
+    assert broken["status"] == "error" and broken["error"]["type"] == "upstream_disconnected"
+    assert broken["response"]["message"]["content"]  # what arrived is kept
+
+
+async def test_client_disconnect_mid_stream_is_cancelled(proxy, pool):
+    body = {"model": "slow", "messages": USER, "stream": True}
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(proxy.base_url + "/chat/completions", json=body)
+        assert resp.status == 200
+        await resp.content.readany()
+        resp.close()  # the agent goes away
+    for _ in range(300):
+        if proxy.state.stats.steps["cancelled"]:
+            break
+        await asyncio.sleep(0.02)
+    await still_serves(proxy)
+    await proxy.stop()
+    cancelled = [s for s in steps_of(pool) if s["status"] == "cancelled"]
+    assert len(cancelled) == 1 and cancelled[0]["error"]["type"] == "client_disconnected"
+
+
+class BrokenWriter:
+    """A pool writer whose disk is full."""
+
+    last_error = None
+    stats: ClassVar[dict[str, int]] = {}
+
+    async def append_async(self, rec: dict[str, Any]) -> None:
+        raise PoolError("No space left on device")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_recording_failure_never_breaks_the_agent(pool, fake, stream):
+    cfg = ProxyConfig(default_upstream=UpstreamConfig.single(fake[1]))
+    async with ProxyServer(cfg, pool, writer=BrokenWriter()) as proxy:
+        c = client(proxy)
+        r = await c.chat.completions.create(model="m", messages=USER, stream=stream)
+        if stream:
+            assert [ch async for ch in r]
+        else:
+            assert r.choices[0].message.content
+        await c.close()
+        assert proxy.state.stats.errors["record"] == 1
+
+
+async def test_strict_recording_failure_is_503(pool, fake):
+    cfg = ProxyConfig(default_upstream=UpstreamConfig.single(fake[1]), durability="strict")
+    async with ProxyServer(cfg, pool, writer=BrokenWriter()) as proxy:
+        c = client(proxy)
+        with pytest.raises(openai.APIStatusError) as info:
+            await c.chat.completions.create(model="m", messages=USER)
+        assert info.value.status_code == 503 and "recorded" in info.value.message
+        with pytest.raises(openai.APIError, match="recorded"):
+            stream = await c.chat.completions.create(model="m", messages=USER, stream=True)
+            [ch async for ch in stream]
+        await c.close()
+
+
+async def test_auth_token_guards_every_route(make_proxy, pool, fake):
+    proxy = await make_proxy(auth_token="proxy-secret")
+    async with aiohttp.ClientSession() as s:
+        for path in ("/aw/health", "/aw/stats", "/metrics", "/v1/models"):
+            async with s.get(proxy.url + path) as r:
+                assert r.status == 401, path
+            async with s.get(
+                proxy.url + path, headers={"Authorization": "Bearer proxy-secret"}
+            ) as r:
+                assert r.status == 200, path
+    bad = client(proxy)
+    with pytest.raises(openai.AuthenticationError):
+        await bad.chat.completions.create(model="m", messages=USER)
+    good = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="proxy-secret", max_retries=0)
+    await good.chat.completions.create(model="m", messages=USER)
+    await bad.close()
+    await good.close()
+    assert "Authorization" not in fake[0].headers[-1]  # the proxy's token stays with the proxy
+    await proxy.stop()
+    assert len(steps_of(pool)) == 1
+
+
+async def test_without_auth_the_agents_key_reaches_a_keyless_upstream(proxy, fake):
+    await still_serves(proxy)
+    assert fake[0].headers[-1]["Authorization"] == "Bearer k"
+
+
+async def test_health_stats_and_metrics(proxy):
+    await still_serves(proxy)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proxy.url + "/aw/health") as r:
+            health = await r.json()
+        async with s.get(proxy.url + "/aw/stats") as r:
+            stats = await r.json()
+        async with s.get(proxy.url + "/metrics") as r:
+            metrics = await r.text()
+            assert r.headers["Content-Type"].startswith("text/plain")
+    assert health["status"] == "ok" and health["open_trajectories"] == 1
+    assert stats["steps"]["ok"] == 1 and stats["trajectories"]["open"] == 1
+    assert stats["tokens"]["completion"] == len("ok 1: hi")
+    assert stats["rates"]["steps_per_s"] > 0
+    assert 'aw_proxy_steps_total{status="ok"} 1.0' in metrics
+    assert "aw_proxy_trajectories_open 1.0" in metrics
+
+
+async def test_one_log_line_per_request_only_when_asked(make_proxy, caplog):
+    caplog.set_level("INFO", logger="agentworld.proxy.access")
+    quiet = await make_proxy()
+    await still_serves(quiet)
+    assert not [r for r in caplog.records if r.name == "agentworld.proxy.access"]
+    loud = await make_proxy(log_requests=True)
+    await still_serves(loud)
+    lines = [r.getMessage() for r in caplog.records if r.name == "agentworld.proxy.access"]
+    assert len(lines) == 1 and lines[0].startswith("POST /v1/chat/completions 200")
+    assert "trajectory=tr_" in lines[0]

@@ -1,0 +1,289 @@
+"""Trajectories: automatic threading, explicit ids, lifecycle endpoints, affinity, idle timeout,
+restart, policy versions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from aiohttp.test_utils import TestServer
+
+from agentworld.proxy.config import ProxyConfig, UpstreamConfig
+from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
+from agentworld.proxy.server import ProxyServer
+from tests.proxy.conftest import ends_of, steps_of
+
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+
+
+def client(url: str, **kw: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0, **kw)
+
+
+async def post(url: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.post(url, json=body, **kw) as r:
+        return r.status, await r.json(content_type=None)
+
+
+def as_message(m: Any) -> dict[str, Any]:
+    """What an agent sends back: the assistant message as it received it."""
+    return m.model_dump(exclude_none=True)
+
+
+async def converse(c: openai.AsyncOpenAI, opening: str, turns: int) -> list[dict[str, Any]]:
+    """A multi-turn agent: a tool call turn in the middle, resending the whole history each time."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": opening},
+    ]
+    for turn in range(turns):
+        tools = TOOLS if turn == 1 else None
+        kw = {"tools": tools} if tools else {}
+        r = await c.chat.completions.create(model="m", messages=messages, **kw)
+        msg = r.choices[0].message
+        messages.append(as_message(msg))
+        if msg.tool_calls:
+            messages.append(
+                {"role": "tool", "tool_call_id": msg.tool_calls[0].id, "content": "found it"}
+            )
+        else:
+            messages.append({"role": "user", "content": f"turn {turn + 2} of {opening}"})
+    return messages
+
+
+async def test_five_turn_conversations_thread_automatically(proxy, pool):
+    c = client(proxy.base_url)
+    await asyncio.gather(converse(c, "first task", 5), converse(c, "second task", 5))
+    await c.close()
+    await proxy.stop()
+    steps = steps_of(pool)
+    by_traj: dict[str, list[dict[str, Any]]] = {}
+    for s in steps:
+        by_traj.setdefault(s["trajectory"], []).append(s)
+    assert len(by_traj) == 2
+    for group in by_traj.values():
+        assert sorted(s["index"] for s in group) == [0, 1, 2, 3, 4]
+        openings = {s["request"]["messages"][1]["content"] for s in group}
+        assert len(openings) == 1  # each trajectory is one conversation
+        assert all(s["metadata"]["threading"] == "auto" for s in group)
+        # The turn after the tool call continues it (the tool result is in its prompt).
+        by_index = {s["index"]: s for s in group}
+        assert by_index[2]["request"]["messages"][-1]["role"] == "tool"
+
+
+async def test_unrelated_request_starts_a_new_trajectory(proxy, pool):
+    c = client(proxy.base_url)
+    msgs = [{"role": "user", "content": "a"}]
+    r = await c.chat.completions.create(model="m", messages=msgs)
+    # Same opening, but the agent changed its earlier answer: not a continuation.
+    edited = [
+        *msgs,
+        {"role": "assistant", "content": "something else"},
+        {"role": "user", "content": "b"},
+    ]
+    await c.chat.completions.create(model="m", messages=edited)
+    cont = [*msgs, as_message(r.choices[0].message), {"role": "user", "content": "b"}]
+    await c.chat.completions.create(model="m", messages=cont)
+    await c.close()
+    await proxy.stop()
+    steps = sorted(steps_of(pool), key=lambda s: s["timings"]["started_at"])
+    assert steps[0]["trajectory"] == steps[2]["trajectory"] != steps[1]["trajectory"]
+    assert [s["index"] for s in steps] == [0, 0, 1]
+
+
+async def test_explicit_trajectories_path_headers_and_lifecycle(proxy, pool):
+    status, created = await post(
+        proxy.url + "/aw/trajectories",
+        {"agent": "solver", "dataset": "gsm8k", "split": "train", "task": "q-17", "group": "g1"},
+    )
+    assert status == 200
+    tid = created["trajectory"]
+    assert created["base_url"] == f"{proxy.url}/t/{tid}/v1"
+    c = client(created["base_url"])
+    for i in range(2):
+        await c.chat.completions.create(model="m", messages=[{"role": "user", "content": f"x{i}"}])
+    h = client(proxy.base_url, default_headers={"X-AW-Trajectory": tid})
+    await h.chat.completions.create(model="m", messages=[{"role": "user", "content": "by header"}])
+    status, body = await post(
+        f"{proxy.url}/aw/trajectories/{tid}/reward", {"reward": 0.5, "step": 1}
+    )
+    assert status == 200 and body["labelled"][0].startswith("step:")
+    status, _ = await post(f"{proxy.url}/aw/trajectories/{tid}/reward", {"reward": 1.0})
+    assert status == 200
+    status, done = await post(f"{proxy.url}/aw/trajectories/{tid}/complete", {"status": "done"})
+    assert status == 200 and done["steps"] == 3 and done["reward"] == 1.0
+    status, again = await post(f"{proxy.url}/aw/trajectories/{tid}/complete", {})
+    assert status == 409 and "ended" in again["error"]["message"]
+    # A late call on an ended trajectory is refused, not silently re-opened.
+    with pytest.raises(openai.ConflictError, match="ended"):
+        await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "late"}])
+    await c.close()
+    await h.close()
+    await proxy.stop()
+    steps = steps_of(pool)
+    assert sorted(s["index"] for s in steps) == [0, 1, 2]
+    assert {(s["agent"], s["dataset"], s["split"], s["task"], s["group"]) for s in steps} == {
+        ("solver", "gsm8k", "train", "q-17", "g1")
+    }
+    (end,) = ends_of(pool)
+    assert end["status"] == "done" and end["steps"] == 3 and end["reward"] == 1.0
+    labelled = next(s for s in steps if s["index"] == 1)
+    assert pool.labels.effective()[f"step:{labelled['id']}"]["reward"].value == 0.5
+
+
+async def test_group_and_agent_path_segments(proxy, pool):
+    _, created = await post(proxy.url + "/aw/trajectories", {})
+    tid = created["trajectory"]
+    c = client(f"{proxy.url}/t/{tid}/g/grp-9/a/someone/v1")
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+    await c.close()
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["trajectory"] == tid  # the trajectory's own agent and group win once it exists
+
+
+async def test_whitebox_steps(proxy, pool):
+    _, created = await post(proxy.url + "/aw/trajectories", {"agent": "wb"})
+    tid = created["trajectory"]
+    step = {
+        "trajectory": tid,
+        "messages": [{"role": "user", "content": "2+2?"}],
+        "response": {"message": {"content": "4"}, "finish_reason": "stop"},
+        "tokens": {
+            "prompt_ids": [1, 2, 3],
+            "completion_ids": [52, 2],
+            "completion_logprobs": [-0.1, -0.2],
+        },
+        "policy_version": 3,
+    }
+    status, body = await post(proxy.url + "/aw/steps", step)
+    assert status == 200 and body["index"] == 0
+    bad = {**step, "tokens": {"completion_ids": [1, 2], "completion_logprobs": [-0.1]}}
+    status, err = await post(proxy.url + "/aw/steps", bad)
+    assert status == 400 and "completion_logprobs" in err["error"]["message"]
+    status, err = await post(proxy.url + "/aw/steps", {**step, "trajectory": "tr_nope"})
+    assert status == 404
+    await proxy.stop()
+    (rec,) = steps_of(pool)
+    assert rec["protocol"] == "whitebox" and rec["tokens"]["source"] == "engine"
+    assert rec["policy_version"] == 3 and rec["agent"] == "wb"
+
+
+async def test_trajectory_affinity_across_upstreams(pool):
+    fakes = [FakeUpstream("s0"), FakeUpstream("s1")]
+    servers = [TestServer(make_fake_app(f), host="127.0.0.1") for f in fakes]
+    for s in servers:
+        await s.start_server()
+    urls = tuple(str(s.make_url("")).rstrip("/") for s in servers)
+    cfg = ProxyConfig(agents={"a": UpstreamConfig(urls=urls)})
+    async with ProxyServer(cfg, pool) as proxy:
+        trajectories = []
+        for _ in range(4):
+            _, created = await post(proxy.url + "/aw/trajectories", {"agent": "a"})
+            trajectories.append(created)
+        for turn in range(3):
+            for t in trajectories:
+                c = client(t["base_url"])
+                await c.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": f"t{turn}"}]
+                )
+                await c.close()
+    for s in servers:
+        await s.close()
+    by_traj: dict[str, set[str]] = {}
+    for s in steps_of(pool):
+        by_traj.setdefault(s["trajectory"], set()).add(s["metadata"]["upstream"])
+    assert all(len(u) == 1 for u in by_traj.values())  # one episode, one server
+    assert [len(f.requests) for f in fakes] == [6, 6]  # and the load is spread
+
+
+async def test_idle_trajectories_close_as_timeout(make_proxy, pool):
+    proxy = await make_proxy(idle_timeout_s=0.2)
+    c = client(proxy.base_url)
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+    await c.close()
+    for _ in range(200):
+        if proxy.state.stats.trajectories_done:
+            break
+        await asyncio.sleep(0.02)
+    await proxy.stop()
+    (end,) = ends_of(pool)
+    assert end["status"] == "timeout" and end["steps"] == 1
+    assert end["error"]["type"] == "idle_timeout"
+
+
+async def test_restart_keeps_open_trajectories(make_proxy, pool):
+    first = await make_proxy()
+    _, created = await post(first.url + "/aw/trajectories", {"agent": "default", "task": "t1"})
+    tid = created["trajectory"]
+    c = client(first.trajectory_url(tid))
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "one"}])
+    a = client(first.base_url)
+    msgs = [{"role": "user", "content": "threaded"}]
+    r = await a.chat.completions.create(model="m", messages=msgs)
+    await c.close()
+    await a.close()
+    await first.stop()
+
+    second = await make_proxy()
+    c = client(second.trajectory_url(tid))
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "two"}])
+    a = client(second.base_url)
+    await a.chat.completions.create(
+        model="m",
+        messages=[*msgs, as_message(r.choices[0].message), {"role": "user", "content": "more"}],
+    )
+    status, done = await post(f"{second.url}/aw/trajectories/{tid}/complete", {"reward": 1})
+    assert status == 200 and done["steps"] == 2
+    await c.close()
+    await a.close()
+    await second.stop()
+    steps = steps_of(pool)
+    mine = sorted(s["index"] for s in steps if s["trajectory"] == tid)
+    assert mine == [0, 1]
+    others = [s for s in steps if s["trajectory"] != tid]
+    assert len({s["trajectory"] for s in others}) == 1  # the threaded conversation resumed
+    assert sorted(s["index"] for s in others) == [0, 1]
+    assert {s["task"] for s in steps if s["trajectory"] == tid} == {"t1"}
+
+
+async def test_policy_version_from_endpoint_and_upstream_header(make_proxy, pool, fake):
+    proxy = await make_proxy()
+    c = client(proxy.base_url)
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "v0"}])
+    status, body = await post(proxy.url + "/aw/policy", {"version": 4})
+    assert status == 200 and body == {"policy_version": 4}
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "v4"}])
+    fake[0].policy_version = 9
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "v9"}])
+    status, _ = await post(proxy.url + "/aw/policy", {"version": -1})
+    assert status == 400
+    await c.close()
+    assert proxy.state.policy_version == 9
+    await proxy.stop()
+    got = {s["request"]["messages"][0]["content"]: s["policy_version"] for s in steps_of(pool)}
+    assert got == {"v0": 0, "v4": 4, "v9": 9}
+
+
+async def test_headers_and_query_label_new_trajectories(proxy, pool):
+    headers = {
+        "X-AW-Agent": "rag-bot",
+        "X-AW-Group": "g7",
+        "X-AW-Task": "task 12",
+        "X-AW-Dataset": "hotpot",
+    }
+    c = client(proxy.base_url, default_headers=headers)
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+    q = client(
+        proxy.base_url, default_query={"agent": "query-bot", "group": "g8"}, default_headers=headers
+    )
+    await q.chat.completions.create(model="m", messages=[{"role": "user", "content": "q2"}])
+    await c.close()
+    await q.close()
+    await proxy.stop()
+    got = sorted((s["agent"], s["group"], s["task"], s["dataset"]) for s in steps_of(pool))
+    # The query string wins over headers; headers fill what it does not say.
+    assert got == [("query-bot", "g8", "task 12", "hotpot"), ("rag-bot", "g7", "task 12", "hotpot")]

@@ -1,0 +1,151 @@
+"""The ``openai`` SDK's Responses client through the proxy: a tool-use conversation chained by
+``previous_response_id``, streamed and not, translated onto a vLLM-shaped chat upstream and passed
+through to a Responses-shaped one."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from agentworld.proxy.fake_upstream import ids, render
+from tests.proxy_protocols.conftest import steps_of
+
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "strict": False,
+    }
+]
+
+
+def client_for(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=url, api_key="agent-key", max_retries=0, _strict_response_validation=True
+    )
+
+
+async def ask(client: openai.AsyncOpenAI, mode: str, **kw):
+    kw = {"model": "gpt-test", "instructions": "Be brief.", "tools": TOOLS, **kw}
+    if mode == "unary":
+        return await client.responses.create(**kw)
+    if mode == "events":
+        final = None
+        async for ev in await client.responses.create(stream=True, **kw):
+            if ev.type == "response.completed":
+                final = ev.response
+        return final
+    async with client.responses.stream(**kw) as s:
+        async for _ in s:
+            pass
+        return await s.get_final_response()
+
+
+async def conversation(client, mode: str) -> tuple:
+    """Question -> function_call -> (previous_response_id + function_call_output) -> answer."""
+    first = await ask(client, mode, input="Weather in Paris?")
+    call = next(o for o in first.output if o.type == "function_call")
+    out = [{"type": "function_call_output", "call_id": call.call_id, "output": "18C"}]
+    second = await ask(client, mode, input=out, previous_response_id=first.id)
+    return first, call, second
+
+
+MODES = ["unary", "events", "helper"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_translated_chain(translating, pool, chat_fake, mode):
+    fake, _ = chat_fake
+    client = client_for(translating.base_url)
+    first, call, second = await conversation(client, mode)
+    assert first.status == "completed"
+    assert call.name == "get_weather" and call.arguments == '{"q":"Weather in","j":0}'
+    assert second.output_text == "ok 1: Weather in Paris?"
+    assert second.previous_response_id == first.id
+    await client.close()
+    await translating.stop()
+
+    # The chat upstream stores nothing: the proxy rebuilt the whole conversation from the chain.
+    sent = fake.requests[1]
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool"]
+    assert sent["messages"][2]["tool_calls"][0]["id"] == call.call_id
+    assert sent["messages"][3] == {"role": "tool", "content": "18C", "tool_call_id": call.call_id}
+
+    s0, s1 = steps_of(pool)
+    assert s0["trajectory"] == s1["trajectory"] and [s0["index"], s1["index"]] == [0, 1]
+    for s, answer in ((s0, first), (s1, second)):
+        assert s["protocol"] == "openai.responses" and s["status"] == "ok"
+        assert s["tokens"]["source"] == "engine"
+        assert s["response"]["id"] == answer.id == s["raw"]["response"]["id"]
+    assert s0["tokens"]["prompt_ids"] == ids(render(fake.requests[0]["messages"]))
+    assert s1["tokens"]["prompt_ids"] == ids(render(sent["messages"]))
+    assert s1["tokens"]["completion_ids"] == ids("ok 1: Weather in Paris?")
+    assert s1["request"]["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call.call_id, "name": "get_weather", "arguments": call.arguments}
+            ],
+        },
+        {"role": "tool", "tool_call_id": call.call_id, "content": "18C"},
+    ]
+    assert s1["raw"]["request"]["previous_response_id"] == first.id
+    assert s1["response"]["finish_reason"] == "stop"
+    # The output items the agent saw are what the chain stored (ids included).
+    assert s0["raw"]["response"]["output"][0]["id"] == first.output[0].id
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_passthrough_chain(passing, pool, native_fake, mode):
+    _, fake, _ = native_fake
+    client = client_for(passing.base_url)
+    first, call, second = await conversation(client, mode)
+    assert call.arguments == '{"city":"Paris"}'
+    assert second.output_text == "Done after 3 items."  # the upstream resolved the chain itself
+    await client.close()
+    await passing.stop()
+
+    assert fake.requests[1]["previous_response_id"] == first.id  # forwarded untouched
+    s0, s1 = steps_of(pool)
+    assert s0["trajectory"] == s1["trajectory"]
+    assert s0["tokens"] == {"source": "none"}
+    assert s0["response"]["finish_reason"] == "tool_calls"
+    assert s0["response"]["usage"] == {
+        "prompt_tokens": 20,
+        "completion_tokens": 9,
+        "total_tokens": 29,
+    }
+    # ... while the record still holds the whole conversation, rebuilt by the proxy.
+    assert [m["role"] for m in s1["request"]["messages"]] == ["system", "user", "assistant", "tool"]
+    assert s1["response"]["message"] == {"role": "assistant", "content": "Done after 3 items."}
+
+
+async def test_unknown_previous_response(translating, pool):
+    client = client_for(translating.base_url)
+    with pytest.raises(openai.BadRequestError) as bad:
+        await client.responses.create(model="m", input="hi", previous_response_id="resp_nope")
+    assert bad.value.body["param"] == "previous_response_id"
+    assert "resp_nope" in bad.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as tool:
+        await client.responses.create(model="m", input="hi", tools=[{"type": "web_search"}])
+    assert "passthrough" in tool.value.body["message"]
+    await client.close()
+    await translating.stop()
+    assert steps_of(pool) == []  # bad input opens no trajectory and records nothing
+
+
+async def test_upstream_error_reaches_the_agent(translating, pool):
+    client = client_for(translating.base_url)
+    with pytest.raises(openai.InternalServerError) as boom:
+        await client.responses.create(model="fail-500", input="hi")
+    assert boom.value.body["message"] == "engine exploded"
+    await client.close()
+    await translating.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "error" and step["error"]["status"] == 500
+    assert step["protocol"] == "openai.responses"

@@ -1,0 +1,282 @@
+"""OpenAI Responses <-> chat completions: items, chains, responses, streams, checked with the SDK's types."""
+
+from __future__ import annotations
+
+import pytest
+from openai import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+from agentworld import records
+from agentworld.proxy import responses as rs
+from agentworld.proxy.protocols import BadRequest, thread_form
+from agentworld.proxy.response_chains import ResponseChains, Stored
+from agentworld.proxy.responses_stream import ChatToResponses, ResponsesAssembler
+from tests.proxy_protocols.chat_fixtures import chat_body, chat_chunks, parse_sse
+
+EVENT = TypeAdapter(ResponseStreamEvent)
+TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    "strict": True,
+}
+
+
+def request() -> dict:
+    return {
+        "model": "gpt-x",
+        "instructions": "Be brief.",
+        "tools": [TOOL],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "max_output_tokens": 300,
+        "temperature": 0.3,
+        "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}}},
+        "reasoning": {"effort": "low"},
+        "input": [
+            {"role": "developer", "content": "Mind the units."},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "Paris?"}],
+            },
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Tool."}],
+            },
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Checking."}],
+            },
+            {
+                "type": "function_call",
+                "call_id": "call_1",
+                "name": "get_weather",
+                "arguments": '{"city":"Paris"}',
+            },
+            {"type": "function_call_output", "call_id": "call_1", "output": "18C"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": "https://x/y.png", "detail": "low"}
+                ],
+            },
+        ],
+    }
+
+
+def test_items_normalise_into_turns():
+    body = request()
+    msgs = rs.messages(rs.items(body), body["instructions"])
+    assert msgs[0] == {"role": "system", "content": "Be brief."}
+    assert msgs[1] == {"role": "developer", "content": "Mind the units."}
+    assert msgs[2] == {"role": "user", "content": [{"type": "text", "text": "Paris?"}]}
+    assert msgs[3] == {
+        "role": "assistant",
+        "content": "Checking.",
+        "reasoning": "Tool.",
+        "tool_calls": [{"id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}],
+    }
+    assert msgs[4] == {"role": "tool", "tool_call_id": "call_1", "content": "18C"}
+    assert msgs[5]["content"] == [
+        {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}}
+    ]
+    records.validate(
+        records.make_step(
+            trajectory="tr_x",
+            index=0,
+            agent="a",
+            request={"messages": msgs},
+            response=None,
+            protocol=rs.PROTOCOL,
+            status="cancelled",
+        )
+    )
+
+
+def test_string_input_is_one_user_message():
+    assert rs.messages(rs.items({"input": "hi"})) == [{"role": "user", "content": "hi"}]
+
+
+def test_request_translates_to_chat():
+    body = {**request(), "stream": True}
+    chat = rs.to_chat(
+        body, rs.messages(rs.items(body), body["instructions"]), engine="vllm", model=None
+    )
+    assert chat["model"] == "gpt-x" and chat["max_tokens"] == 300 and chat["temperature"] == 0.3
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert chat["tools"][0]["function"]["strict"] is True
+    assert chat["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "w", "schema": {"type": "object"}},
+    }
+    assert chat["reasoning_effort"] == "low"
+    assert chat["stream_options"] == {"include_usage": True}
+    assert [m["role"] for m in chat["messages"]] == [
+        "system",
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "user",
+    ]
+    assert chat["messages"][3]["tool_calls"][0]["function"] == {
+        "name": "get_weather",
+        "arguments": '{"city":"Paris"}',
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m"}, "input"),
+        ({"input": 5}, "input"),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+        ({"input": "x", "previous_response_id": 3}, "previous_response_id"),
+        ({"input": "x", "tools": {}}, "tools"),
+        ({"input": "x", "max_output_tokens": 1.5}, "max_output_tokens"),
+    ],
+)
+def test_bad_requests_name_the_field(body, param):
+    with pytest.raises(BadRequest) as info:
+        rs.check(body)
+    assert info.value.param == param
+
+
+def test_builtin_tools_and_items_need_passthrough():
+    with pytest.raises(BadRequest, match="passthrough"):
+        rs.tools({"tools": [{"type": "web_search"}]})
+    with pytest.raises(BadRequest, match="passthrough"):
+        rs.messages([{"type": "web_search_call", "id": "ws_1"}])
+    assert rs.messages([{"type": "web_search_call", "id": "ws_1"}], strict=False) == []
+
+
+def test_chains_rebuild_history_and_forget_evicted_ancestors():
+    chains = ResponseChains(max_responses=2)
+    a = [{"type": "message", "role": "user", "content": "1"}]
+    chains.put(
+        "r1", Stored("tr_a", None, a, [{"type": "message", "role": "assistant", "content": "x"}])
+    )
+    chains.put(
+        "r2", Stored("tr_a", "r1", [{"type": "message", "role": "user", "content": "2"}], [])
+    )
+    assert [i["content"] for i in chains.history("r2")] == ["1", "x", "2"]
+    chains.put("r3", Stored("tr_a", "r2", [], []))
+    with pytest.raises(BadRequest, match="ancestor 'r1'"):
+        chains.history("r3")
+    with pytest.raises(BadRequest, match="'nope' not found") as info:
+        chains.history("nope")
+    assert info.value.param == "previous_response_id"
+
+
+def test_unary_answer_is_a_valid_response():
+    chat = chat_body(
+        content="Sunny.",
+        reasoning="Look.",
+        calls=[("call_5", "get_weather", '{"city":"Oslo"}')],
+        finish="tool_calls",
+    )
+    resp = Response.model_validate(rs.from_chat(chat, request(), "resp_1"))
+    assert resp.id == "resp_1" and resp.status == "completed"
+    assert [o.type for o in resp.output] == ["reasoning", "message", "function_call"]
+    assert resp.output_text == "Sunny."
+    assert resp.output[2].call_id == "call_5" and resp.output[2].arguments == '{"city":"Oslo"}'
+    assert resp.usage.input_tokens == 5
+    truncated = Response.model_validate(
+        rs.from_chat(chat_body(finish="length"), request(), "resp_2")
+    )
+    assert (
+        truncated.status == "incomplete"
+        and truncated.incomplete_details.reason == "max_output_tokens"
+    )
+
+
+def _stream(
+    chunks: list[dict], body: dict
+) -> tuple[ChatToResponses, list[tuple[str | None, dict]]]:
+    tr = ChatToResponses(body, "resp_s")
+    out = b"".join(b for c in chunks for b in tr.feed(c))
+    u = chunks[-1]["usage"]
+    out += b"".join(tr.finish(u["prompt_tokens"], u["completion_tokens"], 0))
+    return tr, parse_sse(out)
+
+
+def test_stream_events_are_valid_and_accumulate_to_the_unary_response():
+    spec = {
+        "content": "Sunny in Oslo.",
+        "reasoning": "Look it up.",
+        "calls": [
+            ("call_1", "get_weather", '{"city":"Oslo"}'),
+            ("call_2", "get_weather", '{"city":"Rome"}'),
+        ],
+        "finish": "tool_calls",
+    }
+    _, events = _stream(chat_chunks(**spec), request())
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    assert events[0][0] == "response.created" and events[-1][0] == "response.completed"
+    state = ResponseStreamState(input_tools=[TOOL], text_format=omit)
+    for _, data in events:
+        for _ev in state.handle_event(EVENT.validate_python(data)):
+            pass
+    final = Response.model_validate(events[-1][1]["response"])
+    unary = Response.model_validate(rs.from_chat(chat_body(**spec), request(), "resp_s"))
+    strip = lambda r: [{k: v for k, v in o.model_dump().items() if k != "id"} for o in r.output]  # noqa: E731
+    assert strip(final) == strip(unary)
+    assert final.usage.output_tokens == unary.usage.output_tokens
+    assert state._completed_response is not None
+
+
+def test_assembler_and_record_from_a_stream():
+    spec = {
+        "content": "Done.",
+        "calls": [("call_3", "get_weather", '{"city":"Oslo"}')],
+        "finish": "tool_calls",
+    }
+    _, events = _stream(chat_chunks(**spec), request())
+    asm = ResponsesAssembler()
+    for _, data in events:
+        asm.add(data)
+    assert asm.done
+    rec = rs.response_record(asm.result())
+    assert rec["finish_reason"] == "tool_calls"
+    assert rec["message"] == {
+        "role": "assistant",
+        "content": "Done.",
+        "tool_calls": [{"id": "call_3", "name": "get_weather", "arguments": '{"city":"Oslo"}'}],
+    }
+    assert rec["usage"] == {"prompt_tokens": 5, "completion_tokens": 20, "total_tokens": 25}
+
+
+def test_assembler_keeps_a_cut_stream():
+    _, events = _stream(chat_chunks(content="Partial answer"), request())
+    asm = ResponsesAssembler()
+    for _, data in events[:6]:
+        asm.add(data)
+    assert not asm.done
+    assert rs.response_record(asm.result())["message"]["content"] == "Partia"  # two 3-char deltas
+
+
+def test_output_resent_as_input_threads_to_the_same_turn():
+    resp = rs.from_chat(
+        chat_body(content="Hi.", reasoning="r", calls=[("c1", "f", "{}")], finish="tool_calls"),
+        request(),
+        "r",
+    )
+    recorded = rs.response_record(resp)["message"]
+    resent = rs.messages(resp["output"])[0]
+    assert thread_form(recorded) == thread_form(resent)
+
+
+def test_error_event_is_valid():
+    tr = ChatToResponses(request(), "resp_e")
+    tr.feed(chat_chunks()[0])
+    ((name, data),) = parse_sse(tr.error(502, "upstream down"))
+    assert name == "error"
+    ev = EVENT.validate_python(data)
+    assert ev.message == "upstream down" and ev.code == "server_error"
