@@ -23,6 +23,7 @@ from agentworld.pool.sync_command import diff as pool_diff
 from agentworld.pool.sync_command import fetch as pool_fetch
 from agentworld.pool.sync_command import manifest as pool_manifest
 from agentworld.pool.sync_command import merge as pool_merge
+from agentworld.proxy.command import proxy
 from agentworld.run.command import run
 
 app = typer.Typer(
@@ -77,6 +78,7 @@ def init(
 # Commands from the other subsystems register here (each module imports only
 # typer at import time).
 app.command("demo")(demo)
+app.command("proxy")(proxy)
 app.command("run")(run)
 app.command("export")(export)
 pool_app.command("import")(pool_import)
