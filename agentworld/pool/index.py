@@ -39,6 +39,8 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 CREATE INDEX IF NOT EXISTS steps_traj ON steps (trajectory, idx);
 CREATE INDEX IF NOT EXISTS steps_source ON steps (source);
+CREATE INDEX IF NOT EXISTS steps_started ON steps (started_at);
+CREATE INDEX IF NOT EXISTS steps_errors ON steps (started_at) WHERE error IS NOT NULL;
 CREATE TABLE IF NOT EXISTS ends (
     trajectory TEXT PRIMARY KEY, id TEXT, status TEXT, reward REAL, ended_at REAL, steps INTEGER,
     error TEXT, source TEXT NOT NULL, line INTEGER NOT NULL
