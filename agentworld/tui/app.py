@@ -104,7 +104,8 @@ class AgentWorldApp(App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(list(self.HELP_SECTIONS)))
+            sections = [("everywhere", type(self)), *self.HELP_SECTIONS[1:]]
+            self.push_screen(HelpScreen(sections))
 
     def on_trajectory_labelled(self, event: TrajectoryLabelled) -> None:
         # Screens under the one that labelled (the list beneath the inspector) reload later.

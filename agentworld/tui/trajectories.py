@@ -124,6 +124,7 @@ class TrajectoriesScreen(CuratingScreen):
         self.page: Page | None = None
         self.all_armed = False
         self._shown: list[dict[str, Any]] = []
+        self._to_top = False  # a new sort, filter or page starts at its first row
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -142,7 +143,8 @@ class TrajectoriesScreen(CuratingScreen):
 
     # -- data -----------------------------------------------------------------------------
 
-    def reload(self) -> None:
+    def reload(self, *, to_top: bool = False) -> None:
+        self._to_top = self._to_top or to_top
         self._load(self.selection, self.sort_key, self.descending, self.page_offset)
 
     @work(thread=True, exclusive=True, group="page")
@@ -159,7 +161,7 @@ class TrajectoriesScreen(CuratingScreen):
         self.page = page
         self.page_offset = page.offset
         self._status()
-        if page.rows == self._shown:
+        if page.rows == self._shown and not self._to_top:
             return
         table = self.query_one("#list", DataTable)
         current = self.current_id()
@@ -169,7 +171,10 @@ class TrajectoriesScreen(CuratingScreen):
             table.add_row(*row_cells(r), key=r["id"])
         self._shown = page.rows
         ids = [r["id"] for r in page.rows]
-        if current in ids:
+        if self._to_top:
+            self._to_top = False
+            table.move_cursor(row=0, animate=False)
+        elif current in ids:
             table.move_cursor(row=ids.index(current), animate=False)
         elif page.rows:
             table.move_cursor(row=min(cursor, len(ids) - 1), animate=False)
@@ -211,7 +216,7 @@ class TrajectoriesScreen(CuratingScreen):
         self.aw.selection = sel
         self.page_offset = 0
         self.query_one("#list", DataTable).focus()
-        self.reload()
+        self.reload(to_top=True)
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
@@ -241,22 +246,22 @@ class TrajectoriesScreen(CuratingScreen):
     def action_sort(self) -> None:
         self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
         self.page_offset = 0
-        self.reload()
+        self.reload(to_top=True)
 
     def action_reverse(self) -> None:
         self.descending = not self.descending
         self.page_offset = 0
-        self.reload()
+        self.reload(to_top=True)
 
     def action_next_page(self) -> None:
         if self.page and self.page_offset + PAGE_SIZE < self.page.total:
             self.page_offset += PAGE_SIZE
-            self.reload()
+            self.reload(to_top=True)
 
     def action_prev_page(self) -> None:
         if self.page_offset:
             self.page_offset = max(0, self.page_offset - PAGE_SIZE)
-            self.reload()
+            self.reload(to_top=True)
 
     # -- curation ---------------------------------------------------------------------------
 
