@@ -114,6 +114,9 @@ def ensure_pool(n_steps: int) -> tuple[Path, float, float]:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["live"]:  # live PATH STEPS RATE: a writer at RATE steps/s
+        write_trajectories(Pool.open(sys.argv[2]), int(sys.argv[3]), rate_per_s=float(sys.argv[4]))
+        sys.exit(0)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     p, g, i = ensure_pool(n)
     print(f"pool {p}: generated in {g:.1f} s, indexed in {i:.1f} s")

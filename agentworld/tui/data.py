@@ -150,8 +150,8 @@ class PoolData:
 
     # -- monitor ----------------------------------------------------------------------
 
-    def monitor(self, *, min_heavy_interval_s: float = 1.0) -> MonitorSnapshot:
-        """Cheap numbers every call; whole-pool aggregates at most as often as they are cheap."""
+    def monitor(self) -> MonitorSnapshot:
+        """Cheap numbers (counts, rate, latest errors), plus the last whole-pool aggregates."""
         now = self.clock()
         with self._qlock:
             db = self._query.db
@@ -162,24 +162,32 @@ class PoolData:
                 rate=queries.steps_per_second(db, now=now),
                 errors=queries.recent_errors(db),
             )
-        # Full scans cost ~1 s on a million steps: keep them to a fraction of wall time.
-        due = max(min_heavy_interval_s, 4 * self._heavy_cost_s)
-        if self._heavy is None or time.monotonic() - self._heavy_at >= due:
-            t0 = time.monotonic()
-            with self._qlock:
-                stats = self._query.stats()
-                hist = queries.reward_histogram(self._query.db)
-            self._heavy = {
-                "stats": stats,
-                "histogram": hist,
-                "disk": queries.disk_use(self.pool.root),
-            }
-            self._heavy_cost_s = time.monotonic() - t0
-            self._heavy_at = time.monotonic()
         snap.heavy = self._heavy
         if self.config.proxy_url:
             snap.proxy = proxy_stats(self.config.proxy_url)
         return snap
+
+    def heavy_due(self, min_interval_s: float = 1.0) -> bool:
+        """Whether the whole-pool aggregates should be recomputed now.
+
+        They are full scans (seconds on a million steps), so they run at most
+        a quarter of the wall time, and never hold up the cheap numbers.
+        """
+        due = max(min_interval_s, 4 * self._heavy_cost_s)
+        return self._heavy is None or time.monotonic() - self._heavy_at >= due
+
+    def monitor_heavy(self) -> dict[str, Any]:
+        """Recompute the whole-pool aggregates: stats, reward histogram, disk use."""
+        t0 = time.monotonic()
+        with self._qlock:
+            stats = self._query.stats()
+        with self._qlock:
+            hist = queries.reward_histogram(self._query.db)
+        heavy = {"stats": stats, "histogram": hist, "disk": queries.disk_use(self.pool.root)}
+        self._heavy = heavy
+        self._heavy_cost_s = time.monotonic() - t0
+        self._heavy_at = time.monotonic()
+        return heavy
 
 
 def proxy_stats(url: str, timeout_s: float = 0.5) -> dict[str, Any] | str:

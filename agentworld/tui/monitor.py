@@ -131,6 +131,7 @@ class MonitorScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.snapshot: MonitorSnapshot | None = None
+        self._heavy_running = False
 
     @property
     def aw(self) -> AgentWorldApp:
@@ -155,13 +156,36 @@ class MonitorScreen(Screen[None]):
         self.set_interval(TICK_S, self.tick)
         self.tick()
 
+    @property
+    def ready(self) -> bool:
+        """Whether both the cheap numbers and the whole-pool aggregates are on screen."""
+        return self.snapshot is not None and self.snapshot.heavy is not None
+
     def tick(self) -> None:
+        if not self.is_current:
+            return  # no scans for a screen nobody is looking at
         self._load()
+        if not self._heavy_running and self.aw.data.heavy_due():
+            self._heavy_running = True
+            self._load_heavy()
 
     @work(thread=True, exclusive=True, group="monitor")
     def _load(self) -> None:
         snap = self.aw.data.monitor()
         self.app.call_from_thread(self.show, snap)
+
+    @work(thread=True, exclusive=True, group="monitor-heavy")
+    def _load_heavy(self) -> None:
+        try:
+            heavy = self.aw.data.monitor_heavy()
+        finally:
+            self._heavy_running = False
+        self.app.call_from_thread(self.show_heavy, heavy)
+
+    def show_heavy(self, heavy: dict[str, Any]) -> None:
+        if self.snapshot is not None:
+            self.snapshot.heavy = heavy
+            self.show(self.snapshot)
 
     def show(self, snap: MonitorSnapshot) -> None:
         """Put one snapshot on screen (UI thread)."""

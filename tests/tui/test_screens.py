@@ -238,7 +238,7 @@ async def test_review_queue_walks_unlabelled_one_key_each(pool_path: Path) -> No
 async def test_monitor_shows_counts_and_switching_modes(pool_path: Path) -> None:
     async with app_for(pool_path, start="monitor").run_test(size=SIZE) as pilot:
         await until(
-            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.snapshot
+            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
         )
         mon = pilot.app.screen
         summary = str(mon.query_one("#summary", Static).render())
@@ -257,7 +257,7 @@ async def test_monitor_shows_proxy_stats_or_why_not(pool_path: Path) -> None:
     app = app_for(pool_path, start="monitor", proxy_url="http://127.0.0.1:9")
     async with app.run_test(size=SIZE) as pilot:
         await until(
-            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.snapshot
+            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
         )
         assert "unreachable" in str(pilot.app.screen.query_one("#side", Static).render())
 
@@ -319,6 +319,6 @@ async def test_usable_at_80x24(pool_path: Path) -> None:
         )
         await pilot.press("escape", "m")
         await until(
-            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.snapshot
+            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
         )
         assert screen.query_one("#list", DataTable).row_count == 6

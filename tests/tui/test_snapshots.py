@@ -38,7 +38,7 @@ async def settle(pilot: Pilot, cond) -> None:
 
 def test_monitor_snapshot(pool_path: Path, snap_compare) -> None:
     async def ready(pilot: Pilot) -> None:
-        await settle(pilot, lambda a: isinstance(a.screen, MonitorScreen) and a.screen.snapshot)
+        await settle(pilot, lambda a: isinstance(a.screen, MonitorScreen) and a.screen.ready)
 
     assert snap_compare(
         app_for(pool_path, start="monitor", refresh_s=0), terminal_size=SIZE, run_before=ready
