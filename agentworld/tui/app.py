@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -52,6 +52,7 @@ class AgentWorldApp(App[None]):
         self.refresh_s = refresh_s
         self.selection = Selection()
         self._decoder: Decoder | None = None
+        self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
         self.title = f"AgentWorld · {data.pool.root.name}"
 
     def on_mount(self) -> None:
@@ -64,6 +65,15 @@ class AgentWorldApp(App[None]):
 
     def on_unmount(self) -> None:
         self.data.close()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key):
+            self.last_key_at = time.monotonic()
+        await super().on_event(event)
+
+    def user_idle_s(self) -> float:
+        """Seconds since the last key press."""
+        return time.monotonic() - self.last_key_at
 
     # -- background work ------------------------------------------------------------------
 

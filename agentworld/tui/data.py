@@ -7,6 +7,7 @@ second connection so a long refresh never holds up a page of the list.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 import urllib.request
@@ -62,9 +63,11 @@ class PoolData:
         self.clock = clock
         self._qlock = threading.Lock()
         self._rlock = threading.Lock()
+        self._hlock = threading.Lock()
         self._query = pool.index(refresh=False)
         self._refresher: Index | None = None
         self.curator = Curator(pool.labels, self.own_labels, config.author)
+        self._heavy_db: sqlite3.Connection | None = None  # full scans: off the query lock
         self._heavy: dict[str, Any] | None = None
         self._heavy_at = 0.0
         self._heavy_cost_s = 0.0
@@ -76,6 +79,10 @@ class PoolData:
                 self._refresher = None
         with self._qlock:
             self.pool.close()
+        with self._hlock:
+            if self._heavy_db is not None:
+                self._heavy_db.close()
+                self._heavy_db = None
 
     # -- refresh ------------------------------------------------------------------
 
@@ -179,10 +186,14 @@ class PoolData:
     def monitor_heavy(self) -> dict[str, Any]:
         """Recompute the whole-pool aggregates: stats, reward histogram, disk use."""
         t0 = time.monotonic()
-        with self._qlock:
-            stats = self._query.stats()
-        with self._qlock:
-            hist = queries.reward_histogram(self._query.db)
+        with self._hlock:
+            if self._heavy_db is None:
+                self._heavy_db = sqlite3.connect(
+                    self._query.path, timeout=60, check_same_thread=False
+                )
+                self._heavy_db.row_factory = sqlite3.Row
+            stats = queries.pool_totals(self._heavy_db)
+            hist = queries.reward_histogram(self._heavy_db)
         heavy = {"stats": stats, "histogram": hist, "disk": queries.disk_use(self.pool.root)}
         self._heavy = heavy
         self._heavy_cost_s = time.monotonic() - t0

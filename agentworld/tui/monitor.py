@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from agentworld.tui.app import AgentWorldApp
 
 TICK_S = 1.0
+PER_AGENT_COLUMNS = {
+    "agent": 10,
+    "dataset": 10,
+    "traj": 7,
+    "steps": 9,
+    "open": 5,
+    "done": 7,
+    "failed": 6,
+    "reward": 6,
+}
 
 
 def human_bytes(n: int) -> str:
@@ -132,6 +142,7 @@ class MonitorScreen(Screen[None]):
         super().__init__()
         self.snapshot: MonitorSnapshot | None = None
         self._heavy_running = False
+        self._per_agent_shown: list[dict[str, Any]] = []
 
     @property
     def aw(self) -> AgentWorldApp:
@@ -151,10 +162,12 @@ class MonitorScreen(Screen[None]):
     def on_mount(self) -> None:
         self.sub_title = "monitor"
         table = self.query_one("#per-agent", DataTable)
-        for col in ("agent", "dataset", "traj", "steps", "open", "done", "failed", "reward"):
-            table.add_column(col, key=col)
+        for col, width in PER_AGENT_COLUMNS.items():
+            table.add_column(col, key=col, width=width)
         self.set_interval(TICK_S, self.tick)
-        self.tick()
+
+    def on_screen_resume(self) -> None:
+        self.tick()  # at once when shown, not at the next interval
 
     @property
     def ready(self) -> bool:
@@ -195,11 +208,14 @@ class MonitorScreen(Screen[None]):
         self.query_one("#side", Static).update(side_text(snap))
         table = self.query_one("#per-agent", DataTable)
         rows = ((snap.heavy or {}).get("stats") or {}).get("per_agent") or []
+        if rows == self._per_agent_shown:
+            return
+        self._per_agent_shown = rows
         table.clear()
         for r in rows:
             table.add_row(
-                literal(r["agent"] or "-"),
-                literal(r["dataset"] or "-"),
+                one_line(r["agent"] or "-", 10),
+                one_line(r["dataset"] or "-", 10),
                 Text(f"{r['trajectories']:,}"),
                 Text(f"{r['steps'] or 0:,}"),
                 Text(f"{r['open'] or 0:,}"),

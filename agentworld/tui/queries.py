@@ -34,6 +34,42 @@ def steps_per_second(
     return [c / bucket_s for c in counts]
 
 
+def pool_totals(db: sqlite3.Connection) -> dict[str, Any]:
+    """Whole-pool aggregates for the monitor, each from one scan of a covering index."""
+    steps = errors = prompt = completion = engine = 0
+    versions: dict[int | None, int] = {}
+    q = (
+        "SELECT policy_version, COUNT(*), SUM(status != 'ok'), SUM(prompt_tokens), "
+        "SUM(completion_tokens), SUM(token_source = 'engine') FROM steps GROUP BY policy_version"
+    )
+    for v, n, e, p, c, g in db.execute(q):
+        versions[v] = n
+        steps += n
+        errors += e or 0
+        prompt += p or 0
+        completion += c or 0
+        engine += g or 0
+    per_agent = [
+        dict(r)
+        for r in db.execute(
+            "SELECT agent, dataset, COUNT(*) AS trajectories, SUM(n_steps) AS steps, "
+            "AVG(reward) AS reward_mean, SUM(status = 'open') AS open, "
+            "SUM(status = 'done') AS done, SUM(status IN ('failed', 'timeout', 'cancelled')) "
+            "AS failed FROM trajectories GROUP BY agent, dataset ORDER BY agent, dataset"
+        )
+    ]
+    return {
+        "steps": steps,
+        "step_errors": errors,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "engine_token_steps": engine,
+        "policy_versions": versions,
+        "per_agent": per_agent,
+        "labelled_trajectories": db.execute("SELECT COUNT(*) FROM tlabels").fetchone()[0],
+    }
+
+
 def recent_errors(db: sqlite3.Connection, limit: int = 5) -> list[dict[str, Any]]:
     q = (
         "SELECT id, trajectory, agent, started_at, error FROM steps "
