@@ -165,17 +165,18 @@ class MonitorScreen(Screen[None]):
         for col, width in PER_AGENT_COLUMNS.items():
             table.add_column(col, key=col, width=width)
         self.set_interval(TICK_S, self.tick)
+        self.call_after_refresh(self.tick, shown=True)
 
     def on_screen_resume(self) -> None:
-        self.tick()  # at once when shown, not at the next interval
+        self.tick(shown=True)  # at once when shown, not at the next interval
 
     @property
     def ready(self) -> bool:
         """Whether both the cheap numbers and the whole-pool aggregates are on screen."""
         return self.snapshot is not None and self.snapshot.heavy is not None
 
-    def tick(self) -> None:
-        if not self.is_current:
+    def tick(self, *, shown: bool = False) -> None:
+        if not (shown or self.is_current):
             return  # no scans for a screen nobody is looking at
         self._load()
         if not self._heavy_running and self.aw.data.heavy_due():
