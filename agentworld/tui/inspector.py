@@ -257,7 +257,10 @@ class InspectorScreen(CuratingScreen):
     def labels_written(self, event: TrajectoryLabelled) -> None:
         verb = "undid" if event.undone else "labelled"
         self.notify(f"{verb}: {event.action.describe()}", timeout=2)
+        kind, _, ident = event.action.targets[0].partition(":")
         if self.review and not event.undone:
             self._next_unreviewed()
+        elif self.review and kind == "trajectory":
+            self.load(ident)  # back to what was just un-labelled, to label it again
         elif self.trajectory_id:
             self.load(self.trajectory_id)

@@ -65,3 +65,27 @@ def test_web_without_textual_serve_names_the_extra(
     result = CliRunner().invoke(cli(), ["tui", "--pool", str(pool_path), "--web"])
     assert isinstance(result.exception, MissingExtraError)
     assert "agentworld[web]" in str(result.exception)
+
+
+def test_web_serves_this_command_through_textual_serve(
+    pool_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import textual_serve.server
+
+    served: dict = {}
+
+    class FakeServer:
+        def __init__(self, command: str, **kw: object) -> None:
+            served.update(command=command, **kw)
+
+        def serve(self) -> None:
+            served["served"] = True
+
+    monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
+    result = CliRunner().invoke(
+        cli(), ["tui", "--pool", str(pool_path), "--web", "--port", "9999", "--author", "ann"]
+    )
+    assert result.exit_code == 0, result.output
+    assert served["served"] and served["port"] == 9999 and served["host"] == "127.0.0.1"
+    assert "-m agentworld.tui" in served["command"] and "--author ann" in served["command"]
+    assert str(pool_path.resolve()) in served["command"]

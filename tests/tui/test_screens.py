@@ -220,6 +220,14 @@ async def test_review_queue_walks_unlabelled_one_key_each(pool_path: Path) -> No
         await pilot.press("1")
         await until(pilot, lambda: review.trajectory and review.trajectory.id != seen[-1])
         seen.append(review.trajectory.id)
+        await pilot.press("u")  # undo brings the one just labelled back
+        await until(pilot, lambda: review.trajectory and review.trajectory.id == seen[0])
+        assert (
+            "trajectory:tr_grp-a_0" not in overlay(pool_path)
+            or not overlay(pool_path)["trajectory:tr_grp-a_0"]
+        )
+        await pilot.press("1")
+        await until(pilot, lambda: review.trajectory and review.trajectory.id == seen[1])
         await pilot.press("space")  # skip without labelling
         await until(pilot, lambda: review.trajectory and review.trajectory.id != seen[-1])
         seen.append(review.trajectory.id)
