@@ -125,3 +125,5 @@ _KEYS = {
     "since": lambda sel, v, now: replace(sel, since=_when(v, "since", now)),
     "until": lambda sel, v, now: replace(sel, until=_when(v, "until", now)),
 }
+
+FILTER_KEYS = tuple(_KEYS)

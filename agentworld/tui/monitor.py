@@ -54,7 +54,10 @@ def summary_text(s: MonitorSnapshot) -> Text:
         f"  (errors {_n(st.get('step_errors'))})", style="red" if st.get("step_errors") else "dim"
     )
     out.append("   now ", style="bold")
-    out.append(f"{(s.rate[-1] if s.rate else 0):.1f} steps/s\n")
+    # The newest bucket is still filling (and the index lags the writers by up to a
+    # refresh), so "now" is the mean of the five buckets before it.
+    recent = s.rate[-6:-1] or [0.0]
+    out.append(f"{sum(recent) / len(recent):.1f} steps/s\n")
     out.append("trajectories ", style="bold")
     out.append(f"{sum(by.values()):,}: ")
     for name, style in (

@@ -19,6 +19,7 @@ from agentworld.tui.data import Page
 from agentworld.tui.filters import FILTER_HELP, parse_filter
 from agentworld.tui.literal import literal, one_line
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
+from agentworld.tui.suggest import FilterSuggester
 
 PAGE_SIZE = 100
 HOLD_STILL_S = 1.5
@@ -130,10 +131,11 @@ class TrajectoriesScreen(CuratingScreen):
         self._shown: list[dict[str, Any]] = []
         self._to_top = False  # a new sort, filter or page starts at its first row
         self._stale = False  # new records arrived while the user was pressing keys
+        self.suggester = FilterSuggester()
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Input(placeholder="filter: " + FILTER_HELP, id="filter")
+        yield Input(placeholder="filter: " + FILTER_HELP, id="filter", suggester=self.suggester)
         yield Static(Text("loading…"), id="status")
         yield DataTable(id="list", cursor_type="row", zebra_stripes=True)
         yield Footer()
@@ -146,6 +148,12 @@ class TrajectoriesScreen(CuratingScreen):
         table.focus()
         self.set_interval(HOLD_STILL_S / 2, self._reload_if_stale)
         self.reload()
+        self._load_suggestions()
+
+    @work(thread=True, group="suggestions")
+    def _load_suggestions(self) -> None:
+        values = {c: self.aw.data.distinct(c) for c in ("agent", "dataset", "group")}
+        self.suggester.set_values(values)
 
     # -- data -----------------------------------------------------------------------------
 

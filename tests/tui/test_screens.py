@@ -71,6 +71,25 @@ async def test_list_shows_pages_sorts_and_filters(pool_path: Path) -> None:
         )
 
 
+async def test_filter_line_completes_keys_and_values(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        await until(pilot, lambda: screen.suggester.values.get("agent"))
+        await pilot.press("slash", *"ag")
+        await until(pilot, lambda: screen.query_one("#filter", Input)._suggestion == "agent:")
+        await pilot.press("right", *"so")
+        await until(pilot, lambda: screen.query_one("#filter", Input)._suggestion == "agent:solver")
+        await pilot.press("right", *" status:done,fa")
+        await until(
+            pilot,
+            lambda: (
+                screen.query_one("#filter", Input)._suggestion == "agent:solver status:done,failed"
+            ),
+        )
+        await pilot.press("right", "enter")
+        await until(pilot, lambda: screen.page.total == 3)
+
+
 async def test_text_search_finds_words_in_messages(pool_path: Path) -> None:
     async with app_for(pool_path).run_test(size=SIZE) as pilot:
         screen = await loaded_list(pilot)
