@@ -39,6 +39,12 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 CREATE INDEX IF NOT EXISTS steps_traj ON steps (trajectory, idx);
 CREATE INDEX IF NOT EXISTS steps_source ON steps (source);
+CREATE INDEX IF NOT EXISTS steps_started ON steps (started_at);
+CREATE INDEX IF NOT EXISTS steps_errors ON steps (started_at) WHERE error IS NOT NULL;
+-- Covers the monitor's per-version aggregates so they scan this, not the wide rows.
+CREATE INDEX IF NOT EXISTS steps_totals ON steps (
+    policy_version, status, token_source, prompt_tokens, completion_tokens
+);
 CREATE TABLE IF NOT EXISTS ends (
     trajectory TEXT PRIMARY KEY, id TEXT, status TEXT, reward REAL, ended_at REAL, steps INTEGER,
     error TEXT, source TEXT NOT NULL, line INTEGER NOT NULL

@@ -1,0 +1,153 @@
+"""The `aw tui` application: modes for monitor and list, pushed screens for details, one data service."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, ClassVar
+
+from textual import events, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from agentworld.pool import Pool, Selection
+from agentworld.tui.data import PoolData, TuiConfig
+from agentworld.tui.group import GroupScreen
+from agentworld.tui.help import HelpScreen, bindings_of
+from agentworld.tui.inspector import InspectorScreen
+from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
+from agentworld.tui.monitor import MonitorScreen
+from agentworld.tui.tokens import Decoder, load_decoder
+from agentworld.tui.trajectories import TrajectoriesScreen
+
+REFRESH_S = 1.0
+
+
+class AgentWorldApp(App[None]):
+    """Monitor, list, inspect and curate one pool."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("m", "switch_mode('monitor')", "Monitor"),
+        Binding("l", "switch_mode('trajectories')", "List"),
+        Binding("r", "review", "Review"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+    ]
+    MODES: ClassVar[dict[str, Any]] = {"monitor": MonitorScreen, "trajectories": TrajectoriesScreen}
+    HELP_SECTIONS = (
+        ("everywhere", App),
+        ("monitor", MonitorScreen),
+        ("trajectories", TrajectoriesScreen),
+        ("inspector and review queue", InspectorScreen),
+        ("group view", GroupScreen),
+        ("help", HelpScreen),
+    )
+
+    def __init__(self, data: PoolData, *, start: str = "monitor", refresh_s: float = REFRESH_S):
+        super().__init__()
+        self.data = data
+        self.start_mode = start
+        self.refresh_s = refresh_s
+        self.selection = Selection()
+        self._decoder: Decoder | None = None
+        self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
+        self.title = f"AgentWorld · {data.pool.root.name}"
+
+    def on_mount(self) -> None:
+        self.switch_mode(self.start_mode)
+        if self.refresh_s > 0:
+            self.set_interval(self.refresh_s, self.refresh_pool)
+        self.refresh_pool()
+        if self.data.config.tokenizer_path:
+            self._load_tokenizer(self.data.config.tokenizer_path)
+
+    def on_unmount(self) -> None:
+        self.data.close()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key):
+            self.last_key_at = time.monotonic()
+        await super().on_event(event)
+
+    def user_idle_s(self) -> float:
+        """Seconds since the last key press."""
+        return time.monotonic() - self.last_key_at
+
+    # -- background work ------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="refresh")
+    def refresh_pool(self) -> None:
+        """Take new records and labels into the index; tell the screen if anything came."""
+        report = self.data.refresh()
+        if report.records or report.shards:
+            self.call_from_thread(self._refreshed, report.records)
+
+    def _refreshed(self, records: int) -> None:
+        self.screen.post_message(PoolRefreshed(records))
+
+    @work(thread=True, group="tokenizer")
+    def _load_tokenizer(self, path: str) -> None:
+        try:
+            decoder = load_decoder(path)
+        except Exception as exc:  # a bad path must not take the app down
+            self.call_from_thread(self.notify, f"tokenizer {path}: {exc}", severity="error")
+            return
+        self._decoder = decoder
+        self.call_from_thread(self.notify, "tokenizer loaded: tokens are shown as text", timeout=2)
+
+    def decoder(self) -> Decoder | None:
+        """Token-id → text, once a configured tokenizer has loaded; ids otherwise."""
+        return self._decoder
+
+    # -- navigation (called by screens) ------------------------------------------------------
+
+    def inspect(self, trajectory_id: str) -> None:
+        self.push_screen(InspectorScreen(trajectory_id))
+
+    def show_group(self, group: str, focus: str | None = None) -> None:
+        self.push_screen(GroupScreen(group, focus))
+
+    def action_review(self) -> None:
+        self.push_screen(InspectorScreen(None, review=True, selection=self.selection))
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            sections = [("everywhere", type(self)), *self.HELP_SECTIONS[1:]]
+            self.push_screen(HelpScreen(sections))
+
+    def on_trajectory_labelled(self, event: TrajectoryLabelled) -> None:
+        # Screens under the one that labelled (the list beneath the inspector) reload later.
+        for screen in self.screen_stack[:-1]:
+            if hasattr(screen, "reload"):
+                screen.reload()
+
+    # -- command palette ----------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Every key's action, app-wide and of the current screen, as a palette entry."""
+        yield from super().get_system_commands(screen)
+        seen: set[str] = set()
+        for owner, cls in ((self, type(self)), (screen, type(screen))):
+            for b in bindings_of(cls):
+                if b.action in seen or cls is App:
+                    continue
+                seen.add(b.action)
+                yield SystemCommand(
+                    b.description or b.action,
+                    f"key {b.key_display or b.key} · {b.action}",
+                    partial(owner.run_action, b.action),
+                )
+
+
+def make_app(
+    config: TuiConfig,
+    *,
+    start: str = "monitor",
+    clock: Callable[[], float] = time.time,
+    refresh_s: float = REFRESH_S,
+) -> AgentWorldApp:
+    """Open the pool and build the app; the CLI, textual-serve and tests all start here."""
+    pool = Pool.open(config.pool_path)
+    return AgentWorldApp(PoolData(pool, config, clock=clock), start=start, refresh_s=refresh_s)

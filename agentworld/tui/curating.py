@@ -1,0 +1,138 @@
+"""Base screen with the curation keys shared by the list, inspector, group view and review."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+from textual.binding import Binding
+from textual.screen import Screen
+
+from agentworld.errors import AgentWorldError
+from agentworld.pool import Selection
+from agentworld.tui.dialog import PromptDialog
+from agentworld.tui.messages import TrajectoryLabelled
+
+if TYPE_CHECKING:
+    from agentworld.tui.app import AgentWorldApp
+
+CURATION_BINDINGS = [
+    Binding("y", "label_trainable(True)", "Trainable"),
+    Binding("x", "label_trainable(False)", "Not trainable"),
+    Binding("1", "label_quality('good')", "Good"),
+    Binding("2", "label_quality('bad')", "Bad"),
+    Binding("3", "label_quality('unsure')", "Unsure"),
+    Binding("number_sign", "edit_tags", "Tags", key_display="#", show=False),
+    Binding("n", "edit_note", "Note", show=False),
+    Binding("o", "edit_reward", "Reward override", show=False),
+    Binding("u", "undo", "Undo label"),
+]
+
+
+class CuratingScreen(Screen[None]):
+    """Subclasses say what a label applies to (``label_targets``) and how to show it.
+
+    Each subclass lists ``CURATION_BINDINGS`` after its own keys, so the footer
+    shows the screen's own keys first.
+    """
+
+    @property
+    def aw(self) -> AgentWorldApp:
+        return self.app  # type: ignore[return-value]
+
+    def label_targets(self) -> list[str] | Selection:
+        """Targets the next label applies to (``trajectory:<id>`` / ``step:<id>``).
+
+        A Selection means every trajectory it matches (resolved in the worker).
+        """
+        return []
+
+    def current_labels(self) -> dict[str, Any]:
+        """Label values of the (first) target, to prefill dialogs."""
+        return {}
+
+    def labels_written(self, event: TrajectoryLabelled) -> None:
+        """Called on the UI thread once a label (or an undo) is in the index."""
+
+    # -- actions --------------------------------------------------------------------
+
+    def action_label_trainable(self, value: bool) -> None:
+        self._label({"trainable": value})
+
+    def action_label_quality(self, value: str) -> None:
+        self._label({"quality": value})
+
+    def action_edit_tags(self) -> None:
+        tags = ", ".join(self.current_labels().get("tags") or [])
+        self.app.push_screen(
+            PromptDialog("Tags (comma separated; empty clears)", tags),
+            lambda v: (
+                None
+                if v is None
+                else self._label({"tags": [t.strip() for t in v.split(",") if t.strip()] or None})
+            ),
+        )
+
+    def action_edit_note(self) -> None:
+        self.app.push_screen(
+            PromptDialog("Note (empty clears)", self.current_labels().get("note") or ""),
+            lambda v: None if v is None else self._label({"note": v or None}),
+        )
+
+    def action_edit_reward(self) -> None:
+        current = self.current_labels().get("reward")
+        self.app.push_screen(
+            PromptDialog(
+                "Reward override (a number; empty clears)", "" if current is None else str(current)
+            ),
+            self._reward_entered,
+        )
+
+    def _reward_entered(self, value: str | None) -> None:
+        if value is None:
+            return
+        if not value.strip():
+            self._label({"reward": None})
+            return
+        try:
+            self._label({"reward": float(value)})
+        except ValueError:
+            self.notify(f"not a number: {value!r}", severity="error")
+
+    def action_undo(self) -> None:
+        self._undo()
+
+    # -- workers ------------------------------------------------------------------------
+
+    def _label(self, fields: dict[str, Any]) -> None:
+        targets = self.label_targets()
+        if not targets:
+            self.notify("nothing to label here", severity="warning")
+            return
+        self._write(targets, fields)
+
+    @work(thread=True, group="labels")
+    def _write(self, targets: list[str] | Selection, fields: dict[str, Any]) -> None:
+        if isinstance(targets, Selection):
+            targets = [f"trajectory:{t}" for t in self.aw.data.trajectory_ids(targets)]
+            if not targets:
+                self.app.call_from_thread(self.notify, "no trajectory matches", severity="warning")
+                return
+        try:
+            action = self.aw.data.label(targets, fields)
+        except AgentWorldError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        self.app.call_from_thread(self._written, TrajectoryLabelled(action))
+
+    @work(thread=True, group="labels")
+    def _undo(self) -> None:
+        action = self.aw.data.undo()
+        if action is None:
+            self.app.call_from_thread(self.notify, "nothing to undo", severity="warning")
+            return
+        self.app.call_from_thread(self._written, TrajectoryLabelled(action, undone=True))
+
+    def _written(self, event: TrajectoryLabelled) -> None:
+        self.post_message(event)
+        self.labels_written(event)

@@ -1,0 +1,211 @@
+"""The TUI's one door to storage: thread-safe index queries, refresh, trajectories and labels.
+
+Screens call these methods from ``@work(thread=True)`` workers. Queries share
+one SQLite connection guarded by a lock; the incremental refresh runs on a
+second connection so a long refresh never holds up a page of the list.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from agentworld.pool import Pool, Selection, Trajectory
+from agentworld.pool.index import Index, RefreshReport
+from agentworld.tui import queries
+from agentworld.tui.curation import Curator, LabelAction
+
+
+@dataclass(frozen=True)
+class TuiConfig:
+    """What the CLI resolved: where, who, and optional extras."""
+
+    pool_path: str
+    author: str
+    proxy_url: str | None = None
+    tokenizer_path: str | None = None
+
+
+@dataclass
+class MonitorSnapshot:
+    """Everything the monitor shows at one tick."""
+
+    at: float
+    steps: int
+    by_status: dict[str, int]
+    rate: list[float]
+    errors: list[dict[str, Any]]
+    heavy: dict[str, Any] | None = None  # stats, histogram, disk: recomputed less often
+    proxy: dict[str, Any] | str | None = None
+
+
+@dataclass
+class Page:
+    rows: list[dict[str, Any]]
+    total: int
+    offset: int
+    selection: Selection = field(default_factory=Selection)
+
+
+class PoolData:
+    """Thread-safe access to one pool for the app and its screens."""
+
+    def __init__(self, pool: Pool, config: TuiConfig, *, clock: Callable[[], float] = time.time):
+        self.pool = pool
+        self.config = config
+        self.clock = clock
+        self._qlock = threading.Lock()
+        self._rlock = threading.Lock()
+        self._hlock = threading.Lock()
+        self._query = pool.index(refresh=False)
+        self._refresher: Index | None = None
+        self.curator = Curator(pool.labels, self.own_labels, config.author)
+        self._heavy_db: sqlite3.Connection | None = None  # full scans: off the query lock
+        self._heavy: dict[str, Any] | None = None
+        self._heavy_at = 0.0
+        self._heavy_cost_s = 0.0
+
+    def close(self) -> None:
+        with self._rlock:
+            if self._refresher is not None:
+                self._refresher.close()
+                self._refresher = None
+        with self._qlock:
+            self.pool.close()
+        with self._hlock:
+            if self._heavy_db is not None:
+                self._heavy_db.close()
+                self._heavy_db = None
+
+    # -- refresh ------------------------------------------------------------------
+
+    def refresh(self) -> RefreshReport:
+        """Bring the index up to date (new shards, journal tails, labels)."""
+        with self._rlock:
+            if self._refresher is None:
+                self._refresher = Index(self.pool.layout, self.pool.labels)
+            return self._refresher.refresh()
+
+    # -- lists ------------------------------------------------------------------------
+
+    def page(self, sel: Selection, *, sort: str, descending: bool, limit: int, offset: int) -> Page:
+        with self._qlock:
+            total = self._query.count_trajectories(sel)
+            offset = max(0, min(offset, max(0, total - 1) // limit * limit))
+            rows = self._query.trajectories(
+                sel, sort=sort, descending=descending, limit=limit, offset=offset
+            )
+        return Page(rows, total, offset, sel)
+
+    def trajectory_ids(self, sel: Selection) -> list[str]:
+        with self._qlock:
+            return self._query.trajectory_ids(sel)
+
+    def summary(self, trajectory_id: str) -> dict[str, Any] | None:
+        with self._qlock:
+            return self._query.trajectory(trajectory_id)
+
+    def distinct(self, column: str) -> list[str]:
+        with self._qlock:
+            return queries.distinct(self._query.db, column)
+
+    def next_unreviewed(self, sel: Selection, skip: Sequence[str] = ()) -> str | None:
+        """The oldest trajectory matching ``sel`` with no label at all, not in ``skip``."""
+        skipped = set(skip)
+        unlabelled = replace(sel, labelled=False)
+        with self._qlock:
+            rows = self._query.trajectories(
+                unlabelled, sort="time", descending=False, limit=len(skipped) + 1
+            )
+        return next((r["id"] for r in rows if r["id"] not in skipped), None)
+
+    # -- one trajectory -----------------------------------------------------------------
+
+    def trajectory(self, trajectory_id: str) -> Trajectory:
+        with self._qlock:
+            return self.pool.get_trajectory(trajectory_id)
+
+    def group(self, group: str, limit: int = 64) -> list[Trajectory]:
+        with self._qlock:
+            ids = queries.group_members(self._query.db, group)[:limit]
+            return [self.pool.get_trajectory(t) for t in ids]
+
+    # -- labels -----------------------------------------------------------------------
+
+    def own_labels(self, targets: Sequence[str]) -> dict[str, dict[str, Any]]:
+        with self._qlock:
+            return self._query.labels_of(list(targets))
+
+    def label(self, targets: Sequence[str], fields: Mapping[str, Any]) -> LabelAction:
+        """Write labels, then refresh so lists and counts show them at once."""
+        action = self.curator.label(targets, fields)
+        self.refresh()
+        return action
+
+    def undo(self) -> LabelAction | None:
+        action = self.curator.undo()
+        if action is not None:
+            self.refresh()
+        return action
+
+    # -- monitor ----------------------------------------------------------------------
+
+    def monitor(self) -> MonitorSnapshot:
+        """Cheap numbers (counts, rate, latest errors), plus the last whole-pool aggregates."""
+        now = self.clock()
+        with self._qlock:
+            db = self._query.db
+            snap = MonitorSnapshot(
+                at=now,
+                steps=queries.step_count(db),
+                by_status=queries.trajectories_by_status(db),
+                rate=queries.steps_per_second(db, now=now),
+                errors=queries.recent_errors(db),
+            )
+        snap.heavy = self._heavy
+        if self.config.proxy_url:
+            snap.proxy = proxy_stats(self.config.proxy_url)
+        return snap
+
+    def heavy_due(self, min_interval_s: float = 1.0) -> bool:
+        """Whether the whole-pool aggregates should be recomputed now.
+
+        They are full scans (seconds on a million steps), so they run at most
+        a quarter of the wall time, and never hold up the cheap numbers.
+        """
+        due = max(min_interval_s, 4 * self._heavy_cost_s)
+        return self._heavy is None or time.monotonic() - self._heavy_at >= due
+
+    def monitor_heavy(self) -> dict[str, Any]:
+        """Recompute the whole-pool aggregates: stats, reward histogram, disk use."""
+        t0 = time.monotonic()
+        with self._hlock:
+            if self._heavy_db is None:
+                self._heavy_db = sqlite3.connect(
+                    self._query.path, timeout=60, check_same_thread=False
+                )
+                self._heavy_db.row_factory = sqlite3.Row
+            stats = queries.pool_totals(self._heavy_db)
+            hist = queries.reward_histogram(self._heavy_db)
+        heavy = {"stats": stats, "histogram": hist, "disk": queries.disk_use(self.pool.root)}
+        self._heavy = heavy
+        self._heavy_cost_s = time.monotonic() - t0
+        self._heavy_at = time.monotonic()
+        return heavy
+
+
+def proxy_stats(url: str, timeout_s: float = 0.5) -> dict[str, Any] | str:
+    """The proxy's GET /aw/stats, or a one-line reason it could not be read."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/aw/stats", timeout=timeout_s) as resp:
+            data = orjson.loads(resp.read())
+        return data if isinstance(data, dict) else {"stats": data}
+    except Exception as exc:  # any network or parse failure is shown, never raised
+        return f"unreachable: {exc}"

@@ -1,0 +1,186 @@
+"""The group view: one task's trajectories side by side, rewards, GRPO advantages, shared prefix."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import HorizontalScroll
+from textual.widgets import DataTable, Footer, Header, Static
+
+from agentworld import records
+from agentworld.pool import Trajectory
+from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
+from agentworld.tui.grouping import final_sequence, grpo_advantages, shared_prefix
+from agentworld.tui.literal import literal
+from agentworld.tui.messages import TrajectoryLabelled
+
+
+def member_card(t: Trajectory, reward: float | None, advantage: float | None) -> Text:
+    """A narrow column for one member: status, reward, advantage and its final answer."""
+    out = Text()
+    out.append(literal(t.id[-10:], style="bold"))
+    out.append(f"  {t.status}\n", style="green" if t.status == "done" else "red")
+    out.append(f"reward {'-' if reward is None else f'{reward:.3f}'}  ")
+    if advantage is not None:
+        out.append(
+            f"adv {advantage:+.2f}",
+            style="bold green" if advantage > 0 else "bold red" if advantage < 0 else "",
+        )
+    out.append("\n")
+    if t.steps:
+        last = t.steps[-1]
+        msg = (last.get("response") or {}).get("message") or {}
+        out.append(f"── final answer (step {last['index']})\n", style="dim")
+        out.append(literal(records.completion_text(last)[:600]))
+        for call in msg.get("tool_calls") or ():
+            out.append("\n→ ", style="yellow")
+            out.append(
+                literal(f"{call.get('name')}({call.get('arguments', '')[:120]})", style="yellow")
+            )
+    return out
+
+
+class GroupScreen(CuratingScreen):
+    """Members of one group with what GRPO would make of their rewards."""
+
+    DEFAULT_CSS = """
+    GroupScreen #ginfo { height: 2; padding: 0 1; background: $boost; }
+    GroupScreen #members { height: auto; max-height: 12; }
+    GroupScreen #side { height: 1fr; }
+    GroupScreen .card { width: 38; height: auto; padding: 0 1; border-right: vkey $primary-darken-2; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("enter", "inspect", "Inspect", show=False),
+        *CURATION_BINDINGS,
+    ]
+
+    def __init__(self, group: str, focus: str | None = None) -> None:
+        super().__init__()
+        self.group = group
+        self.focus_id = focus
+        self.members: list[Trajectory] = []
+        self.advantages: list[float | None] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(Text("loading…"), id="ginfo")
+        yield DataTable(id="members", cursor_type="row", zebra_stripes=True)
+        yield HorizontalScroll(id="side")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "group"
+        table = self.query_one("#members", DataTable)
+        for c in (
+            "trajectory",
+            "status",
+            "reward",
+            "advantage",
+            "steps",
+            "tokens",
+            "shared",
+            "labels",
+        ):
+            table.add_column(c, key=c)
+        table.focus()
+        self.reload()
+
+    def reload(self) -> None:
+        self._load(self.group)
+
+    @work(thread=True, exclusive=True, group="group")
+    def _load(self, group: str) -> None:
+        members = self.aw.data.group(group)
+        self.app.call_from_thread(self.show, members)
+
+    def show(self, members: list[Trajectory]) -> None:
+        self.members = members
+        rewards = [t.reward for t in members]
+        self.advantages = grpo_advantages(rewards)
+        seqs, units = (
+            zip(*(final_sequence(t.steps) for t in members), strict=True) if members else ((), ())
+        )
+        unit = "tokens" if units and all(u == "tokens" for u in units) else "chars"
+        if unit == "chars":
+            seqs = tuple(s if isinstance(s, str) else " ".join(map(str, s)) for s in seqs)
+        n_shared, fractions = shared_prefix(list(seqs))
+        info = Text()
+        info.append("group ", style="dim")
+        info.append(literal(self.group, style="bold"))
+        info.append(f"   {len(members)} trajectories")
+        present = [r for r in rewards if r is not None]
+        if present:
+            info.append(f"   mean reward {sum(present) / len(present):.3f}")
+        info.append(
+            f"\nshared prefix: {n_shared:,} {unit}   advantage = (r - mean) / std within the group (GRPO)"
+        )
+        self.query_one("#ginfo", Static).update(info)
+        table = self.query_one("#members", DataTable)
+        table.clear()
+        focus_row = 0
+        for i, (t, adv, frac) in enumerate(zip(members, self.advantages, fractions, strict=True)):
+            if t.id == self.focus_id:
+                focus_row = i
+            tokens = sum(
+                ((s.get("response") or {}).get("usage") or {}).get("completion_tokens") or 0
+                for s in t.steps
+            )
+            table.add_row(
+                literal(t.id[-12:]),
+                Text(t.status),
+                Text("-" if t.reward is None else f"{t.reward:.3f}"),
+                Text(
+                    "-" if adv is None else f"{adv:+.3f}",
+                    style="green" if (adv or 0) > 0 else "red" if (adv or 0) < 0 else "",
+                ),
+                Text(str(len(t.steps))),
+                Text(f"{tokens:,}"),
+                Text(f"{100 * frac:.0f}%"),
+                literal(" ".join(f"{k}={v}" for k, v in t.labels.items())),
+                key=t.id,
+            )
+        if members:
+            table.move_cursor(row=focus_row, animate=False)
+        side = self.query_one("#side", HorizontalScroll)
+        side.remove_children()
+        side.mount_all(
+            Static(member_card(t, t.reward, adv), classes="card")
+            for t, adv in zip(members, self.advantages, strict=True)
+        )
+
+    def current(self) -> Trajectory | None:
+        row = self.query_one("#members", DataTable).cursor_row
+        return self.members[row] if 0 <= row < len(self.members) else None
+
+    def action_back(self) -> None:
+        self.dismiss()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_inspect()
+
+    def action_inspect(self) -> None:
+        t = self.current()
+        if t is not None:
+            self.aw.inspect(t.id)
+
+    def label_targets(self) -> list[str]:
+        t = self.current()
+        return [f"trajectory:{t.id}"] if t else []
+
+    def current_labels(self) -> dict[str, Any]:
+        t = self.current()
+        return t.labels if t else {}
+
+    def labels_written(self, event: TrajectoryLabelled) -> None:
+        self.notify(
+            f"{'undid' if event.undone else 'labelled'}: {event.action.describe()}", timeout=2
+        )
+        t = self.current()
+        self.focus_id = t.id if t else None
+        self.reload()

@@ -1,0 +1,266 @@
+"""The inspector: one trajectory as a transcript, per-step metadata and the token view.
+
+With ``review=True`` it is the review queue: it walks unlabelled trajectories
+of the current filter, and each label key labels and moves to the next.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Static
+
+from agentworld.errors import AgentWorldError
+from agentworld.pool import Selection, Trajectory
+from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
+from agentworld.tui.literal import literal
+from agentworld.tui.messages import TrajectoryLabelled
+from agentworld.tui.tokens import Decoder, token_view
+from agentworld.tui.transcript import step_metadata, step_transcript
+
+
+def info_text(t: Trajectory, target: str, review: bool) -> Text:
+    first = t.steps[0] if t.steps else t.end or {}
+    out = Text()
+    if review:
+        out.append(" REVIEW ", style="bold reverse magenta")
+        out.append(" ")
+    out.append(literal(t.id, style="bold"))
+    out.append("  ")
+    for key in ("agent", "dataset", "group", "task"):
+        if first.get(key) is not None:
+            out.append(f"{key} ", style="dim")
+            out.append(literal(first[key]))
+            out.append("  ")
+    out.append(
+        f"{t.status}",
+        style="green" if t.status == "done" else "red" if t.status != "open" else "cyan",
+    )
+    out.append(f"  reward {'-' if t.reward is None else f'{t.reward:.3f}'}")
+    out.append("\nlabels ", style="dim")
+    out.append(literal(" ".join(f"{k}={v}" for k, v in t.labels.items()) or "none"))
+    out.append("   labelling ", style="dim")
+    out.append(target, style="bold reverse")
+    return out
+
+
+class InspectorScreen(CuratingScreen):
+    """Transcript, metadata and tokens of one trajectory, step by step."""
+
+    DEFAULT_CSS = """
+    InspectorScreen #info { height: 2; padding: 0 1; background: $boost; }
+    InspectorScreen #steps { width: 26; height: 1fr; }
+    InspectorScreen #detail { width: 1fr; height: 1fr; padding: 0 1; }
+    InspectorScreen #meta { height: auto; margin-bottom: 1; }
+    InspectorScreen #body { height: auto; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("t", "toggle_tokens", "Tokens"),
+        Binding("full_stop", "toggle_target", "Step/traj", key_display="."),
+        Binding("j", "step(1)", "Next step", show=False),
+        Binding("k", "step(-1)", "Prev step", show=False),
+        Binding("g", "group", "Group", show=False),
+        Binding("space", "skip", "Skip (review)", show=False),
+        *CURATION_BINDINGS,
+    ]
+
+    def __init__(
+        self, trajectory_id: str | None, *, review: bool = False, selection: Selection | None = None
+    ) -> None:
+        super().__init__()
+        self.trajectory_id = trajectory_id
+        self.review = review
+        self.selection = selection or Selection()
+        self.trajectory: Trajectory | None = None
+        self.step_i = 0
+        self.show_tokens = False
+        self.target_step = False
+        self.skipped: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(Text("loading…"), id="info")
+        with Horizontal():
+            yield DataTable(id="steps", cursor_type="row")
+            with VerticalScroll(id="detail"):
+                yield Static(Text(""), id="meta")
+                yield Static(Text(""), id="body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "review queue" if self.review else "inspector"
+        table = self.query_one("#steps", DataTable)
+        for c in ("#", "status", "finish", "tok", "pv"):
+            table.add_column(c, key=c)
+        table.focus()
+        if self.trajectory_id is None and self.review:
+            self._next_unreviewed()
+        else:
+            self.load(self.trajectory_id)
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def load(self, trajectory_id: str | None) -> None:
+        if trajectory_id is None:
+            return
+        self.trajectory_id = trajectory_id
+        self._load(trajectory_id)
+
+    @work(thread=True, exclusive=True, group="trajectory")
+    def _load(self, trajectory_id: str) -> None:
+        try:
+            t = self.aw.data.trajectory(trajectory_id)
+        except AgentWorldError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        self.app.call_from_thread(self.show, t)
+
+    @work(thread=True, exclusive=True, group="trajectory")
+    def _next_unreviewed(self) -> None:
+        tid = self.aw.data.next_unreviewed(self.selection, self.skipped)
+        if tid is None:
+            self.app.call_from_thread(self._queue_empty)
+            return
+        t = self.aw.data.trajectory(tid)
+        self.app.call_from_thread(self.show, t)
+
+    def _queue_empty(self) -> None:
+        self.trajectory = None
+        self.query_one("#info", Static).update(
+            Text(" REVIEW  queue empty: every matching trajectory has a label", style="bold")
+        )
+        self.query_one("#meta", Static).update(Text(""))
+        self.query_one("#body", Static).update(Text(""))
+        self.query_one("#steps", DataTable).clear()
+
+    def show(self, t: Trajectory) -> None:
+        """Display a trajectory (UI thread); keeps the step cursor when it is the same one."""
+        same = self.trajectory is not None and self.trajectory.id == t.id
+        self.trajectory = t
+        self.trajectory_id = t.id
+        if not same:
+            self.step_i = 0
+        table = self.query_one("#steps", DataTable)
+        table.clear()
+        for s in t.steps:
+            usage = (s.get("response") or {}).get("usage") or {}
+            finish = (s.get("response") or {}).get("finish_reason") or "-"
+            idx = s["index"] if s.get("choice") is None else f"{s['index']}.{s['choice']}"
+            table.add_row(
+                Text(str(idx)),
+                Text(s["status"], style="red" if s["status"] != "ok" else ""),
+                literal(finish[:8]),
+                Text(
+                    str(
+                        usage.get("completion_tokens")
+                        or len((s.get("tokens") or {}).get("completion_ids") or ())
+                    )
+                ),
+                Text(str(s.get("policy_version"))),
+            )
+        if t.steps:
+            self.step_i = min(self.step_i, len(t.steps) - 1)
+            table.move_cursor(row=self.step_i, animate=False)
+        self.render_step()
+
+    def render_step(self) -> None:
+        t = self.trajectory
+        if t is None:
+            return
+        self.query_one("#info", Static).update(info_text(t, self.target_name(), self.review))
+        if not t.steps:
+            self.query_one("#meta", Static).update(Text("no steps"))
+            self.query_one("#body", Static).update(Text(""))
+            return
+        step = t.steps[self.step_i]
+        self.query_one("#meta", Static).update(step_metadata(step))
+        if self.show_tokens:
+            prev = t.steps[self.step_i - 1] if self.step_i > 0 else None
+            self.query_one("#body", Static).update(token_view(step, prev, decode=self.decoder()))
+        else:
+            self.query_one("#body", Static).update(step_transcript(step))
+
+    def decoder(self) -> Decoder | None:
+        return self.aw.decoder()
+
+    def target_name(self) -> str:
+        t = self.trajectory
+        if self.target_step and t is not None and t.steps:
+            return f"step {t.steps[self.step_i]['index']}"
+        return "trajectory"
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        t = self.trajectory
+        if (
+            t is not None
+            and 0 <= event.cursor_row < len(t.steps)
+            and event.cursor_row != self.step_i
+        ):
+            self.step_i = event.cursor_row
+            self.render_step()
+
+    def action_step(self, delta: int) -> None:
+        if self.trajectory is None or not self.trajectory.steps:
+            return
+        self.step_i = max(0, min(len(self.trajectory.steps) - 1, self.step_i + delta))
+        self.query_one("#steps", DataTable).move_cursor(row=self.step_i, animate=False)
+        self.render_step()
+
+    def action_toggle_tokens(self) -> None:
+        self.show_tokens = not self.show_tokens
+        self.render_step()
+
+    def action_toggle_target(self) -> None:
+        self.target_step = not self.target_step
+        self.render_step()
+
+    def action_back(self) -> None:
+        self.dismiss()
+
+    def action_group(self) -> None:
+        t = self.trajectory
+        group = t.first("group") if t else None
+        if t and group:
+            self.aw.show_group(group, t.id)
+
+    def action_skip(self) -> None:
+        if self.review and self.trajectory is not None:
+            self.skipped.append(self.trajectory.id)
+            self._next_unreviewed()
+
+    # -- curation -------------------------------------------------------------------------
+
+    def label_targets(self) -> list[str]:
+        t = self.trajectory
+        if t is None:
+            return []
+        if self.target_step and t.steps:
+            return [f"step:{t.steps[self.step_i]['id']}"]
+        return [f"trajectory:{t.id}"]
+
+    def current_labels(self) -> dict[str, Any]:
+        t = self.trajectory
+        if t is None:
+            return {}
+        if self.target_step and t.steps:
+            return t.steps[self.step_i].get("_labels") or {}
+        return t.labels
+
+    def labels_written(self, event: TrajectoryLabelled) -> None:
+        verb = "undid" if event.undone else "labelled"
+        self.notify(f"{verb}: {event.action.describe()}", timeout=2)
+        kind, _, ident = event.action.targets[0].partition(":")
+        if self.review and not event.undone:
+            self._next_unreviewed()
+        elif self.review and kind == "trajectory":
+            self.load(ident)  # back to what was just un-labelled, to label it again
+        elif self.trajectory_id:
+            self.load(self.trajectory_id)

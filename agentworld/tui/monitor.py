@@ -1,0 +1,229 @@
+"""The monitor: live counts, rates, rewards, per agent/dataset tables, errors and disk use."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Sparkline, Static
+
+from agentworld.tui.data import MonitorSnapshot
+from agentworld.tui.literal import literal, one_line
+
+if TYPE_CHECKING:
+    from agentworld.tui.app import AgentWorldApp
+
+TICK_S = 1.0
+PER_AGENT_COLUMNS = {
+    "agent": 10,
+    "dataset": 10,
+    "traj": 7,
+    "steps": 9,
+    "open": 5,
+    "done": 7,
+    "failed": 6,
+    "reward": 6,
+}
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _n(x: Any) -> str:
+    return f"{x:,}" if isinstance(x, int) else "-" if x is None else f"{x:.3g}"
+
+
+def summary_text(s: MonitorSnapshot) -> Text:
+    st = (s.heavy or {}).get("stats") or {}
+    by = s.by_status
+    out = Text()
+    out.append("steps ", style="bold")
+    out.append(f"{s.steps:,}")
+    out.append(
+        f"  (errors {_n(st.get('step_errors'))})", style="red" if st.get("step_errors") else "dim"
+    )
+    out.append("   now ", style="bold")
+    # The newest bucket is still filling (and the index lags the writers by up to a
+    # refresh), so "now" is the mean of the five buckets before it.
+    recent = s.rate[-6:-1] or [0.0]
+    out.append(f"{sum(recent) / len(recent):.1f} steps/s\n")
+    out.append("trajectories ", style="bold")
+    out.append(f"{sum(by.values()):,}: ")
+    for name, style in (
+        ("open", "cyan"),
+        ("done", "green"),
+        ("failed", "red"),
+        ("timeout", "red"),
+        ("cancelled", "yellow"),
+    ):
+        if by.get(name):
+            out.append(f"{name} {by[name]:,}  ", style=style)
+    out.append("\ntokens ", style="bold")
+    out.append(
+        f"prompt {_n(st.get('prompt_tokens'))} · completion {_n(st.get('completion_tokens'))}"
+    )
+    if st.get("steps"):
+        out.append(
+            f" · engine ids on {100 * (st.get('engine_token_steps') or 0) / st['steps']:.0f}% of steps"
+        )
+    out.append("\nlabelled ", style="bold")
+    out.append(f"{_n(st.get('labelled_trajectories'))} trajectories")
+    versions = st.get("policy_versions") or {}
+    out.append("   policy versions ", style="bold")
+    out.append(
+        " ".join(
+            f"v{v}:{n:,}"
+            for v, n in sorted(versions.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+        )
+        or "-"
+    )
+    return out
+
+
+def side_text(s: MonitorSnapshot) -> Text:
+    heavy = s.heavy or {}
+    out = Text()
+    out.append("reward distribution\n", style="bold underline")
+    hist = heavy.get("histogram") or []
+    top = max((c for _, _, c in hist), default=0)
+    for lo, hi, c in hist:
+        bar = "█" * (round(20 * c / top) if top else 0)
+        out.append(f"{lo:6.2f}…{hi:<6.2f} ")
+        out.append(bar, style="green")
+        out.append(f" {c:,}\n")
+    if not hist:
+        out.append("no rewards yet\n", style="dim")
+    out.append("\nerrors (latest)\n", style="bold underline")
+    for e in s.errors:
+        when = datetime.fromtimestamp(e["started_at"] or 0, UTC).strftime("%H:%M:%S")
+        out.append(f"{when} ", style="dim")
+        out.append(literal(e.get("agent") or "-", style="bold"))
+        out.append(" ")
+        out.append(one_line(e.get("error"), 60, style="red"))
+        out.append("\n")
+    if not s.errors:
+        out.append("none\n", style="dim")
+    disk = heavy.get("disk") or {}
+    out.append("\ndisk ", style="bold underline")
+    out.append("  ".join(f"{name.strip('.')} {human_bytes(n)}" for name, n in disk.items()) + "\n")
+    if s.proxy is not None:
+        out.append("\nproxy /aw/stats\n", style="bold underline")
+        if isinstance(s.proxy, str):
+            out.append(literal(s.proxy, style="red"))
+        else:
+            for k, v in list(s.proxy.items())[:20]:
+                out.append(f"{k}: ", style="bold")
+                out.append(one_line(v, 60))
+                out.append("\n")
+    return out
+
+
+class MonitorScreen(Screen[None]):
+    """Live view of the pool, refreshed every second from a worker thread."""
+
+    DEFAULT_CSS = """
+    MonitorScreen #summary { height: auto; padding: 0 1; }
+    MonitorScreen #rate-label { height: 1; padding: 0 1; color: $text-muted; }
+    MonitorScreen #rate { height: 3; margin: 0 1; }
+    MonitorScreen #tables { height: auto; }
+    MonitorScreen #per-agent { width: 1fr; height: auto; max-height: 16; }
+    MonitorScreen #side { width: 1fr; height: auto; padding: 0 1; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshot: MonitorSnapshot | None = None
+        self._heavy_running = False
+        self._per_agent_shown: list[dict[str, Any]] = []
+
+    @property
+    def aw(self) -> AgentWorldApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll():
+            yield Static(Text("loading…"), id="summary")
+            yield Static(Text("steps per second, last 2 minutes"), id="rate-label")
+            yield Sparkline([0.0], id="rate")
+            with Horizontal(id="tables"):
+                yield DataTable(id="per-agent", cursor_type="row", zebra_stripes=True)
+                yield Static(Text(""), id="side")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "monitor"
+        table = self.query_one("#per-agent", DataTable)
+        for col, width in PER_AGENT_COLUMNS.items():
+            table.add_column(col, key=col, width=width)
+        self.set_interval(TICK_S, self.tick)
+        self.call_after_refresh(self.tick, shown=True)
+
+    def on_screen_resume(self) -> None:
+        self.tick(shown=True)  # at once when shown, not at the next interval
+
+    @property
+    def ready(self) -> bool:
+        """Whether both the cheap numbers and the whole-pool aggregates are on screen."""
+        return self.snapshot is not None and self.snapshot.heavy is not None
+
+    def tick(self, *, shown: bool = False) -> None:
+        if not (shown or self.is_current):
+            return  # no scans for a screen nobody is looking at
+        self._load()
+        if not self._heavy_running and self.aw.data.heavy_due():
+            self._heavy_running = True
+            self._load_heavy()
+
+    @work(thread=True, exclusive=True, group="monitor")
+    def _load(self) -> None:
+        snap = self.aw.data.monitor()
+        self.app.call_from_thread(self.show, snap)
+
+    @work(thread=True, exclusive=True, group="monitor-heavy")
+    def _load_heavy(self) -> None:
+        try:
+            heavy = self.aw.data.monitor_heavy()
+        finally:
+            self._heavy_running = False
+        self.app.call_from_thread(self.show_heavy, heavy)
+
+    def show_heavy(self, heavy: dict[str, Any]) -> None:
+        if self.snapshot is not None:
+            self.snapshot.heavy = heavy
+            self.show(self.snapshot)
+
+    def show(self, snap: MonitorSnapshot) -> None:
+        """Put one snapshot on screen (UI thread)."""
+        self.snapshot = snap
+        self.query_one("#summary", Static).update(summary_text(snap))
+        self.query_one("#rate", Sparkline).data = snap.rate or [0.0]
+        self.query_one("#side", Static).update(side_text(snap))
+        table = self.query_one("#per-agent", DataTable)
+        rows = ((snap.heavy or {}).get("stats") or {}).get("per_agent") or []
+        if rows == self._per_agent_shown:
+            return
+        self._per_agent_shown = rows
+        table.clear()
+        for r in rows:
+            table.add_row(
+                one_line(r["agent"] or "-", 10),
+                one_line(r["dataset"] or "-", 10),
+                Text(f"{r['trajectories']:,}"),
+                Text(f"{r['steps'] or 0:,}"),
+                Text(f"{r['open'] or 0:,}"),
+                Text(f"{r['done'] or 0:,}"),
+                Text(f"{r['failed'] or 0:,}"),
+                Text("-" if r["reward_mean"] is None else f"{r['reward_mean']:.3f}"),
+            )

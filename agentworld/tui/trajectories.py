@@ -1,0 +1,316 @@
+"""The trajectory list: filter line, sortable paged table, and labels on one or all matching."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from agentworld.errors import ConfigError
+from agentworld.pool import Selection
+from agentworld.pool.index import TRAJECTORY_SORTS
+from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
+from agentworld.tui.data import Page
+from agentworld.tui.filters import FILTER_HELP, parse_filter
+from agentworld.tui.literal import literal, one_line
+from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
+from agentworld.tui.suggest import FilterSuggester
+
+PAGE_SIZE = 100
+HOLD_STILL_S = 1.5
+SORTS = tuple(TRAJECTORY_SORTS)
+# Fixed widths: DataTable then never measures every cell of a page to size columns,
+# which made each live reload of a 100-row page cost most of a second.
+COLUMNS = {
+    "id": 10,
+    "status": 7,
+    "reward": 6,
+    "labels": 5,
+    "agent": 8,
+    "dataset": 8,
+    "group": 8,
+    "steps": 5,
+    "tokens": 6,
+    "pv": 3,
+    "last": 11,
+    "preview": 60,
+}
+STATUS_STYLES = {
+    "open": "cyan",
+    "done": "green",
+    "failed": "red",
+    "timeout": "red",
+    "cancelled": "yellow",
+}
+
+
+def label_badges(row: dict[str, Any]) -> Text:
+    out = Text()
+    if row.get("label_trainable") is False:
+        out.append("✗", style="bold red")
+    elif row.get("label_trainable") is True:
+        out.append("✓", style="bold green")
+    q = row.get("label_quality")
+    if q:
+        out.append(q[0].upper(), style={"good": "green", "bad": "red"}.get(q, "yellow"))
+    if row.get("label_tags"):
+        out.append("#", style="magenta")
+    if row.get("label_note"):
+        out.append("✎")
+    if row.get("label_reward") is not None:
+        out.append("R", style="bold cyan")
+    if not out and row.get("labelled"):
+        out.append("·")
+    return out
+
+
+def row_cells(r: dict[str, Any]) -> tuple[Text, ...]:
+    reward = r.get("effective_reward")
+    when = (
+        datetime.fromtimestamp(r["last_at"], UTC).strftime("%m-%d %H:%M")
+        if r.get("last_at")
+        else "-"
+    )
+    versions = r.get("policy_min")
+    if r.get("policy_max") != versions:
+        versions = f"{r.get('policy_min')}-{r.get('policy_max')}"
+    cells = {
+        "id": literal(r["id"][-10:]),
+        "status": Text(r.get("status") or "-", style=STATUS_STYLES.get(r.get("status") or "", "")),
+        "reward": Text(
+            "-" if reward is None else f"{reward:.2f}",
+            style="bold cyan" if r.get("label_reward") is not None else "",
+        ),
+        "labels": label_badges(r),
+        "agent": one_line(r.get("agent") or "-", 8),
+        "dataset": one_line(r.get("dataset") or "-", 8),
+        "group": one_line((r.get("group") or "-")[-8:], 8),
+        "steps": Text(str(r.get("n_steps") or 0)),
+        "tokens": Text(f"{r.get('completion_tokens') or 0:,}"),
+        "pv": Text(str(versions)),
+        "last": Text(when),
+        "preview": one_line(r.get("preview"), 60),
+    }
+    return tuple(cells[c] for c in COLUMNS)
+
+
+class TrajectoriesScreen(CuratingScreen):
+    """A fast paged list over the index; the filter line narrows it, labels apply to the cursor."""
+
+    DEFAULT_CSS = """
+    TrajectoriesScreen #filter { height: 3; }
+    TrajectoriesScreen #status { height: 1; padding: 0 1; background: $boost; }
+    TrajectoriesScreen #list { height: 1fr; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "focus_filter", "Filter", key_display="/"),
+        Binding("escape", "focus_list", "List", show=False),
+        Binding("enter", "inspect", "Inspect", show=False),
+        Binding("g", "group", "Group"),
+        Binding("s", "sort", "Sort"),
+        Binding("S", "reverse", "Reverse", show=False),
+        Binding("right_square_bracket", "next_page", "Next page", key_display="]"),
+        Binding("left_square_bracket", "prev_page", "Prev page", key_display="["),
+        Binding("a", "arm_all", "All matching"),
+        *CURATION_BINDINGS,
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.selection = Selection()
+        self.sort_key = "time"
+        self.descending = True
+        self.page_offset = 0
+        self.page: Page | None = None
+        self.all_armed = False
+        self._shown: list[dict[str, Any]] = []
+        self._to_top = False  # a new sort, filter or page starts at its first row
+        self._stale = False  # new records arrived while the user was pressing keys
+        self.suggester = FilterSuggester()
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="filter: " + FILTER_HELP, id="filter", suggester=self.suggester)
+        yield Static(Text("loading…"), id="status")
+        yield DataTable(id="list", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "trajectories"
+        table = self.query_one("#list", DataTable)
+        for c, width in COLUMNS.items():
+            table.add_column(c, key=c, width=width)
+        table.focus()
+        self.set_interval(HOLD_STILL_S / 2, self._reload_if_stale)
+        self.reload()
+        self._load_suggestions()
+
+    @work(thread=True, group="suggestions")
+    def _load_suggestions(self) -> None:
+        values = {c: self.aw.data.distinct(c) for c in ("agent", "dataset", "group")}
+        self.suggester.set_values(values)
+
+    # -- data -----------------------------------------------------------------------------
+
+    def reload(self, *, to_top: bool = False) -> None:
+        self._to_top = self._to_top or to_top
+        self._load(self.selection, self.sort_key, self.descending, self.page_offset)
+
+    @work(thread=True, exclusive=True, group="page")
+    def _load(self, sel: Selection, sort: str, descending: bool, offset: int) -> None:
+        page = self.aw.data.page(
+            sel, sort=sort, descending=descending, limit=PAGE_SIZE, offset=offset
+        )
+        self.app.call_from_thread(self.show, page)
+
+    def show(self, page: Page) -> None:
+        """Display one page, keeping the cursor on the same trajectory where possible."""
+        if page.selection != self.selection:
+            return  # a newer filter is on its way
+        self.page = page
+        self.page_offset = page.offset
+        self._status()
+        if page.rows == self._shown and not self._to_top:
+            return
+        table = self.query_one("#list", DataTable)
+        current = self.current_id()
+        cursor = table.cursor_row
+        table.clear()
+        for r in page.rows:
+            table.add_row(*row_cells(r), key=r["id"])
+        self._shown = page.rows
+        ids = [r["id"] for r in page.rows]
+        if self._to_top:
+            self._to_top = False
+            table.move_cursor(row=0, animate=False)
+        elif current in ids:
+            table.move_cursor(row=ids.index(current), animate=False)
+        elif page.rows:
+            table.move_cursor(row=min(cursor, len(ids) - 1), animate=False)
+
+    def _status(self, error: str | None = None) -> None:
+        out = Text()
+        if error:
+            out.append(error, style="bold red")
+        elif self.page is not None:
+            p = self.page
+            first = p.offset + 1 if p.rows else 0
+            out.append(f"{first:,}-{p.offset + len(p.rows):,} of {p.total:,}", style="bold")
+            out.append(f"  sort {self.sort_key} {'↓' if self.descending else '↑'}")
+        if self.all_armed and self.page is not None:
+            out.append(
+                f"  next label applies to ALL {self.page.total:,} matching",
+                style="bold reverse red",
+            )
+        self.query_one("#status", Static).update(out)
+
+    def current_id(self) -> str | None:
+        table = self.query_one("#list", DataTable)
+        if not self._shown or table.cursor_row < 0 or table.cursor_row >= len(self._shown):
+            return None
+        return self._shown[table.cursor_row]["id"]
+
+    def on_pool_refreshed(self, event: PoolRefreshed) -> None:
+        # Rebuilding a page costs a few hundred ms of UI time on a busy host, so new
+        # records wait until the keyboard has been quiet for a moment.
+        if self.aw.user_idle_s() >= HOLD_STILL_S:
+            self.reload()
+        else:
+            self._stale = True
+
+    def _reload_if_stale(self) -> None:
+        if self._stale and self.aw.user_idle_s() >= HOLD_STILL_S:
+            self._stale = False
+            self.reload()
+
+    # -- filter --------------------------------------------------------------------------
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            sel = parse_filter(event.value)
+        except ConfigError as exc:
+            self._status(str(exc))
+            return
+        self.selection = sel
+        self.aw.selection = sel
+        self.page_offset = 0
+        self.query_one("#list", DataTable).focus()
+        self.reload(to_top=True)
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#filter", Input).focus()
+
+    def action_focus_list(self) -> None:
+        self.query_one("#list", DataTable).focus()
+
+    # -- navigation -------------------------------------------------------------------------
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_inspect()
+
+    def action_inspect(self) -> None:
+        tid = self.current_id()
+        if tid:
+            self.aw.inspect(tid)
+
+    def action_group(self) -> None:
+        tid = self.current_id()
+        row = next((r for r in self._shown if r["id"] == tid), None)
+        if row and row.get("group"):
+            self.aw.show_group(row["group"], tid)
+        elif row:
+            self.notify("this trajectory has no group", severity="warning")
+
+    def action_sort(self) -> None:
+        self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
+        self.page_offset = 0
+        self.reload(to_top=True)
+
+    def action_reverse(self) -> None:
+        self.descending = not self.descending
+        self.page_offset = 0
+        self.reload(to_top=True)
+
+    def action_next_page(self) -> None:
+        if self.page and self.page_offset + PAGE_SIZE < self.page.total:
+            self.page_offset += PAGE_SIZE
+            self.reload(to_top=True)
+
+    def action_prev_page(self) -> None:
+        if self.page_offset:
+            self.page_offset = max(0, self.page_offset - PAGE_SIZE)
+            self.reload(to_top=True)
+
+    # -- curation ---------------------------------------------------------------------------
+
+    def action_arm_all(self) -> None:
+        self.all_armed = not self.all_armed
+        self._status()
+
+    def label_targets(self) -> list[str] | Selection:
+        if self.all_armed:
+            self.all_armed = False
+            self._status()
+            return self.selection
+        tid = self.current_id()
+        return [f"trajectory:{tid}"] if tid else []
+
+    def current_labels(self) -> dict[str, Any]:
+        tid = self.current_id()
+        row = next((r for r in self._shown if r["id"] == tid), None) or {}
+        return {
+            "tags": row.get("label_tags"),
+            "note": row.get("label_note"),
+            "reward": row.get("label_reward"),
+        }
+
+    def labels_written(self, event: TrajectoryLabelled) -> None:
+        verb = "undid" if event.undone else "labelled"
+        self.notify(f"{verb}: {event.action.describe()}", timeout=2)
+        self.reload()

@@ -1,0 +1,162 @@
+"""A step as a readable transcript and its metadata, built as rich Text (never markup)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.text import Text
+
+from agentworld.tui.literal import clean, literal
+
+ROLE_STYLES = {
+    "system": "bold magenta",
+    "developer": "bold magenta",
+    "user": "bold cyan",
+    "assistant": "bold green",
+    "tool": "bold yellow",
+}
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for p in content if isinstance(content, list) else [content]:
+        if isinstance(p, dict) and isinstance(p.get("text"), str):
+            parts.append(p["text"])
+        elif isinstance(p, dict):
+            parts.append(f"<{p.get('type', 'part')}>")
+        else:
+            parts.append(str(p))
+    return "\n".join(parts)
+
+
+def message_text(m: dict[str, Any], out: Text | None = None) -> Text:
+    """One normalised message: role header, reasoning, content, tool calls."""
+    out = out if out is not None else Text()
+    role = m.get("role", "?")
+    header = f"── {role}"
+    if m.get("name"):
+        header += f" ({clean(m['name'])})"
+    if m.get("tool_call_id"):
+        header += f" ← {clean(m['tool_call_id'])}"
+    out.append(header + "\n", style=ROLE_STYLES.get(role, "bold"))
+    if m.get("reasoning"):
+        out.append("reasoning: ", style="italic dim")
+        out.append(literal(m["reasoning"], style="italic dim"))
+        out.append("\n")
+    content = _content_text(m.get("content"))
+    if content:
+        out.append(literal(content))
+        out.append("\n")
+    for call in m.get("tool_calls") or ():
+        out.append("→ tool call ", style="bold yellow")
+        out.append(literal(call.get("name"), style="yellow"))
+        if call.get("id"):
+            out.append(f" [{clean(call['id'])}]", style="dim")
+        out.append("\n  ")
+        out.append(literal(call.get("arguments", "")))
+        out.append("\n")
+    return out
+
+
+def step_transcript(step: dict[str, Any], *, only_new_from: int = 0) -> Text:
+    """The conversation a step saw (from message ``only_new_from`` on) and its response."""
+    out = Text()
+    req = step.get("request") or {}
+    msgs = req.get("messages")
+    if msgs is not None:
+        if only_new_from:
+            out.append(f"… {only_new_from} earlier messages\n", style="dim")
+        for m in msgs[only_new_from:]:
+            message_text(m, out)
+    elif req.get("prompt") is not None:
+        out.append("── prompt\n", style="bold cyan")
+        out.append(literal(req["prompt"]))
+        out.append("\n")
+    resp = step.get("response") or {}
+    if resp.get("message"):
+        message_text(resp["message"], out)
+    elif resp.get("text") is not None:
+        out.append("── completion\n", style="bold green")
+        out.append(literal(resp["text"]))
+        out.append("\n")
+    if step.get("error"):
+        err = step["error"]
+        out.append("── error ", style="bold red")
+        out.append(literal(f"{err.get('type')}: {err.get('message')}", style="red"))
+        out.append("\n")
+    return out
+
+
+def trajectory_transcript(steps: list[dict[str, Any]]) -> Text:
+    """All steps, each showing only the messages its predecessor had not already shown."""
+    out = Text()
+    seen = 0
+    for s in steps:
+        out.append(f"━━ step {s.get('index')} ", style="bold reverse")
+        out.append("\n")
+        msgs = (s.get("request") or {}).get("messages") or []
+        start = seen if seen <= len(msgs) else 0
+        out.append_text(step_transcript(s, only_new_from=start))
+        seen = len(msgs) + 1  # the response is the next prompt's last-but-new message
+    return out
+
+
+def _ts(t: Any) -> str:
+    if not isinstance(t, int | float):
+        return "-"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def step_metadata(step: dict[str, Any]) -> Text:
+    """Timings, usage, finish reason, policy version, token source, error and labels."""
+    t = step.get("timings") or {}
+    resp = step.get("response") or {}
+    tokens = step.get("tokens") or {}
+    started, ended = t.get("started_at"), t.get("ended_at")
+    rows: list[tuple[str, Any]] = [
+        ("step", step.get("id")),
+        (
+            "index",
+            step.get("index")
+            if step.get("choice") is None
+            else f"{step['index']}.{step['choice']}",
+        ),
+        ("status", step.get("status")),
+        ("protocol", step.get("protocol")),
+        ("model", (step.get("request") or {}).get("model")),
+        ("policy", step.get("policy_version")),
+        ("started", _ts(started)),
+        (
+            "duration",
+            f"{ended - started:.3f} s"
+            if isinstance(ended, int | float) and isinstance(started, int | float)
+            else "-",
+        ),
+        (
+            "first token",
+            f"{t['first_token_s']:.3f} s" if t.get("first_token_s") is not None else "-",
+        ),
+        ("upstream", f"{t['upstream_s']:.3f} s" if t.get("upstream_s") is not None else "-"),
+        ("finish", resp.get("finish_reason")),
+        ("usage", " ".join(f"{k}={v}" for k, v in (resp.get("usage") or {}).items()) or "-"),
+        (
+            "tokens",
+            f"{tokens.get('source', 'none')}: {len(tokens.get('prompt_ids') or ())} prompt + {len(tokens.get('completion_ids') or ())} completion",
+        ),
+    ]
+    if step.get("error"):
+        e = step["error"]
+        rows.append(("error", f"{e.get('type')}: {e.get('message')}"))
+    if step.get("_labels"):
+        rows.append(("labels", " ".join(f"{k}={v}" for k, v in step["_labels"].items())))
+    out = Text()
+    for k, v in rows:
+        out.append(f"{k:>12} ", style="bold")
+        out.append(literal("-" if v is None else v, style="red" if k == "error" else ""))
+        out.append("\n")
+    return out

@@ -1,0 +1,91 @@
+"""`aw tui` as a command: lazy imports, author resolution, --web without its extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from agentworld.errors import MissingExtraError, PoolError
+from agentworld.tui import command
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    app.command("tui")(command.tui)
+
+    @app.command()
+    def other() -> None:  # a second command keeps typer in subcommand mode
+        pass
+
+    return app
+
+
+def test_command_module_does_not_import_textual() -> None:
+    code = (
+        "import sys, agentworld.tui.command;"
+        "bad = [m for m in ('textual', 'torch', 'transformers') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_help_lists_the_options() -> None:
+    result = CliRunner().invoke(cli(), ["tui", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--pool", "--proxy", "--tokenizer", "--author", "--web"):
+        assert flag in result.output
+
+
+def test_author_comes_from_flag_or_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert command.resolve_author("alice") == "alice"
+    monkeypatch.setenv("USER", "bob")
+    monkeypatch.delenv("LOGNAME", raising=False)
+    monkeypatch.delenv("LNAME", raising=False)
+    monkeypatch.delenv("USERNAME", raising=False)
+    assert command.resolve_author(None) == "bob"
+
+
+def test_missing_pool_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli(), ["tui", "--pool", str(tmp_path / "nope")])
+    assert isinstance(result.exception, PoolError)
+
+
+def test_web_without_textual_serve_names_the_extra(
+    pool_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "textual_serve", None)
+    monkeypatch.setitem(sys.modules, "textual_serve.server", None)
+    result = CliRunner().invoke(cli(), ["tui", "--pool", str(pool_path), "--web"])
+    assert isinstance(result.exception, MissingExtraError)
+    assert "agentworld[web]" in str(result.exception)
+
+
+def test_web_serves_this_command_through_textual_serve(
+    pool_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import textual_serve.server
+
+    served: dict = {}
+
+    class FakeServer:
+        def __init__(self, command: str, **kw: object) -> None:
+            served.update(command=command, **kw)
+
+        def serve(self) -> None:
+            served["served"] = True
+
+    monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
+    result = CliRunner().invoke(
+        cli(), ["tui", "--pool", str(pool_path), "--web", "--port", "9999", "--author", "ann"]
+    )
+    assert result.exit_code == 0, result.output
+    assert served["served"] and served["port"] == 9999 and served["host"] == "127.0.0.1"
+    assert "-m agentworld.tui" in served["command"] and "--author ann" in served["command"]
+    assert str(pool_path.resolve()) in served["command"]

@@ -1,0 +1,134 @@
+"""The TUI's pure parts: filter parsing, GRPO advantages, prefixes, token view, literal text, undo."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from agentworld.errors import ConfigError
+from agentworld.pool import Pool
+from agentworld.tui.curation import Curator
+from agentworld.tui.filters import parse_filter
+from agentworld.tui.grouping import common_prefix_len, grpo_advantages, shared_prefix
+from agentworld.tui.literal import literal, one_line
+from agentworld.tui.tokens import prefix_break, token_view
+from agentworld.tui.transcript import message_text
+
+from .conftest import MARKUP
+
+
+def test_filter_line_parses_every_field() -> None:
+    sel = parse_filter(
+        "agent:coder dataset:gsm8k group:g1 status:done,failed reward:0.5..1 policy:2..3 "
+        "label:good,none tag:hard since:1h until:2026-01-31 find this",
+        now=10_000.0,
+    )
+    assert (sel.agent, sel.dataset, sel.group, sel.tag) == ("coder", "gsm8k", "g1", "hard")
+    assert sel.status == ("done", "failed")
+    assert (sel.min_reward, sel.max_reward) == (0.5, 1.0)
+    assert (sel.min_policy, sel.max_policy) == (2, 3)
+    assert sel.quality == ("good",) and sel.labelled is False
+    assert sel.since == 10_000.0 - 3600
+    assert sel.until is not None and sel.text == "find this"
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("status:bogus", "status"),
+        ("reward:x..1", "reward"),
+        ("since:yesterday", "since"),
+        ("label:shiny", "label"),
+        ('"unclosed', "filter"),
+    ],
+)
+def test_bad_filter_terms_name_the_term(text: str, names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        parse_filter(text)
+
+
+def test_grpo_advantages_by_hand() -> None:
+    # rewards 1, 0, 0.5: mean 0.5, population std sqrt(1/6)
+    adv = grpo_advantages([1.0, 0.0, 0.5])
+    std = math.sqrt(((0.5**2) * 2) / 3)
+    assert adv == pytest.approx([0.5 / std, -0.5 / std, 0.0])
+    assert grpo_advantages([1.0, 1.0]) == [0.0, 0.0]
+    assert grpo_advantages([None, 2.0, 0.0]) == [None, 1.0, -1.0]
+
+
+def test_shared_prefix() -> None:
+    assert common_prefix_len([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    n, fractions = shared_prefix([[1, 2, 3, 4], [1, 2]])
+    assert n == 2 and fractions == [0.5, 1.0]
+
+
+def _tok(prompt: list[int], completion: list[int]) -> dict:
+    return {
+        "tokens": {
+            "source": "engine",
+            "prompt_ids": prompt,
+            "completion_ids": completion,
+            "completion_logprobs": [-0.1] * len(completion),
+        }
+    }
+
+
+def test_prefix_break_found_where_the_prompt_diverges() -> None:
+    prev = _tok([1, 2, 3], [4, 5])
+    assert prefix_break(prev, _tok([1, 2, 3, 4, 5, 6], [7])) is None
+    assert prefix_break(prev, _tok([1, 2, 9, 4, 5, 6], [7])) == 2
+    assert prefix_break(prev, _tok([1, 2], [7])) == 2  # shorter than what came before
+    assert prefix_break(None, _tok([1], [2])) is None
+    shown = token_view(_tok([1, 2, 9, 4, 5, 6], [7]), prev).plain
+    assert "BREAK at prompt token 2" in shown and "⟂BREAK⟂ 9" in shown
+
+
+def test_token_view_decodes_with_a_tokenizer_and_marks_source() -> None:
+    step = _tok([1, 2], [3])
+    step["tokens"]["source"] = "rendered"
+    text = token_view(step, decode=lambda i: f"<w{i}>").plain
+    assert "<w1> <w2>" in text and "<w3>" in text and "source: rendered" in text
+
+
+def test_literal_keeps_markup_and_neutralises_escapes() -> None:
+    t = literal(MARKUP)
+    assert "[bold]not bold[/bold]" in t.plain and "[link=http://x]" in t.plain
+    assert "\x1b" not in t.plain and "\\x1b[31m" in t.plain
+    assert not t.spans  # nothing was interpreted as style
+    assert "\n" not in one_line("a\nb").plain
+    msg = message_text(
+        {
+            "role": "assistant",
+            "content": MARKUP,
+            "tool_calls": [{"id": "1", "name": "[b]x", "arguments": "[i]{}"}],
+        }
+    )
+    assert "[b]x" in msg.plain and "[i]{}" in msg.plain and "[bold]not bold" in msg.plain
+
+
+def test_curator_undo_restores_previous_values(tmp_path: Path) -> None:
+    pool = Pool.create(tmp_path / "pool")
+    labels = pool.labels
+
+    def current(targets):  # own values straight from the overlay
+        eff = labels.effective()
+        return {t: {f: e.value for f, e in eff.get(t, {}).items()} for t in targets}
+
+    cur = Curator(labels, current, "alice")
+    cur.label(["trajectory:a"], {"quality": "good"})
+    cur.label(["trajectory:a", "trajectory:b"], {"quality": "bad", "trainable": False})
+    assert current(["trajectory:a", "trajectory:b"]) == {
+        "trajectory:a": {"quality": "bad", "trainable": False},
+        "trajectory:b": {"quality": "bad", "trainable": False},
+    }
+    cur.undo()
+    assert current(["trajectory:a", "trajectory:b"]) == {
+        "trajectory:a": {"quality": "good"},
+        "trajectory:b": {},
+    }
+    cur.undo()
+    assert current(["trajectory:a"]) == {"trajectory:a": {}}
+    assert cur.undo() is None
+    assert {e.author for e in labels.entries()} == {"alice"}

@@ -1,0 +1,351 @@
+"""Every screen and every curation action, driven headless with Pilot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, Static
+
+from agentworld.pool import Pool
+from agentworld.tui.app import AgentWorldApp
+from agentworld.tui.dialog import PromptDialog
+from agentworld.tui.group import GroupScreen
+from agentworld.tui.help import HelpScreen
+from agentworld.tui.inspector import InspectorScreen
+from agentworld.tui.monitor import MonitorScreen
+from agentworld.tui.trajectories import TrajectoriesScreen
+
+from .conftest import app_for
+
+SIZE = (100, 30)
+
+
+async def until(pilot: Pilot, cond: Callable[[], object], tries: int = 200) -> None:
+    """Let the app work until ``cond`` holds (bounded; not a timing assertion)."""
+    for _ in range(tries):
+        if cond():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("condition never became true")
+
+
+def overlay(pool_path: Path) -> dict[str, dict]:
+    eff = Pool.open(pool_path, recover=False).labels.effective()
+    return {t: {f: e.value for f, e in fields.items()} for t, fields in eff.items()}
+
+
+def list_screen(app: AgentWorldApp) -> TrajectoriesScreen:
+    assert isinstance(app.screen, TrajectoriesScreen)
+    return app.screen
+
+
+async def loaded_list(pilot: Pilot) -> TrajectoriesScreen:
+    await until(
+        pilot, lambda: isinstance(pilot.app.screen, TrajectoriesScreen) and pilot.app.screen.page
+    )
+    return list_screen(pilot.app)
+
+
+async def test_list_shows_pages_sorts_and_filters(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        assert screen.page.total == 6
+        assert screen.current_id() == "tr_grp-b_2"  # newest first
+        await pilot.press("S")
+        await until(pilot, lambda: screen.current_id() == "tr_grp-a_0")
+        await pilot.press("s")  # next sort key
+        await until(pilot, lambda: screen.sort_key == "started")
+        await pilot.press("slash")
+        assert isinstance(app_focus := pilot.app.focused, Input), app_focus
+        await pilot.press(*"agent:solver status:done", "enter")
+        await until(pilot, lambda: screen.page.total == 2)
+        assert {r["agent"] for r in screen.page.rows} == {"solver"}
+        assert isinstance(pilot.app.focused, DataTable)
+        await pilot.press("slash", "ctrl+u", *"reward:0.4..0.6", "enter")
+        await until(pilot, lambda: screen.page.total == 2 and screen.selection.min_reward == 0.4)
+        await pilot.press("slash", "ctrl+u", *"status:nope", "enter")
+        await until(
+            pilot, lambda: "unknown 'nope'" in str(screen.query_one("#status", Static).render())
+        )
+
+
+async def test_filter_line_completes_keys_and_values(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        await until(pilot, lambda: screen.suggester.values.get("agent"))
+        await pilot.press("slash", *"ag")
+        await until(pilot, lambda: screen.query_one("#filter", Input)._suggestion == "agent:")
+        await pilot.press("right", *"so")
+        await until(pilot, lambda: screen.query_one("#filter", Input)._suggestion == "agent:solver")
+        await pilot.press("right", *" status:done,fa")
+        await until(
+            pilot,
+            lambda: (
+                screen.query_one("#filter", Input)._suggestion == "agent:solver status:done,failed"
+            ),
+        )
+        await pilot.press("right", "enter")
+        await until(pilot, lambda: screen.page.total == 3)
+
+
+async def test_text_search_finds_words_in_messages(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        await pilot.press("slash", *"not bold", "enter")
+        await until(pilot, lambda: screen.page.total == 1)
+        assert screen.page.rows[0]["id"] == "tr_grp-a_0"
+
+
+async def test_label_keys_land_in_the_overlay_and_the_list(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        tid = screen.current_id()
+        target = f"trajectory:{tid}"
+        await pilot.press("x")
+        await until(pilot, lambda: overlay(pool_path).get(target) == {"trainable": False})
+        await until(pilot, lambda: screen.page.rows[0].get("label_trainable") is False)
+        await pilot.press("1")
+        await until(pilot, lambda: overlay(pool_path)[target].get("quality") == "good")
+        await pilot.press("2", "3")
+        await until(pilot, lambda: overlay(pool_path)[target].get("quality") == "unsure")
+        await pilot.press("y")
+        await until(pilot, lambda: overlay(pool_path)[target].get("trainable") is True)
+        await pilot.press("number_sign")
+        await until(pilot, lambda: isinstance(pilot.app.screen, PromptDialog))
+        await pilot.press(*"hard, math", "enter")
+        await until(pilot, lambda: overlay(pool_path)[target].get("tags") == ["hard", "math"])
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(pilot.app.screen, PromptDialog))
+        await pilot.press(*"looks [b]fine", "enter")
+        await until(pilot, lambda: overlay(pool_path)[target].get("note") == "looks [b]fine")
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(pilot.app.screen, PromptDialog))
+        await pilot.press(*"0.25", "enter")
+        await until(pilot, lambda: overlay(pool_path)[target].get("reward") == 0.25)
+        await until(pilot, lambda: screen.page.rows[0]["effective_reward"] == 0.25)
+        # filters see the labels at once
+        await pilot.press("slash", *"label:unsure tag:hard", "enter")
+        await until(pilot, lambda: screen.page.total == 1)
+        # undo walks back one action at a time
+        await pilot.press("u")
+        await until(pilot, lambda: "reward" not in overlay(pool_path)[target])
+        await pilot.press("u")
+        await until(pilot, lambda: "note" not in overlay(pool_path)[target])
+        entries = list(Pool.open(pool_path, recover=False).labels.entries())
+        assert {e.author for e in entries} == {"tester"}
+
+
+async def test_label_every_matching_trajectory(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        await pilot.press("slash", *"agent:coder", "enter")
+        await until(pilot, lambda: screen.page.total == 3)
+        await pilot.press("a")
+        assert "ALL 3 matching" in str(screen.query_one("#status", Static).render())
+        await pilot.press("x")
+        expected = {f"trajectory:tr_grp-a_{k}" for k in range(3)}
+        await until(pilot, lambda: set(overlay(pool_path)) == expected)
+        assert not screen.all_armed
+        await pilot.press("slash", "ctrl+u", *"label:trainable", "enter")
+        await until(pilot, lambda: screen.page.total == 3)  # the three solver ones
+        await pilot.press("u")
+        await until(pilot, lambda: all(not v for v in overlay(pool_path).values()))
+
+
+async def test_inspector_transcript_metadata_tokens_and_step_labels(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        await pilot.press("slash", *"group:grp-b", "enter")
+        await until(pilot, lambda: screen.page.total == 3)
+        await pilot.press("down", "enter")
+        await until(
+            pilot,
+            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
+        )
+        ins = pilot.app.screen
+        assert ins.trajectory.id == "tr_grp-b_1"
+        body = lambda: str(ins.query_one("#body", Static).render())  # noqa: E731
+        meta = lambda: str(ins.query_one("#meta", Static).render())  # noqa: E731
+        assert "── system" in body() and "→ tool call calc" in body() and "reasoning" in body()
+        assert "first token 0.100 s" in meta() and "finish stop" in meta()
+        await pilot.press("j", "t")
+        await until(pilot, lambda: "BREAK at prompt token 3" in body())
+        assert "source: engine" in body()
+        await pilot.press("k")
+        await until(pilot, lambda: "BREAK" not in body() and "source: engine" in body())
+        await pilot.press("j", "full_stop", "2")
+        step_target = "step:st_tr_grp-b_1_1"
+        await until(pilot, lambda: overlay(pool_path).get(step_target) == {"quality": "bad"})
+        await until(pilot, lambda: "quality=bad" in meta())
+        await pilot.press("full_stop", "1")
+        await until(
+            pilot, lambda: overlay(pool_path).get("trajectory:tr_grp-b_1") == {"quality": "good"}
+        )
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(pilot.app.screen, TrajectoriesScreen))
+        await until(pilot, lambda: screen.page.rows[1].get("label_quality") == "good")
+
+
+async def test_inspector_shows_failed_step_error(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        await loaded_list(pilot)
+        pilot.app.inspect("tr_grp-b_2")
+        await until(
+            pilot,
+            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
+        )
+        await pilot.press("j")
+        meta = str(pilot.app.screen.query_one("#meta", Static).render())
+        assert "upstream: boom [red]x[/red]" in meta
+
+
+async def test_group_view_rewards_advantages_and_labels(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        await pilot.press("g")
+        await until(
+            pilot, lambda: isinstance(pilot.app.screen, GroupScreen) and pilot.app.screen.members
+        )
+        grp = pilot.app.screen
+        assert [t.id for t in grp.members] == ["tr_grp-b_0", "tr_grp-b_1", "tr_grp-b_2"]
+        assert grp.advantages[0] > 0 > grp.advantages[1] and grp.advantages[2] == 0
+        info = str(grp.query_one("#ginfo", Static).render())
+        assert "shared prefix: 3 tokens" in info  # grp-b/1 breaks at token 3
+        assert grp.current().id == "tr_grp-b_2"  # opened on the highlighted one
+        await pilot.press("x")
+        await until(
+            pilot, lambda: overlay(pool_path).get("trajectory:tr_grp-b_2") == {"trainable": False}
+        )
+        await until(pilot, lambda: grp.members and grp.members[2].labels == {"trainable": False})
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(pilot.app.screen, InspectorScreen))
+        await pilot.press("escape", "escape")
+        await until(pilot, lambda: pilot.app.screen is screen)
+
+
+async def test_review_queue_walks_unlabelled_one_key_each(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        await loaded_list(pilot)
+        await pilot.press("r")
+        await until(
+            pilot,
+            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
+        )
+        review = pilot.app.screen
+        seen = [review.trajectory.id]
+        assert seen == ["tr_grp-a_0"]  # oldest first
+        await pilot.press("1")
+        await until(pilot, lambda: review.trajectory and review.trajectory.id != seen[-1])
+        seen.append(review.trajectory.id)
+        await pilot.press("u")  # undo brings the one just labelled back
+        await until(pilot, lambda: review.trajectory and review.trajectory.id == seen[0])
+        assert (
+            "trajectory:tr_grp-a_0" not in overlay(pool_path)
+            or not overlay(pool_path)["trajectory:tr_grp-a_0"]
+        )
+        await pilot.press("1")
+        await until(pilot, lambda: review.trajectory and review.trajectory.id == seen[1])
+        await pilot.press("space")  # skip without labelling
+        await until(pilot, lambda: review.trajectory and review.trajectory.id != seen[-1])
+        seen.append(review.trajectory.id)
+        for _ in range(4):
+            current = review.trajectory.id if review.trajectory else None
+            await pilot.press("x")
+            await until(
+                pilot, lambda c=current: review.trajectory is None or review.trajectory.id != c
+            )
+        assert review.trajectory is None
+        assert "queue empty" in str(review.query_one("#info", Static).render())
+        labelled = set(overlay(pool_path))
+        assert f"trajectory:{seen[1]}" not in labelled and len(labelled) == 5
+
+
+async def test_monitor_shows_counts_and_switching_modes(pool_path: Path) -> None:
+    async with app_for(pool_path, start="monitor").run_test(size=SIZE) as pilot:
+        await until(
+            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
+        )
+        mon = pilot.app.screen
+        summary = str(mon.query_one("#summary", Static).render())
+        assert "steps 12" in summary and "done 5" in summary and "failed 1" in summary
+        assert "v1:12" in summary
+        side = str(mon.query_one("#side", Static).render())
+        assert "boom [red]x[/red]" in side and "reward distribution" in side
+        assert mon.query_one("#per-agent", DataTable).row_count == 2
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(pilot.app.screen, TrajectoriesScreen))
+        await pilot.press("m")
+        await until(pilot, lambda: pilot.app.screen is mon)
+
+
+async def test_monitor_shows_proxy_stats_or_why_not(pool_path: Path) -> None:
+    app = app_for(pool_path, start="monitor", proxy_url="http://127.0.0.1:9")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(
+            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
+        )
+        assert "unreachable" in str(pilot.app.screen.query_one("#side", Static).render())
+
+
+async def test_help_lists_every_key_and_palette_has_every_action(pool_path: Path) -> None:
+    app = app_for(pool_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+        text = str(pilot.app.screen.query_one("#help", Static).render())
+        for key in ("/", "#", "]", "[", ".", "y", "x", "u", "a", "t", "g", "s", "S", "r", "m", "l"):
+            assert f"  {key}  " in text, key
+        await pilot.press("escape")
+        await until(pilot, lambda: pilot.app.screen is screen)
+        titles = {c.title for c in app.get_system_commands(screen)}
+        for title in (
+            "Trainable",
+            "Not trainable",
+            "Good",
+            "Bad",
+            "Unsure",
+            "Tags",
+            "Note",
+            "Reward override",
+            "Undo label",
+            "All matching",
+            "Filter",
+            "Sort",
+            "Monitor",
+            "List",
+            "Review",
+            "Help",
+            "Group",
+            "Next page",
+        ):
+            assert title in titles, title
+
+
+async def test_palette_entry_runs_its_action(pool_path: Path) -> None:
+    app = app_for(pool_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        cmd = next(c for c in app.get_system_commands(screen) if c.title == "Not trainable")
+        await cmd.callback()
+        tid = screen.current_id()
+        await until(
+            pilot, lambda: overlay(pool_path).get(f"trajectory:{tid}") == {"trainable": False}
+        )
+
+
+async def test_usable_at_80x24(pool_path: Path) -> None:
+    async with app_for(pool_path).run_test(size=(80, 24)) as pilot:
+        screen = await loaded_list(pilot)
+        await pilot.press("enter")
+        await until(
+            pilot,
+            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
+        )
+        await pilot.press("escape", "m")
+        await until(
+            pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
+        )
+        assert screen.query_one("#list", DataTable).row_count == 6
