@@ -199,6 +199,9 @@ class ProxyConfig:
     max_body_bytes: int = 32 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
     max_open_trajectories: int = 100_000
+    sweep_interval_s: float | None = (
+        None  # how often idle trajectories are looked for (None: derived)
+    )
     log_requests: bool = False
     policy_version: int = 0
     restore: bool = True  # rebuild open trajectories from the pool index on start
