@@ -52,6 +52,11 @@ def proxy(
     max_body_bytes: int = typer.Option(
         32 * 1024 * 1024, "--max-body-bytes", help="Refuse request bodies larger than this (413)."
     ),
+    max_open_trajectories: int = typer.Option(
+        100_000,
+        "--max-open-trajectories",
+        help="Beyond this many, the longest idle are closed as 'timeout'.",
+    ),
     policy_version: int = typer.Option(0, "--policy-version", help="Initial policy version stamp."),
     log_requests: bool = typer.Option(False, "--log-requests", help="Log one line per request."),
 ) -> None:
@@ -84,6 +89,7 @@ def proxy(
         auth_token=auth_token or None,
         idle_timeout_s=idle_timeout_s,
         max_body_bytes=max_body_bytes,
+        max_open_trajectories=max_open_trajectories,
         log_requests=log_requests,
         policy_version=policy_version,
     )

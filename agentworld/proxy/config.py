@@ -195,14 +195,18 @@ class ProxyConfig:
 
     agents: Mapping[str, UpstreamConfig] = field(default_factory=dict)
     default_upstream: UpstreamConfig | None = None
-    api_keys: Mapping[str, str] = field(default_factory=dict)  # agent name -> key, never logged
+    # agent name -> key; kept out of repr so a logged config never shows it
+    api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
     durability: Literal["batched", "strict"] = "batched"
     commit_interval_s: float = 0.05  # the loss window of batched durability
-    auth_token: str | None = None
+    auth_token: str | None = field(default=None, repr=False)
     idle_timeout_s: float = 900.0
     max_body_bytes: int = 32 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
     max_open_trajectories: int = 100_000
+    sweep_interval_s: float | None = (
+        None  # how often idle trajectories are looked for (None: derived)
+    )
     log_requests: bool = False
     policy_version: int = 0
     restore: bool = True  # rebuild open trajectories from the pool index on start

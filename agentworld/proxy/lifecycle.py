@@ -168,19 +168,19 @@ async def set_reward(request: web.Request) -> web.Response:
             return _json({"trajectory": tid, "reward": reward, "target": "end"})
         return await _label(st, [f"trajectory:{tid}"], reward, tid)
     if isinstance(step, str):
-        ids = [step]
+        ids = [check_name(step, "step") or ""]
     elif isinstance(step, int) and not isinstance(step, bool) and step >= 0:
         if t is not None and step in t.step_ids:
-            ids = list(t.step_ids[step])
-        else:
+            ids = list(t.step_ids[step])  # in choice order
+            if isinstance(choice, int) and len(ids) > 1:
+                ids = ids[choice : choice + 1]
+        else:  # an ended trajectory, or one restored after a restart: ask the index
             rows = await asyncio.to_thread(_indexed_steps, st, tid)
             ids = [
                 r["id"]
                 for r in rows
-                if r["idx"] == step and (choice is None or r["choice"] == choice)
+                if r["idx"] == step and (choice is None or r["choice"] in (choice, None))
             ]
-        if choice is not None and t is not None and step in t.step_ids:
-            ids = ids[choice : choice + 1] if isinstance(choice, int) and len(ids) > 1 else ids
     else:
         raise BadRequest("'step' must be a step index (integer >= 0) or a step id", "step")
     if not ids:

@@ -22,7 +22,7 @@ log = logging.getLogger("agentworld.proxy")
 async def _sweep(st: State) -> None:
     """Close trajectories idle past the timeout (and the oldest beyond the open cap)."""
     timeout_s = st.config.idle_timeout_s
-    interval_s = min(max(timeout_s / 4, 0.02), 5.0)
+    interval_s = st.config.sweep_interval_s or min(max(timeout_s / 4, 0.02), 5.0)
     while True:
         await asyncio.sleep(interval_s)
         now = time.monotonic()

@@ -49,6 +49,8 @@ class EventSplitter:
 
 def event_data(event: bytes) -> bytes | None:
     """The joined ``data:`` payload of one event, or None for comments and other fields."""
+    if event.startswith(b"data: ") and b"\n" not in event:
+        return event[6:]  # the usual one-line event
     parts = []
     for line in event.split(b"\n"):
         if line.startswith(b"data:"):
@@ -92,69 +94,83 @@ class StreamAssembler:
         self.chunks = 0
 
     def add(self, chunk: Any) -> None:
-        """Take one parsed ``data:`` object."""
+        """Take one parsed ``data:`` object (this runs once per streamed token: keep it lean)."""
         if not isinstance(chunk, dict):
             return
-        if "error" in chunk and "choices" not in chunk:
+        choices = chunk.get("choices")
+        if choices is None and "error" in chunk:
             err = chunk["error"]
             self.error = err if isinstance(err, dict) else {"message": str(err)}
             return
         self.chunks += 1
-        for key in ("id", "model", "created", "system_fingerprint"):
-            if chunk.get(key) is not None:
-                self.top[key] = chunk[key]
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        if isinstance(chunk.get("prompt_token_ids"), list):
-            self.prompt_token_ids = chunk["prompt_token_ids"]
-        for c in chunk.get("choices") or ():
-            if isinstance(c, dict):
-                self._add_choice(c)
+        if not self.top:
+            self.top = {k: chunk[k] for k in ("id", "model", "created") if chunk.get(k) is not None}
+        usage = chunk.get("usage")
+        if usage is not None and isinstance(usage, dict):
+            self.usage = usage
+        ids = chunk.get("prompt_token_ids")
+        if ids is not None and isinstance(ids, list):
+            self.prompt_token_ids = ids
+        fingerprint = chunk.get("system_fingerprint")
+        if fingerprint is not None:
+            self.top["system_fingerprint"] = fingerprint
+        if choices:
+            for c in choices:
+                if isinstance(c, dict):
+                    self._add_choice(c)
 
     def _add_choice(self, c: dict[str, Any]) -> None:
         i = c.get("index", 0)
-        if not isinstance(i, int):
-            return
         ch = self.choices.get(i)
         if ch is None:
+            if not isinstance(i, int):
+                return
             ch = self.choices[i] = _Choice(i)
+        lp = c.get("logprobs")
         if self.chat:
-            delta = c.get("delta") or {}
-            if delta.get("role"):
-                ch.role = delta["role"]
-            if isinstance(delta.get("content"), str):
-                ch.content.append(delta["content"])
-                ch.saw_content = True
-            r = delta.get("reasoning")
-            if r is None:
-                r = delta.get("reasoning_content")
-            if isinstance(r, str):
-                ch.reasoning.append(r)
-            for tc in delta.get("tool_calls") or ():
-                self._add_tool_call(ch, tc)
-            lp = c.get("logprobs")
-            if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+            delta = c.get("delta")
+            if delta:
+                content = delta.get("content")
+                if content.__class__ is str:
+                    ch.content.append(content)
+                    ch.saw_content = True
+                if len(delta) > 1 or content is None:
+                    self._add_delta_rest(ch, delta)
+            if lp and isinstance(lp.get("content"), list):
                 if ch.logprobs is None:
                     ch.logprobs = []
                 ch.logprobs.extend(lp["content"])
         else:
-            if isinstance(c.get("text"), str):
-                ch.text.append(c["text"])
-            lp = c.get("logprobs")
-            if isinstance(lp, dict) and isinstance(lp.get("token_logprobs"), list):
+            text = c.get("text")
+            if text.__class__ is str:
+                ch.text.append(text)
+            if lp and isinstance(lp.get("token_logprobs"), list):
                 if ch.token_logprobs is None:
                     ch.token_logprobs = []
                 ch.token_logprobs.extend(lp["token_logprobs"])
             if isinstance(c.get("prompt_token_ids"), list):
                 ch.prompt_token_ids = c["prompt_token_ids"]
-        if isinstance(c.get("token_ids"), list):
+        ids = c.get("token_ids")
+        if ids.__class__ is list:
             if ch.token_ids is None:
                 ch.token_ids = []
-            ch.token_ids.extend(c["token_ids"])
+            ch.token_ids.extend(ids)
         if c.get("finish_reason") is not None:
             ch.finish_reason = c["finish_reason"]
         if c.get("stop_reason") is not None:
             ch.stop_reason = c["stop_reason"]
+
+    def _add_delta_rest(self, ch: _Choice, delta: dict[str, Any]) -> None:
+        """The less frequent parts of a chat delta: role, reasoning, tool calls."""
+        if delta.get("role"):
+            ch.role = delta["role"]
+        r = delta.get("reasoning")
+        if r is None:
+            r = delta.get("reasoning_content")
+        if isinstance(r, str):
+            ch.reasoning.append(r)
+        for tc in delta.get("tool_calls") or ():
+            self._add_tool_call(ch, tc)
 
     @staticmethod
     def _add_tool_call(ch: _Choice, tc: Any) -> None:

@@ -80,7 +80,9 @@ async def stream(
         except WRITE_ERRORS:
             await st.recorder.steps(call.trajectory, cancelled_steps(call))
             return out
-        done, cancelled, fault = await _pump(resp, out, call, asm, url)
+        done, cancelled, fault = await _pump(
+            resp, out, call, asm, url, st.config.max_response_bytes
+        )
         clean = done and not cancelled and fault is None
         call.upstream_s = time.perf_counter() - t_up
         return await _finish_stream(st, call, out, asm, done, cancelled, fault, prompt_key)
@@ -100,15 +102,26 @@ async def _pump(
     call: Call,
     asm: StreamAssembler,
     url: str,
+    limit_bytes: int,
 ) -> tuple[bool, bool, Fault | None]:
     """Forward events as they arrive, feeding the assembler; hold back [DONE]."""
     splitter = EventSplitter()
+    size = 0
     strip = call.injected.any
     done = False
     try:
         async for data in resp.content.iter_any():
             if call.first_token_s is None:
                 call.first_token_s = time.perf_counter() - call.t0
+            size += len(data)
+            if size > limit_bytes:  # an endless stream must not grow the assembler without bound
+                return (
+                    done,
+                    False,
+                    Fault(
+                        502, "upstream_invalid", f"upstream {url}: stream over {limit_bytes} bytes"
+                    ),
+                )
             parts = []
             for ev in splitter.feed(data):
                 payload = event_data(ev)

@@ -119,3 +119,12 @@ def test_command_module_imports_only_typer():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     ).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_secrets_stay_out_of_repr():
+    cfg = ProxyConfig(
+        default_upstream=UpstreamConfig.single("http://x"),
+        api_keys={"default": "sk-zzz"},
+        auth_token="tok-yyy",
+    )
+    assert "sk-zzz" not in repr(cfg) and "tok-yyy" not in repr(cfg)

@@ -284,3 +284,39 @@ async def test_one_log_line_per_request_only_when_asked(make_proxy, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "agentworld.proxy.access"]
     assert len(lines) == 1 and lines[0].startswith("POST /v1/chat/completions 200")
     assert "trajectory=tr_" in lines[0]
+
+
+async def test_endless_stream_is_cut_at_the_response_limit(make_proxy, pool):
+    proxy = await make_proxy(max_response_bytes=1500)
+    c = client(proxy)
+    with pytest.raises(openai.APIError, match="stream over 1500 bytes"):
+        stream = await c.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x" * 24}], stream=True
+        )
+        [ch async for ch in stream]
+    await c.close()
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "error" and step["error"]["type"] == "upstream_invalid"
+
+
+async def test_too_many_open_trajectories_close_the_idlest(make_proxy, pool):
+    proxy = await make_proxy(max_open_trajectories=2, idle_timeout_s=600, sweep_interval_s=0.02)
+    c = client(proxy)
+    for i in range(4):
+        await c.chat.completions.create(model="m", messages=[{"role": "user", "content": f"q{i}"}])
+    await c.close()
+    for _ in range(200):
+        if proxy.state.stats.trajectories_done >= 2 and len(proxy.state.registry) <= 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(proxy.state.registry) == 2
+    await proxy.stop()
+    ends = [r for r in pool.iter_records() if r["kind"] == "end"]
+    assert len(ends) == 2 and {e["status"] for e in ends} == {"timeout"}
+    first_two = {
+        s["trajectory"]
+        for s in steps_of(pool)
+        if s["request"]["messages"][0]["content"] in ("q0", "q1")
+    }
+    assert {e["trajectory"] for e in ends} == first_two  # the idlest went first

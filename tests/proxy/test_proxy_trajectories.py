@@ -120,9 +120,17 @@ async def test_explicit_trajectories_path_headers_and_lifecycle(proxy, pool):
     # A late call on an ended trajectory is refused, not silently re-opened.
     with pytest.raises(openai.ConflictError, match="ended"):
         await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "late"}])
+    # A reward that arrives after the end goes into the label overlay (shards never change).
+    status, late_reward = await post(f"{proxy.url}/aw/trajectories/{tid}/reward", {"reward": 0.25})
+    assert status == 200 and late_reward["labelled"] == [f"trajectory:{tid}"]
+    status, _ = await post(f"{proxy.url}/aw/trajectories/{tid}/reward", {"reward": 0.1, "step": 0})
+    assert status == 200
+    status, err = await post(f"{proxy.url}/aw/trajectories/{tid}/reward", {"reward": "high"})
+    assert status == 400 and err["error"]["param"] == "reward"
     await c.close()
     await h.close()
     await proxy.stop()
+    assert pool.labels.effective()[f"trajectory:{tid}"]["reward"].value == 0.25
     steps = steps_of(pool)
     assert sorted(s["index"] for s in steps) == [0, 1, 2]
     assert {(s["agent"], s["dataset"], s["split"], s["task"], s["group"]) for s in steps} == {
