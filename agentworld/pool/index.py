@@ -7,20 +7,24 @@ incrementally (new shards, the tails of live journals, changed label files).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from agentworld.errors import CorruptDataError
 from agentworld.pool.journal import journal_records, scan_journal
 from agentworld.pool.labels import Labels
-from agentworld.pool.layout import Layout
+from agentworld.pool.layout import Layout, hidden_shards
 from agentworld.pool.selection import Selection
 from agentworld.pool.shards import iter_shard_lines
+
+log = logging.getLogger(__name__)
 
 INDEX_VERSION = 1
 PREVIEW_CHARS = 240
@@ -83,6 +87,7 @@ class RefreshReport:
     journals: int = 0
     records: int = 0
     seconds: float = 0.0
+    corrupt: list[str] = field(default_factory=list)
 
 
 def _text_of(step: dict[str, Any]) -> str:
@@ -200,9 +205,7 @@ class Index:
             self.db.row_factory = sqlite3.Row
             self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(_SCHEMA)
-        self.db.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),)
-        )
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),))
         self.db.commit()
 
     def close(self) -> None:
@@ -227,20 +230,22 @@ class Index:
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS touched (id TEXT PRIMARY KEY)")
             self.db.execute("DELETE FROM touched")
             for i, path in enumerate(new_shards):
-                report.records += self._index_source(self._rel(path), "shard", path, 0)
-                report.shards += 1
+                rel = self._rel(path)
+                try:
+                    report.records += self._index_source(rel, "shard", path, 0)
+                    report.shards += 1
+                except (CorruptDataError, FileNotFoundError, orjson.JSONDecodeError) as exc:
+                    # One bad shard must not keep the rest of the pool out of the
+                    # index; it is retried on every refresh until fsck/gc deal with it.
+                    self._forget(rel)
+                    report.corrupt.append(f"{rel}: {exc}")
+                    log.error("index: skipping %s: %s", rel, exc)
                 if progress:
                     progress(i + 1, total)
             for rel in gone:
                 # A sealed journal's records now live in a shard indexed above;
                 # rows still pointing at it were never sealed (or the shard was gc'd).
-                self.db.execute(
-                    "INSERT OR IGNORE INTO touched SELECT trajectory FROM steps WHERE source=?",
-                    (rel,),
-                )
-                self.db.execute("DELETE FROM steps WHERE source=?", (rel,))
-                self.db.execute("DELETE FROM ends WHERE source=?", (rel,))
-                self.db.execute("DELETE FROM sources WHERE path=?", (rel,))
+                self._forget(rel)
             for path in journals:
                 rel = self._rel(path)
                 prev = known.get(rel)
@@ -250,9 +255,14 @@ class Index:
                     continue
                 if prev is not None and prev["size"] == size:
                     continue
-                report.records += self._index_source(
-                    rel, "journal", path, prev["records"] if prev else 0
-                )
+                try:
+                    report.records += self._index_source(
+                        rel, "journal", path, prev["records"] if prev else 0
+                    )
+                except FileNotFoundError:
+                    # Sealed while we read: its shard is indexed on the next refresh.
+                    self._forget(rel)
+                    continue
                 report.journals += 1
             self._refresh_labels()
             self.db.execute(
@@ -275,6 +285,18 @@ class Index:
         self.db.commit()
         return self.refresh(progress)
 
+    def _forget(self, rel: str) -> None:
+        """Drop every row read from one source (it vanished or is corrupt)."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO touched SELECT trajectory FROM steps WHERE source=?", (rel,)
+        )
+        self.db.execute(
+            "INSERT OR IGNORE INTO touched SELECT trajectory FROM ends WHERE source=?", (rel,)
+        )
+        self.db.execute("DELETE FROM steps WHERE source=?", (rel,))
+        self.db.execute("DELETE FROM ends WHERE source=?", (rel,))
+        self.db.execute("DELETE FROM sources WHERE path=?", (rel,))
+
     def _rel(self, path: Path) -> str:
         return str(path.relative_to(self.layout.root))
 
@@ -288,6 +310,9 @@ class Index:
         steps: list[tuple[Any, ...]] = []
         ends: list[tuple[Any, ...]] = []
         line = -1
+        # The size is taken before reading: a live journal that grows while we
+        # read must look changed on the next refresh, or its new tail is missed.
+        size = path.stat().st_size
         for line, raw in enumerate(self._lines(kind, path)):
             if line < skip:
                 continue
@@ -299,7 +324,6 @@ class Index:
             if len(steps) >= 5000:
                 self._flush_rows(steps, ends)
         self._flush_rows(steps, ends)
-        size = path.stat().st_size if path.exists() else 0
         self.db.execute(
             "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)", (rel, kind, size, line + 1)
         )
@@ -338,7 +362,9 @@ class Index:
         for target, fields in eff.items():
             kind, _, ident = target.partition(":")
             if kind == "step":
-                traj = self.db.execute("SELECT trajectory FROM steps WHERE id=?", (ident,)).fetchone()
+                traj = self.db.execute(
+                    "SELECT trajectory FROM steps WHERE id=?", (ident,)
+                ).fetchone()
                 if traj is None:
                     continue
                 rows.setdefault(traj[0], [None, None, None, None, None, 1])[5] = 1
@@ -567,12 +593,5 @@ def _traj_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def _read_superseded(layout: Layout) -> set[str]:
-    """Shard file names that a compaction replaced (read but not trusted: gc checks)."""
-    if not layout.superseded.exists():
-        return set()
-    out = set()
-    for line in layout.superseded.read_text().splitlines():
-        name = line.split("#", 1)[0].strip()
-        if name:
-            out.add(name)
-    return out
+    """Shard file names that a compaction replaced and that readers skip (see layout)."""
+    return hidden_shards(layout)

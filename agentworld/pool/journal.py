@@ -13,6 +13,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -154,8 +155,10 @@ class _Journal:
         self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         header = records.dumps({"journal": 1, "writer": writer_id, "created": time.time()})
-        os.write(self.fd, frame(header))
+        head = frame(header)
+        os.write(self.fd, head)
         os.fsync(self.fd)
+        self.offset = len(head)  # file size after the last complete write
         self.path = layout.journals / name
         os.replace(tmp, self.path)
         fsync_dir(layout.journals)
@@ -167,6 +170,7 @@ class _Journal:
             n = os.write(self.fd, view)
             view = view[n:]
         self.size += len(data)
+        self.offset += len(data)
 
 
 class PoolWriter:
@@ -198,7 +202,9 @@ class PoolWriter:
         self.commit_records = commit_records
         self.commit_interval_s = commit_interval_s
         self.rotate_bytes = rotate_bytes
-        host = socket.gethostname().replace("-", "_")[:32] or "host"
+        self.max_pending = 2 * commit_records
+        name = re.sub(r"[^A-Za-z0-9_]+", "_", name)[:32] or "w"
+        host = re.sub(r"[^A-Za-z0-9_]+", "_", socket.gethostname())[:32] or "host"
         self.writer_id = f"{name}-{host}-{os.getpid()}-{os.urandom(3).hex()}"
         self._seq = 0
         self._journal = _Journal(layout, self.writer_id, self._seq)
@@ -222,6 +228,11 @@ class PoolWriter:
     def _enqueue(self, record: Mapping[str, Any]) -> int:
         line = frame(records.encode(record))
         with self._cond:
+            # Back-pressure bounds memory and what a crash can lose in batched
+            # mode: at most the batch being written plus this many queued.
+            while len(self._pending) >= self.max_pending and not self._closing:
+                self._cond.notify_all()
+                self._cond.wait()
             if self._closing:
                 raise PoolError("writer is closed")
             self._pending.append(line)
@@ -258,7 +269,9 @@ class PoolWriter:
             self.stats["appended"] += 1
             seq = self._appended
             fut: asyncio.Future[None] | None = None
-            if self.durability == "strict":
+            if self.durability == "strict" or len(self._pending) > self.max_pending:
+                # Strict: wait for the fsync. Batched but backlogged: wait too,
+                # without blocking the event loop, so the backlog stays bounded.
                 fut = loop.create_future()
                 self._async_waiters.append((seq, loop, fut))
                 self._cond.notify_all()
@@ -322,6 +335,14 @@ class PoolWriter:
             ok = False
             self.last_error = exc
             log.error("pool write failed, %d records lost: %s", len(batch), exc)
+            try:
+                # Cut what part of the batch reached the file: a torn line would
+                # hide every later (acknowledged) record behind it.
+                os.ftruncate(self._journal.fd, self._journal.offset)
+            except OSError:
+                log.error(
+                    "could not cut %s back; later records may be unreadable", self._journal.path
+                )
         with self._cond:
             if ok:
                 self._durable = seq
