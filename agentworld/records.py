@@ -61,7 +61,10 @@ def new_id(prefix: str) -> str:
 
 
 def dumps(record: Mapping[str, Any]) -> bytes:
-    """Canonical JSON: sorted keys, no whitespace, UTF-8. Refuses NaN and >64-bit ints."""
+    """Canonical JSON: sorted keys, no whitespace, UTF-8. Refuses >64-bit ints.
+
+    orjson writes NaN and infinities as null; ``validate`` refuses them first.
+    """
     try:
         return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError as exc:
@@ -222,9 +225,12 @@ def _check_float_list(v: Any, path: str) -> None:
     for i, x in enumerate(v):
         if isinstance(x, bool) or not isinstance(x, int | float):
             raise _fail(f"{path}[{i}]", f"expected a number, got {x!r}")
-        # -inf is a legitimate log-prob of an impossible token; NaN and +inf are not.
-        if x != x or x == math.inf:
-            raise _fail(f"{path}[{i}]", f"{x} is not a log-probability")
+        # JSON has no infinities (orjson would silently write null), so even
+        # -inf, the log-prob of an impossible token, is refused: store a floor.
+        if x != x or x == math.inf or x == -math.inf:
+            raise _fail(f"{path}[{i}]", f"{x} is not a finite log-probability (JSON cannot hold it)")
+        if x > 0:
+            raise _fail(f"{path}[{i}]", f"{x} is not a log-probability (must be <= 0)")
 
 
 _TOKENS_KEYS = frozenset({"source", "prompt_ids", "completion_ids", "completion_logprobs"})
