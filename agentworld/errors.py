@@ -70,6 +70,4 @@ class MissingExtraError(AgentWorldError):
     exit_code = 9
 
     def __init__(self, package: str, extra: str) -> None:
-        super().__init__(
-            f"this needs the '{package}' package: pip install 'agentworld[{extra}]'"
-        )
+        super().__init__(f"this needs the '{package}' package: pip install 'agentworld[{extra}]'")

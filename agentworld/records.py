@@ -228,7 +228,9 @@ def _check_float_list(v: Any, path: str) -> None:
         # JSON has no infinities (orjson would silently write null), so even
         # -inf, the log-prob of an impossible token, is refused: store a floor.
         if x != x or x == math.inf or x == -math.inf:
-            raise _fail(f"{path}[{i}]", f"{x} is not a finite log-probability (JSON cannot hold it)")
+            raise _fail(
+                f"{path}[{i}]", f"{x} is not a finite log-probability (JSON cannot hold it)"
+            )
         if x > 0:
             raise _fail(f"{path}[{i}]", f"{x} is not a log-probability (must be <= 0)")
 

@@ -19,7 +19,12 @@ def step() -> dict[str, Any]:
         agent="a",
         request={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
         response={"message": {"role": "assistant", "content": "yo"}, "usage": {"prompt_tokens": 1}},
-        tokens={"source": "engine", "prompt_ids": [1, 2], "completion_ids": [3], "completion_logprobs": [-0.1]},
+        tokens={
+            "source": "engine",
+            "prompt_ids": [1, 2],
+            "completion_ids": [3],
+            "completion_logprobs": [-0.1],
+        },
     )
 
 
@@ -64,7 +69,12 @@ BAD_STEPS = [
     ("metadata", {"x": {1, 2}}, "metadata.x", "not a JSON value"),
     ("metadata", [], "metadata", "expected an object"),
     ("agent", "a\ud800", "agent", "lone surrogate"),
-    ("request.messages.0.content", "bad \udcff text", "request.messages[0].content", "lone surrogate"),
+    (
+        "request.messages.0.content",
+        "bad \udcff text",
+        "request.messages[0].content",
+        "lone surrogate",
+    ),
     ("agent", "a/b", "agent", "slashes"),
     ("agent", "", "agent", "non-empty"),
     ("agent", "x" * 201, "agent", "longer than"),
@@ -89,7 +99,12 @@ BAD_STEPS = [
     ("tokens.completion_ids", ..., "tokens.completion_logprobs", "0 completion ids"),
     ("tokens.source", "none", "tokens.source", "source is 'none'"),
     ("response.usage.prompt_tokens", -3, "response.usage.prompt_tokens", "out of range"),
-    ("request.messages.0.tool_calls", [{"name": "x"}], "request.messages[0].tool_calls[0].arguments", "expected a string"),
+    (
+        "request.messages.0.tool_calls",
+        [{"name": "x"}],
+        "request.messages[0].tool_calls[0].arguments",
+        "expected a string",
+    ),
     ("response", ..., "response", "required when status is 'ok'"),
     ("status", "error", "error", "required when status is 'error'"),
 ]

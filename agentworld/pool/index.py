@@ -264,7 +264,9 @@ class Index:
                     self._forget(rel)
                     continue
                 report.journals += 1
-            self._refresh_labels()
+            # Step labels attach to trajectories through the steps table, so new
+            # rows can change the label summary even when no label file changed.
+            self._refresh_labels(force=bool(report.records or gone))
             self.db.execute(
                 "DELETE FROM trajectories WHERE id IN (SELECT id FROM touched) "
                 "AND id NOT IN (SELECT trajectory FROM steps)"
@@ -282,6 +284,7 @@ class Index:
         """Drop everything and index the pool from scratch."""
         for table in ("sources", "steps", "ends", "trajectories", "labels", "tlabels"):
             self.db.execute(f"DELETE FROM {table}")
+        self.db.execute("DELETE FROM meta WHERE key = 'labels_sig'")
         self.db.commit()
         return self.refresh(progress)
 
@@ -341,11 +344,11 @@ class Index:
         steps.clear()
         ends.clear()
 
-    def _refresh_labels(self) -> None:
+    def _refresh_labels(self, *, force: bool = False) -> None:
         files = self.labels.files()
         sig = ";".join(f"{self._rel(p)}:{p.stat().st_size}" for p in files)
         row = self.db.execute("SELECT value FROM meta WHERE key='labels_sig'").fetchone()
-        if row is not None and row[0] == sig:
+        if row is not None and row[0] == sig and not (force and files):
             return
         eff = self.labels.effective()
         self.db.execute("DELETE FROM labels")

@@ -9,6 +9,8 @@ union (git's ``merge=union``) agree.
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import math
 import os
 import re
@@ -29,6 +31,8 @@ from agentworld.pool.layout import Layout
 FIELDS = ("trainable", "quality", "tags", "note", "reward")
 QUALITIES = ("good", "bad", "unsure")
 _AUTHOR_RE = re.compile(r"[^A-Za-z0-9._@-]+")
+
+log = logging.getLogger(__name__)
 
 
 def check_value(field: str, value: Any) -> Any:
@@ -133,15 +137,17 @@ def label_file_problems(path: Path) -> list[tuple[int, str]]:
     out = []
     with open(path, "rb") as f:
         data = f.read()
-    if data and not data.endswith(b"\n"):
-        out.append((data.count(b"\n") + 1, "last line has no newline (torn append)"))
-    for n, line in enumerate(data.split(b"\n"), 1):
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when the file ends with a newline, as it should
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             parse_label_line(line)
         except (orjson.JSONDecodeError, TypeError, ValueError, RecordError) as exc:
             out.append((n, f"bad label line: {exc}"))
+    if torn:
+        out.append((len(lines) + 1, "last line has no newline: a torn append, ignored by readers"))
     return out
 
 
@@ -207,14 +213,29 @@ class Labels:
         with self._lock:
             fd = os.open(d / f"{day}.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                size = os.fstat(fd).st_size
-                if size and os.pread(fd, 1, size - 1) != b"\n":
-                    lines.insert(0, b"\n")  # end a torn line so ours stays whole
+                # Appenders in other processes take the same lock, so a line
+                # without its newline here is a crashed append: cut it, as a
+                # journal's torn tail is cut, so it never fuses with ours.
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                _cut_torn_tail(fd)
                 os.write(fd, b"".join(lines))
                 os.fsync(fd)
             finally:
                 os.close(fd)
         return written
+
+
+def _cut_torn_tail(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = max(0, size - (1 << 20))
+    tail = os.pread(fd, size - start, start)
+    cut = tail.rfind(b"\n")
+    keep = start + cut + 1 if cut >= 0 else 0 if start == 0 else size
+    if keep < size:
+        log.warning("labels: cutting a torn last line (%d bytes)", size - keep)
+        os.ftruncate(fd, keep)
 
 
 def apply_labels(
