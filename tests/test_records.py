@@ -10,6 +10,7 @@ import pytest
 
 from agentworld import records
 from agentworld.errors import RecordError
+from agentworld.record_fast import accepts
 
 
 def step() -> dict[str, Any]:
@@ -134,6 +135,25 @@ def test_bad_end_refused_naming_the_field(path: str, value: Any, field: str, pro
         records.encode(_set(end(), path, value))
     assert info.value.field == field
     assert problem in info.value.problem
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field", "problem"), [*BAD_STEPS, ("kind", "end", "", "")]
+)
+def test_fast_check_never_accepts_what_the_full_check_refuses(
+    path: str, value: Any, field: str, problem: str
+) -> None:
+    assert not accepts(_set(step(), path, value))
+
+
+def test_fast_check_accepts_ordinary_records() -> None:
+    from tests.pool.conftest import end_record, full_step
+
+    for rec in (step(), end(), full_step("tr_1", 0), end_record("tr_1", 1)):
+        assert accepts(rec), rec
+    # Exotic but valid: the fast check says "look closer" and the full check accepts.
+    odd = _set(step(), "metadata", {"deep": [[[[1]]]], "é": "ü"})
+    assert records.validate(odd) is odd
 
 
 def test_not_an_object() -> None:
