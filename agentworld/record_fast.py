@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 from agentworld.records import (
     _INT64_MAX,
     _INT64_MIN,
@@ -39,9 +41,8 @@ _isfinite = math.isfinite
 _BAD_ID = re.compile(r"[/\\\n\r\t\x00]")
 _TOKEN_MAX = 2**31 - 1
 _STEP_KEYS = frozenset(STEP_FIELDS)
+
 _END_KEYS = frozenset(END_FIELDS)
-_INT_ONLY = {int}
-_NUMBER_TYPES = {int, float}
 _ERROR_KEYS = frozenset({"type", "message", "status"})
 
 
@@ -108,12 +109,20 @@ def _json(v: Any, depth: int = 0) -> bool:
 
 
 def _message(m: Any) -> bool:
-    if type(m) is not dict or not _MESSAGE_KEYS.issuperset(m) or not _member(m.get("role"), ROLES):
+    if type(m) is not dict:
+        return False
+    role = m.get("role")
+    if type(role) is not str or role not in ROLES:
         return False
     content = m.get("content")
-    if content is not None and not (
-        _text(content) if type(content) is str else (type(content) is list and _json(content, 0))
-    ):
+    if type(content) is str:
+        if not (content.isascii() and len(content) <= MAX_STRING_BYTES) and not _text(content):
+            return False
+    elif content is not None and (type(content) is not list or not _json(content, 0)):
+        return False
+    if len(m) <= 2 and (len(m) == 1 or "content" in m):
+        return True  # the common {role, content} message: nothing else to look at
+    if not _MESSAGE_KEYS.issuperset(m):
         return False
     if not (
         _opt_text(m.get("name"))
@@ -138,24 +147,55 @@ def _message(m: Any) -> bool:
     return True
 
 
+def _messages(ms: Any) -> bool:
+    """A message list; the common {role, content: ASCII text} message is checked inline
+    (a call per message costs more than the check itself)."""
+    if type(ms) is not list:
+        return False
+    for m in ms:
+        if type(m) is dict and len(m) == 2:
+            c, role = m.get("content"), m.get("role")
+            if (
+                type(c) is str
+                and c.isascii()
+                and len(c) <= MAX_STRING_BYTES
+                and type(role) is str
+                and role in ROLES
+            ):
+                continue
+        if not _message(m):
+            return False
+    return True
+
+
 def _token_ids(v: Any) -> bool:
+    """Integers in [0, 2^31), checked on orjson's rendering of the list (C speed, no
+    per-element Python): only digits and commas may remain between the brackets,
+    which rules out bools, floats, negatives, nulls, strings and nesting."""
     if type(v) is not list or len(v) > MAX_TOKENS:
         return False
-    return not v or (set(map(type, v)) == _INT_ONLY and min(v) >= 0 and max(v) <= _TOKEN_MAX)
+    try:
+        data = orjson.dumps(v)
+    except orjson.JSONEncodeError:
+        return False
+    if data.translate(None, b"0123456789,") != b"[]":
+        return False
+    return not v or max(v) <= _TOKEN_MAX
 
 
 def _logprobs(v: Any) -> bool:
+    """Finite numbers <= 0, checked on orjson's rendering (it writes NaN and infinities as
+    null): only number characters may remain, and every number is negative (or -0.0)."""
     if type(v) is not list or len(v) > MAX_TOKENS:
         return False
-    if not v:
-        return True
-    if not set(map(type, v)) <= _NUMBER_TYPES:
-        return False
     try:
-        # A finite sum means no NaN or infinity (an overflow just sends us to the slow path).
-        return _isfinite(sum(v)) and max(v) <= 0
-    except OverflowError:
+        data = orjson.dumps(v)
+    except orjson.JSONEncodeError:
         return False
+    # Every number starts with a minus sign: after "[" and after each of the len-1 commas.
+    return data.translate(None, b"0123456789-.e+,") == b"[]" and (
+        not v or data.count(b",-") + data.startswith(b"[-") == len(v)
+    )
 
 
 def _tokens(v: Any) -> bool:
@@ -182,7 +222,7 @@ def _request(v: Any) -> bool:
     messages, prompt = v.get("messages"), v.get("prompt")
     if messages is None and prompt is None:
         return False
-    if messages is not None and (type(messages) is not list or not all(map(_message, messages))):
+    if messages is not None and not _messages(messages):
         return False
     if not _opt_text(v.get("model")) or not _opt_text(prompt):
         return False

@@ -16,8 +16,10 @@ from agentworld.pool.layout import Layout, fsync_dir, shard_digest
 # previous turn of a conversation even when 64 other trajectories were written
 # in between: multi-turn prompts are stored (almost) once without any
 # reference bookkeeping. 2^27 is also what `zstd -d` accepts without flags.
+# With LDM finding the long repeats, level 1 is both faster and smaller than
+# level 3 on agent records (bench/pool_storage.py, bench/pool_write.py).
 WINDOW_LOG = 27
-LEVEL = 3
+LEVEL = 1
 
 
 def _compressor() -> zstandard.ZstdCompressor:
@@ -38,7 +40,7 @@ def write_shard(layout: Layout, lines: Sequence[bytes]) -> Path:
     same name, so sealing a journal twice (crash between rename and unlink)
     never duplicates data.
     """
-    payload = b"".join(line + b"\n" for line in lines)
+    payload = b"\n".join([*lines, b""])  # one copy; every line ends with a newline
     data = _compressor().compress(payload)
     digest = hashlib.sha256(data).hexdigest()
     final = layout.shard_path(digest)

@@ -119,3 +119,21 @@ def test_sealing_is_deterministic(pool: Pool, tmp_path) -> None:
     b = write_shard(pool.layout, lines)
     assert a == b
     assert len(pool.layout.shard_paths()) == 1
+
+
+def test_own_seal_equals_recovery_seal(pool: Pool) -> None:
+    """The writer seals from memory; recovery seals from the file: both give one shard."""
+    from agentworld.pool.journal import recover_orphans
+
+    w = pool.writer(commit_records=3)
+    for i in range(10):
+        w.append(full_step("tr_same", i))
+    w.flush()
+    (journal,) = pool.layout.journal_paths()
+    saved = journal.read_bytes()
+    w.close()
+    (shard,) = pool.layout.shard_paths()
+    journal.write_bytes(saved)  # as if we crashed after writing the shard, before unlinking
+    (rec,) = recover_orphans(pool.layout)
+    assert rec.shard == shard.name and rec.records == 10
+    assert pool.layout.shard_paths() == [shard]
