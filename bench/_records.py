@@ -8,11 +8,49 @@ from typing import Any
 
 from agentworld import records
 
-_WORDS = (
-    "the a file function returns value error test list python import def class self "
-    "print result path open read write data json index step agent tool call user "
-    "assistant answer because then with for while if else return none true false"
-).split()
+_WORDS = [
+    "the",
+    "a",
+    "file",
+    "function",
+    "returns",
+    "value",
+    "error",
+    "test",
+    "list",
+    "python",
+    "import",
+    "def",
+    "class",
+    "self",
+    "print",
+    "result",
+    "path",
+    "open",
+    "read",
+    "write",
+    "data",
+    "json",
+    "index",
+    "step",
+    "agent",
+    "tool",
+    "call",
+    "user",
+    "assistant",
+    "answer",
+    "because",
+    "then",
+    "with",
+    "for",
+    "while",
+    "if",
+    "else",
+    "return",
+    "none",
+    "true",
+    "false",
+]
 
 
 def _text(rng: random.Random, n_words: int) -> str:
@@ -20,7 +58,12 @@ def _text(rng: random.Random, n_words: int) -> str:
 
 
 def interleaved_steps(
-    n_trajectories: int, turns: int, *, concurrent: int = 64, seed: int = 0, words: int = 60,
+    n_trajectories: int,
+    turns: int,
+    *,
+    concurrent: int = 64,
+    seed: int = 0,
+    words: int = 60,
     tokens: bool = True,
 ) -> Iterator[dict[str, Any]]:
     """Steps (and end records) of ``n_trajectories`` chats of ``turns`` turns, ``concurrent``
@@ -45,7 +88,11 @@ def interleaved_steps(
                     agent="coder",
                     dataset="swe",
                     task=f"task-{start}",
-                    request={"model": "policy", "messages": list(msgs), "params": {"temperature": 1.0}},
+                    request={
+                        "model": "policy",
+                        "messages": list(msgs),
+                        "params": {"temperature": 1.0},
+                    },
                     response={
                         "message": {"role": "assistant", "content": answer},
                         "finish_reason": "stop",
@@ -61,6 +108,10 @@ def interleaved_steps(
                     else None,
                 )
                 msgs.append({"role": "assistant", "content": answer})
-                msgs.append({"role": "tool", "content": _text(rng, words // 2), "tool_call_id": "c"})
+                msgs.append(
+                    {"role": "tool", "content": _text(rng, words // 2), "tool_call_id": "c"}
+                )
         for tid, _ in batch:
-            yield records.make_end(trajectory=tid, agent="coder", status="done", steps=turns, reward=1.0)
+            yield records.make_end(
+                trajectory=tid, agent="coder", status="done", steps=turns, reward=1.0
+            )

@@ -24,9 +24,9 @@ import zstandard
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _records import interleaved_steps  # noqa: E402
+from _records import interleaved_steps
 
-from agentworld.pool import Pool  # noqa: E402
+from agentworld.pool import Pool
 
 
 def raw_limit(recs: list[dict]) -> float:

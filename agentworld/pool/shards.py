@@ -116,7 +116,9 @@ def iter_shard_lines(path: Path, data: bytes | None = None) -> Iterator[bytes]:
     """
     rest = b""
     for piece in iter_decompressed(path, read_verified(path) if data is None else data):
-        lines = (rest + piece if rest else piece).split(b"\n")
+        lines = piece.split(b"\n")
+        if rest:  # only the line cut at the piece boundary is glued, not the whole piece
+            lines[0] = rest + lines[0]
         rest = lines.pop()
         yield from lines
     if rest:
