@@ -20,7 +20,7 @@ import orjson
 
 from agentworld import records
 from agentworld.errors import CorruptDataError, RecordError
-from agentworld.pool.journal import _is_header, scan_journal
+from agentworld.pool.journal import JOURNAL_VERSION, _is_header, scan_journal
 from agentworld.pool.labels import label_file_problems
 from agentworld.pool.layout import Layout, hidden_shards, shard_digest
 from agentworld.pool.shards import iter_shard_lines, read_verified
@@ -178,6 +178,10 @@ class _Checker:
         lines = scan.lines
         first_record_line = 1
         if lines and _is_header(lines[0]):
+            version = orjson.loads(lines[0]).get("journal")
+            if version != JOURNAL_VERSION:
+                self.report.add(rel, 1, f"journal version {version!r} unknown to this build")
+                return
             lines = lines[1:]
             first_record_line = 2
         elif data:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from agentworld.errors import CorruptDataError
+from agentworld.errors import CorruptDataError, PoolFormatError
 from agentworld.pool.journal import journal_records, scan_journal
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, hidden_shards
@@ -262,6 +262,10 @@ class Index:
                 except FileNotFoundError:
                     # Sealed while we read: its shard is indexed on the next refresh.
                     self._forget(rel)
+                    continue
+                except PoolFormatError as exc:
+                    self._forget(rel)
+                    report.corrupt.append(f"{rel}: {exc}")
                     continue
                 report.journals += 1
             # Step labels attach to trajectories through the steps table, so new

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentworld import records
-from agentworld.errors import PoolError
+from agentworld.errors import PoolError, PoolFormatError
 from agentworld.pool.layout import JOURNAL_SUFFIX, Layout, fsync_dir
 from agentworld.pool.shards import write_shard
 
@@ -91,9 +91,23 @@ def _is_header(line: bytes) -> bool:
     return isinstance(obj, dict) and "journal" in obj and "kind" not in obj
 
 
+JOURNAL_VERSION = 1
+
+
 def journal_records(scan: JournalScan) -> list[bytes]:
-    """The record lines of a scanned journal (without its header)."""
-    return scan.lines[1:] if scan.lines and _is_header(scan.lines[0]) else scan.lines
+    """The record lines of a scanned journal (without its header).
+
+    Raises PoolFormatError for a journal framing version this build does not know.
+    """
+    if not scan.lines or not _is_header(scan.lines[0]):
+        return scan.lines
+    version = records.loads(scan.lines[0]).get("journal")
+    if version != JOURNAL_VERSION:
+        raise PoolFormatError(
+            f"{scan.path}: journal version {version!r} is not supported by this build "
+            f"(it reads version {JOURNAL_VERSION}); upgrade agentworld"
+        )
+    return scan.lines[1:]
 
 
 @dataclass
@@ -156,6 +170,8 @@ def recover_orphans(layout: Layout) -> list[Recovery]:
             out.append(seal_journal(layout, path, fd))
         except FileNotFoundError:
             continue
+        except PoolFormatError as exc:
+            log.error("not recovering %s: %s", path, exc)  # a newer writer's: leave it be
         finally:
             os.close(fd)
     return out
@@ -170,7 +186,9 @@ class _Journal:
         tmp = layout.journals / f".{name}"
         self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        header = records.dumps({"journal": 1, "writer": writer_id, "created": time.time()})
+        header = records.dumps(
+            {"journal": JOURNAL_VERSION, "writer": writer_id, "created": time.time()}
+        )
         head = frame(header)
         os.write(self.fd, head)
         os.fsync(self.fd)

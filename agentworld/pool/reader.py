@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from agentworld.errors import CorruptDataError, NotFoundError
+from agentworld.errors import CorruptDataError, NotFoundError, PoolFormatError
 from agentworld.pool.index import _read_superseded
 from agentworld.pool.journal import journal_records, scan_journal
 from agentworld.pool.labels import LabelEntry, apply_labels
@@ -102,6 +102,11 @@ def iter_raw(
                 lines = journal_records(scan_journal(path))
             except FileNotFoundError:
                 continue  # sealed while we listed: its shard is read on the next pass
+            except PoolFormatError as exc:
+                if strict:
+                    raise
+                log.error("skipping journal: %s", exc)
+                continue
             for n, line in enumerate(lines):
                 yield path, n, line
 

@@ -45,7 +45,12 @@ def _read_ids(proc: subprocess.Popen, n: int) -> list[str]:
 def _kill(proc: subprocess.Popen) -> list[str]:
     """SIGKILL the writer; return every id it printed (including after our last read)."""
     proc.send_signal(signal.SIGKILL)
-    rest, _ = proc.communicate(timeout=30)
+    proc.wait(timeout=30)
+    # Read through the same buffered file object as _read_ids: communicate() would
+    # read the raw pipe and miss lines already buffered here.
+    assert proc.stdout is not None
+    rest = proc.stdout.read()
+    proc.stdout.close()
     return [x for x in rest.splitlines() if x and x != "closed"]
 
 

@@ -137,3 +137,18 @@ def test_own_seal_equals_recovery_seal(pool: Pool) -> None:
     (rec,) = recover_orphans(pool.layout)
     assert rec.shard == shard.name and rec.records == 10
     assert pool.layout.shard_paths() == [shard]
+
+
+def test_unknown_journal_version_is_left_alone(pool: Pool) -> None:
+    from agentworld.pool.fsck import fsck
+    from agentworld.pool.journal import frame
+
+    journal = pool.layout.journals / "w-future-0000.journal"
+    header = records.dumps({"journal": 2, "writer": "future", "created": 0.0})
+    journal.write_bytes(frame(header) + frame(records.encode(full_step("tr_f", 0))))
+    reopened = Pool.open(pool.root)  # recovery skips what it cannot read
+    assert reopened.recovered == [] and journal.exists()
+    assert list(reopened.iter_records()) == []
+    assert reopened.index().stats()["steps"] == 0
+    (problem,) = fsck(reopened).problems
+    assert problem.line == 1 and "journal version 2" in problem.problem
