@@ -99,7 +99,7 @@ def small_steps(n_steps: int, per_trajectory: int = 32):
             steps=per_trajectory,
             reward=float(t % 7) / 6,
             id=f"en_{t:08d}",
-            ended_at=t_end,
+            ended_at=t_end - n_traj + t,
         )
 
 

@@ -83,8 +83,12 @@ class Pool:
             self._index.refresh()
         return self._index
 
-    def iter_records(self, *, journals: bool = True) -> Iterator[dict[str, Any]]:
-        return iter_records(self.layout, journals=journals)
+    def iter_records(
+        self, *, journals: bool = True, strict: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Every record once, in pool order. A corrupt shard is logged and skipped
+        (``strict``: raises CorruptDataError); `aw pool fsck` names it."""
+        return iter_records(self.layout, journals=journals, strict=strict)
 
     def iter_trajectories(
         self, selection: Selection | None = None, *, journals: bool = True

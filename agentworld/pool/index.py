@@ -26,7 +26,7 @@ from agentworld.pool.shards import iter_shard_lines
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 PREVIEW_CHARS = 240
 
 _SCHEMA = """
@@ -56,7 +56,8 @@ CREATE TABLE IF NOT EXISTS trajectories (
 );
 CREATE INDEX IF NOT EXISTS traj_agent ON trajectories (agent, dataset);
 CREATE INDEX IF NOT EXISTS traj_grp ON trajectories (grp);
-CREATE INDEX IF NOT EXISTS traj_last ON trajectories (last_at);
+CREATE INDEX IF NOT EXISTS traj_last ON trajectories (last_at, id);
+CREATE INDEX IF NOT EXISTS traj_first ON trajectories (first_at, id);
 CREATE INDEX IF NOT EXISTS traj_status ON trajectories (status);
 CREATE TABLE IF NOT EXISTS labels (
     target TEXT NOT NULL, field TEXT NOT NULL, value TEXT NOT NULL, author TEXT, time REAL,
@@ -204,6 +205,7 @@ class Index:
             self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
             self.db.row_factory = sqlite3.Row
             self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
         self.db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),))
         self.db.commit()
