@@ -11,7 +11,8 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,22 @@ STALE_TMP_S = 3600.0
 
 def _layout(pool: Any) -> Layout:
     return pool if isinstance(pool, Layout) else pool.layout
+
+
+@contextmanager
+def _maintenance_lock(layout: Layout) -> Iterator[None]:
+    """One compaction or gc at a time per pool (they would race on superseded.txt)."""
+    locks = layout.state / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    fd = os.open(locks / "maintenance.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PoolError(f"{layout.root}: another compaction or gc is running") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def seal_idle(pool: Any) -> list[Recovery]:
@@ -77,6 +94,11 @@ def compact(
     if max_shards < 2:
         raise PoolError("compact: max_shards must be at least 2")
     layout = _layout(pool)
+    with _maintenance_lock(layout):
+        return _compact(layout, max_shards, small_bytes, min_shards)
+
+
+def _compact(layout: Layout, max_shards: int, small_bytes: int, min_shards: int) -> CompactReport:
     report = CompactReport()
     hidden = hidden_shards(layout)
     candidates = [
@@ -272,7 +294,8 @@ def gc(pool: Any, *, dry_run: bool = False, max_age_s: float = STALE_TMP_S) -> G
     report = GcReport(dry_run=dry_run)
     g = _Gc(layout, dry_run, report)
     now = time.time()
-    g.superseded_shards()
-    g.tmp_files(now, max_age_s)
-    g.journals(now, max_age_s)
+    with _maintenance_lock(layout):
+        g.superseded_shards()
+        g.tmp_files(now, max_age_s)
+        g.journals(now, max_age_s)
     return report

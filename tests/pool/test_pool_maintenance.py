@@ -131,3 +131,24 @@ def test_seal_idle_seals_dead_journals(pool: Pool) -> None:
     assert rec.records == 1 and rec.shard is not None
     assert pool.layout.journal_paths() == []
     assert len(_ids(pool)) == 1
+
+
+def test_one_maintenance_at_a_time(pool: Pool) -> None:
+    import fcntl
+
+    import pytest
+
+    from agentworld.errors import PoolError
+
+    lock = pool.layout.state / "locks" / "maintenance.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(PoolError, match="another compaction or gc"):
+            compact(pool)
+        with pytest.raises(PoolError, match="another compaction or gc"):
+            gc(pool)
+    finally:
+        os.close(fd)
+    assert gc(pool).deleted == []
