@@ -61,7 +61,10 @@ def new_id(prefix: str) -> str:
 
 
 def dumps(record: Mapping[str, Any]) -> bytes:
-    """Canonical JSON: sorted keys, no whitespace, UTF-8. Refuses NaN and >64-bit ints."""
+    """Canonical JSON: sorted keys, no whitespace, UTF-8. Refuses >64-bit ints.
+
+    orjson writes NaN and infinities as null; ``validate`` refuses them first.
+    """
     try:
         return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError as exc:
@@ -182,7 +185,7 @@ def _check_message(m: Any, path: str) -> None:
     _check_dict(m, path)
     _check_keys(m, _MESSAGE_KEYS, path)
     role = m.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise _fail(f"{path}.role", f"must be one of {sorted(ROLES)}, got {role!r}")
     content = m.get("content")
     if content is not None and not isinstance(content, str):
@@ -222,9 +225,14 @@ def _check_float_list(v: Any, path: str) -> None:
     for i, x in enumerate(v):
         if isinstance(x, bool) or not isinstance(x, int | float):
             raise _fail(f"{path}[{i}]", f"expected a number, got {x!r}")
-        # -inf is a legitimate log-prob of an impossible token; NaN and +inf are not.
-        if x != x or x == math.inf:
-            raise _fail(f"{path}[{i}]", f"{x} is not a log-probability")
+        # JSON has no infinities (orjson would silently write null), so even
+        # -inf, the log-prob of an impossible token, is refused: store a floor.
+        if x != x or x == math.inf or x == -math.inf:
+            raise _fail(
+                f"{path}[{i}]", f"{x} is not a finite log-probability (JSON cannot hold it)"
+            )
+        if x > 0:
+            raise _fail(f"{path}[{i}]", f"{x} is not a log-probability (must be <= 0)")
 
 
 _TOKENS_KEYS = frozenset({"source", "prompt_ids", "completion_ids", "completion_logprobs"})
@@ -234,7 +242,7 @@ def _check_tokens(v: Any, path: str) -> None:
     _check_dict(v, path)
     _check_keys(v, _TOKENS_KEYS, path)
     source = v.get("source")
-    if source not in TOKEN_SOURCES:
+    if not isinstance(source, str) or source not in TOKEN_SOURCES:
         raise _fail(f"{path}.source", f"must be one of {sorted(TOKEN_SOURCES)}, got {source!r}")
     for key in ("prompt_ids", "completion_ids"):
         _opt(_check_int_list)(v.get(key), f"{path}.{key}")
@@ -314,7 +322,7 @@ def _check_error(v: Any, path: str) -> None:
 
 def _check_enum(values: frozenset[str]) -> Callable[[Any, str], None]:
     def inner(v: Any, path: str) -> None:
-        if v not in values:
+        if not isinstance(v, str) or v not in values:
             raise _fail(path, f"must be one of {sorted(values)}, got {v!r}")
 
     return inner
@@ -377,6 +385,9 @@ def _validate(record: Any, fields: dict[str, tuple[bool, Callable[[Any, str], No
 
 def validate(record: Any) -> dict[str, Any]:
     """Check a step or end record; raise RecordError naming the first bad field."""
+    if _accepts(record):
+        return record
+    # Not certainly valid: the field-by-field checks below name what is wrong.
     if not isinstance(record, dict):
         raise _fail("", f"a record is a JSON object, got {type(record).__name__}")
     kind = record.get("kind")
@@ -473,3 +484,7 @@ def completion_text(step: Mapping[str, Any]) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content or resp.get("text") or ""
+
+
+# The fast check mirrors the rules above, so it is imported once they exist.
+from agentworld.record_fast import accepts as _accepts  # noqa: E402

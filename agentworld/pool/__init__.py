@@ -83,8 +83,12 @@ class Pool:
             self._index.refresh()
         return self._index
 
-    def iter_records(self, *, journals: bool = True) -> Iterator[dict[str, Any]]:
-        return iter_records(self.layout, journals=journals)
+    def iter_records(
+        self, *, journals: bool = True, strict: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Every record once, in pool order. A corrupt shard is logged and skipped
+        (``strict``: raises CorruptDataError); `aw pool fsck` names it."""
+        return iter_records(self.layout, journals=journals, strict=strict)
 
     def iter_trajectories(
         self, selection: Selection | None = None, *, journals: bool = True
@@ -101,17 +105,31 @@ class Pool:
         return self._fetcher.get(row["source"], row["line"])
 
     def get_step(self, step_id: str) -> dict[str, Any]:
-        idx = self.index(refresh=False)
-        row = idx.step(step_id)
-        if row is None:
-            idx.refresh()
+        """One step by id, via the index (refreshed when the id or its source is not found)."""
+        for attempt in (0, 1):
+            idx = self.index(refresh=attempt > 0)
             row = idx.step(step_id)
-        if row is None:
-            raise NotFoundError(f"no step {step_id!r} in {self.root}")
-        return self._fetch(row)
+            if row is None:
+                if attempt == 0:
+                    continue
+                raise NotFoundError(f"no step {step_id!r} in {self.root}")
+            try:
+                return self._fetch(row)
+            except NotFoundError:
+                if attempt:
+                    raise  # its journal was sealed (or shard compacted) since the index saw it
+        raise AssertionError("unreachable")
 
     def get_trajectory(self, trajectory_id: str) -> Trajectory:
         """One trajectory with all its steps and labels, via the index."""
+        try:
+            return self._get_trajectory(trajectory_id)
+        except NotFoundError:
+            # A source moved (journal sealed, shard compacted) since the last refresh.
+            self.index()
+            return self._get_trajectory(trajectory_id)
+
+    def _get_trajectory(self, trajectory_id: str) -> Trajectory:
         idx = self.index(refresh=False)
         rows = idx.steps(trajectory_id)
         end = idx.end(trajectory_id)

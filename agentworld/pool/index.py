@@ -7,22 +7,26 @@ incrementally (new shards, the tails of live journals, changed label files).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from agentworld.errors import CorruptDataError, PoolFormatError
 from agentworld.pool.journal import journal_records, scan_journal
 from agentworld.pool.labels import Labels
-from agentworld.pool.layout import Layout
+from agentworld.pool.layout import Layout, hidden_shards
 from agentworld.pool.selection import Selection
 from agentworld.pool.shards import iter_shard_lines
 
-INDEX_VERSION = 1
+log = logging.getLogger(__name__)
+
+INDEX_VERSION = 2
 PREVIEW_CHARS = 240
 
 _SCHEMA = """
@@ -58,7 +62,8 @@ CREATE TABLE IF NOT EXISTS trajectories (
 );
 CREATE INDEX IF NOT EXISTS traj_agent ON trajectories (agent, dataset);
 CREATE INDEX IF NOT EXISTS traj_grp ON trajectories (grp);
-CREATE INDEX IF NOT EXISTS traj_last ON trajectories (last_at);
+CREATE INDEX IF NOT EXISTS traj_last ON trajectories (last_at, id);
+CREATE INDEX IF NOT EXISTS traj_first ON trajectories (first_at, id);
 CREATE INDEX IF NOT EXISTS traj_status ON trajectories (status);
 CREATE TABLE IF NOT EXISTS labels (
     target TEXT NOT NULL, field TEXT NOT NULL, value TEXT NOT NULL, author TEXT, time REAL,
@@ -89,6 +94,7 @@ class RefreshReport:
     journals: int = 0
     records: int = 0
     seconds: float = 0.0
+    corrupt: list[str] = field(default_factory=list)
 
 
 def _text_of(step: dict[str, Any]) -> str:
@@ -205,10 +211,9 @@ class Index:
             self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
             self.db.row_factory = sqlite3.Row
             self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
-        self.db.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),)
-        )
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(INDEX_VERSION),))
         self.db.commit()
 
     def close(self) -> None:
@@ -233,20 +238,22 @@ class Index:
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS touched (id TEXT PRIMARY KEY)")
             self.db.execute("DELETE FROM touched")
             for i, path in enumerate(new_shards):
-                report.records += self._index_source(self._rel(path), "shard", path, 0)
-                report.shards += 1
+                rel = self._rel(path)
+                try:
+                    report.records += self._index_source(rel, "shard", path)
+                    report.shards += 1
+                except (CorruptDataError, FileNotFoundError, orjson.JSONDecodeError) as exc:
+                    # One bad shard must not keep the rest of the pool out of the
+                    # index; it is retried on every refresh until fsck/gc deal with it.
+                    self._forget(rel)
+                    report.corrupt.append(f"{rel}: {exc}")
+                    log.error("index: skipping %s: %s", rel, exc)
                 if progress:
                     progress(i + 1, total)
             for rel in gone:
                 # A sealed journal's records now live in a shard indexed above;
                 # rows still pointing at it were never sealed (or the shard was gc'd).
-                self.db.execute(
-                    "INSERT OR IGNORE INTO touched SELECT trajectory FROM steps WHERE source=?",
-                    (rel,),
-                )
-                self.db.execute("DELETE FROM steps WHERE source=?", (rel,))
-                self.db.execute("DELETE FROM ends WHERE source=?", (rel,))
-                self.db.execute("DELETE FROM sources WHERE path=?", (rel,))
+                self._forget(rel)
             for path in journals:
                 rel = self._rel(path)
                 prev = known.get(rel)
@@ -256,9 +263,20 @@ class Index:
                     continue
                 if prev is not None and prev["size"] == size:
                     continue
-                report.records += self._index_journal(rel, path, prev)
+                try:
+                    report.records += self._index_journal(rel, path, prev)
+                except FileNotFoundError:
+                    # Sealed while we read: its shard is indexed on the next refresh.
+                    self._forget(rel)
+                    continue
+                except PoolFormatError as exc:
+                    self._forget(rel)
+                    report.corrupt.append(f"{rel}: {exc}")
+                    continue
                 report.journals += 1
-            self._refresh_labels()
+            # Step labels attach to trajectories through the steps table, so new
+            # rows can change the label summary even when no label file changed.
+            self._refresh_labels(force=bool(report.records or gone))
             self.db.execute(
                 "DELETE FROM trajectories WHERE id IN (SELECT id FROM touched) "
                 "AND id NOT IN (SELECT trajectory FROM steps)"
@@ -276,13 +294,26 @@ class Index:
         """Drop everything and index the pool from scratch."""
         for table in ("sources", "steps", "ends", "trajectories", "labels", "tlabels"):
             self.db.execute(f"DELETE FROM {table}")
+        self.db.execute("DELETE FROM meta WHERE key = 'labels_sig'")
         self.db.commit()
         return self.refresh(progress)
+
+    def _forget(self, rel: str) -> None:
+        """Drop every row read from one source (it vanished or is corrupt)."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO touched SELECT trajectory FROM steps WHERE source=?", (rel,)
+        )
+        self.db.execute(
+            "INSERT OR IGNORE INTO touched SELECT trajectory FROM ends WHERE source=?", (rel,)
+        )
+        self.db.execute("DELETE FROM steps WHERE source=?", (rel,))
+        self.db.execute("DELETE FROM ends WHERE source=?", (rel,))
+        self.db.execute("DELETE FROM sources WHERE path=?", (rel,))
 
     def _rel(self, path: Path) -> str:
         return str(path.relative_to(self.layout.root))
 
-    def _index_source(self, rel: str, kind: str, path: Path, skip: int) -> int:
+    def _index_source(self, rel: str, kind: str, path: Path) -> int:
         count = self._index_lines(rel, iter_shard_lines(path), 0)
         self.db.execute(
             "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",
@@ -350,11 +381,11 @@ class Index:
             self.db.rollback()
             raise
 
-    def _refresh_labels(self) -> None:
+    def _refresh_labels(self, *, force: bool = False) -> None:
         files = self.labels.files()
         sig = ";".join(f"{self._rel(p)}:{p.stat().st_size}" for p in files)
         row = self.db.execute("SELECT value FROM meta WHERE key='labels_sig'").fetchone()
-        if row is not None and row[0] == sig:
+        if row is not None and row[0] == sig and not (force and files):
             return
         eff = self.labels.effective()
         self.db.execute("DELETE FROM labels")
@@ -371,7 +402,9 @@ class Index:
         for target, fields in eff.items():
             kind, _, ident = target.partition(":")
             if kind == "step":
-                traj = self.db.execute("SELECT trajectory FROM steps WHERE id=?", (ident,)).fetchone()
+                traj = self.db.execute(
+                    "SELECT trajectory FROM steps WHERE id=?", (ident,)
+                ).fetchone()
                 if traj is None:
                     continue
                 rows.setdefault(traj[0], [None, None, None, None, None, 1])[5] = 1
@@ -600,12 +633,5 @@ def _traj_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def _read_superseded(layout: Layout) -> set[str]:
-    """Shard file names that a compaction replaced (read but not trusted: gc checks)."""
-    if not layout.superseded.exists():
-        return set()
-    out = set()
-    for line in layout.superseded.read_text().splitlines():
-        name = line.split("#", 1)[0].strip()
-        if name:
-            out.add(name)
-    return out
+    """Shard file names that a compaction replaced and that readers skip (see layout)."""
+    return hidden_shards(layout)

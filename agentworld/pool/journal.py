@@ -13,6 +13,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -23,13 +24,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentworld import records
-from agentworld.errors import PoolError
+from agentworld.errors import PoolError, PoolFormatError
 from agentworld.pool.layout import JOURNAL_SUFFIX, Layout, fsync_dir
 from agentworld.pool.shards import write_shard
 
 log = logging.getLogger(__name__)
 
 Durability = Literal["batched", "strict"]
+
+
+_IOV_RECORDS = 341  # three buffers a record, under the usual IOV_MAX of 1024
 
 
 def frame(data: bytes) -> bytes:
@@ -87,9 +91,23 @@ def _is_header(line: bytes) -> bool:
     return isinstance(obj, dict) and "journal" in obj and "kind" not in obj
 
 
+JOURNAL_VERSION = 1
+
+
 def journal_records(scan: JournalScan) -> list[bytes]:
-    """The record lines of a scanned journal (without its header)."""
-    return scan.lines[1:] if scan.lines and _is_header(scan.lines[0]) else scan.lines
+    """The record lines of a scanned journal (without its header).
+
+    Raises PoolFormatError for a journal framing version this build does not know.
+    """
+    if not scan.lines or not _is_header(scan.lines[0]):
+        return scan.lines
+    version = records.loads(scan.lines[0]).get("journal")
+    if version != JOURNAL_VERSION:
+        raise PoolFormatError(
+            f"{scan.path}: journal version {version!r} is not supported by this build "
+            f"(it reads version {JOURNAL_VERSION}); upgrade agentworld"
+        )
+    return scan.lines[1:]
 
 
 @dataclass
@@ -121,6 +139,19 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
     )
 
 
+def seal_records(layout: Layout, path: Path, lines: list[bytes]) -> Path | None:
+    """Seal a journal whose records its own writer holds in memory, then remove it.
+
+    Gives the same shard as ``seal_journal`` on the file (the same lines),
+    so a crash between the two steps never duplicates records.
+    """
+    shard = write_shard(layout, lines) if lines else None
+    os.unlink(path)
+    fsync_dir(path.parent)
+    lines.clear()
+    return shard
+
+
 def recover_orphans(layout: Layout) -> list[Recovery]:
     """Seal every journal whose writer is gone (its lock is free). Safe with live writers."""
     out = []
@@ -139,6 +170,8 @@ def recover_orphans(layout: Layout) -> list[Recovery]:
             out.append(seal_journal(layout, path, fd))
         except FileNotFoundError:
             continue
+        except PoolFormatError as exc:
+            log.error("not recovering %s: %s", path, exc)  # a newer writer's: leave it be
         finally:
             os.close(fd)
     return out
@@ -153,9 +186,16 @@ class _Journal:
         tmp = layout.journals / f".{name}"
         self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        header = records.dumps({"journal": 1, "writer": writer_id, "created": time.time()})
-        os.write(self.fd, frame(header))
+        header = records.dumps(
+            {"journal": JOURNAL_VERSION, "writer": writer_id, "created": time.time()}
+        )
+        head = frame(header)
+        os.write(self.fd, head)
         os.fsync(self.fd)
+        self.offset = len(head)  # file size after the last complete write
+        # The committed records, kept so our own seal needs no re-read of the
+        # file; recovery of a crashed writer reads the file instead (same bytes).
+        self.records: list[bytes] = []
         self.path = layout.journals / name
         os.replace(tmp, self.path)
         fsync_dir(layout.journals)
@@ -167,6 +207,24 @@ class _Journal:
             n = os.write(self.fd, view)
             view = view[n:]
         self.size += len(data)
+        self.offset += len(data)
+
+    def write_records(self, batch: list[bytes]) -> None:
+        """Frame and append records with gathered writes (no joined copy of the batch)."""
+        crc32 = zlib.crc32
+        for start in range(0, len(batch), _IOV_RECORDS):
+            iov: list[bytes] = []
+            for data in batch[start : start + _IOV_RECORDS]:
+                iov += (b"%08x " % crc32(data), data, b"\n")
+            total = sum(map(len, iov))
+            n = os.writev(self.fd, iov)
+            if n < total:  # a short write: finish the rest the plain way
+                self.size += n
+                self.offset += n
+                self.write(b"".join(iov)[n:])
+            else:
+                self.size += total
+                self.offset += total
 
 
 class PoolWriter:
@@ -198,7 +256,9 @@ class PoolWriter:
         self.commit_records = commit_records
         self.commit_interval_s = commit_interval_s
         self.rotate_bytes = rotate_bytes
-        host = socket.gethostname().replace("-", "_")[:32] or "host"
+        self.max_pending = 2 * commit_records
+        name = re.sub(r"[^A-Za-z0-9_]+", "_", name)[:32] or "w"
+        host = re.sub(r"[^A-Za-z0-9_]+", "_", socket.gethostname())[:32] or "host"
         self.writer_id = f"{name}-{host}-{os.getpid()}-{os.urandom(3).hex()}"
         self._seq = 0
         self._journal = _Journal(layout, self.writer_id, self._seq)
@@ -220,8 +280,13 @@ class PoolWriter:
     # -- appending ----------------------------------------------------------------
 
     def _enqueue(self, record: Mapping[str, Any]) -> int:
-        line = frame(records.encode(record))
+        line = records.encode(record)  # framed by the committer thread
         with self._cond:
+            # Back-pressure bounds memory and what a crash can lose in batched
+            # mode: at most the batch being written plus this many queued.
+            while len(self._pending) >= self.max_pending and not self._closing:
+                self._cond.notify_all()
+                self._cond.wait()
             if self._closing:
                 raise PoolError("writer is closed")
             self._pending.append(line)
@@ -248,7 +313,7 @@ class PoolWriter:
 
     async def append_async(self, record: Mapping[str, Any]) -> None:
         """Like ``append`` but awaits durability without blocking the event loop."""
-        line = frame(records.encode(record))
+        line = records.encode(record)
         loop = asyncio.get_running_loop()
         with self._cond:
             if self._closing:
@@ -258,7 +323,9 @@ class PoolWriter:
             self.stats["appended"] += 1
             seq = self._appended
             fut: asyncio.Future[None] | None = None
-            if self.durability == "strict":
+            if self.durability == "strict" or len(self._pending) > self.max_pending:
+                # Strict: wait for the fsync. Batched but backlogged: wait too,
+                # without blocking the event loop, so the backlog stays bounded.
                 fut = loop.create_future()
                 self._async_waiters.append((seq, loop, fut))
                 self._cond.notify_all()
@@ -315,13 +382,22 @@ class PoolWriter:
 
     def _commit(self, batch: list[bytes], seq: int) -> None:
         try:
-            self._journal.write(b"".join(batch))
+            self._journal.write_records(batch)
             os.fsync(self._journal.fd)
+            self._journal.records.extend(batch)
             ok = True
         except OSError as exc:
             ok = False
             self.last_error = exc
             log.error("pool write failed, %d records lost: %s", len(batch), exc)
+            try:
+                # Cut what part of the batch reached the file: a torn line would
+                # hide every later (acknowledged) record behind it.
+                os.ftruncate(self._journal.fd, self._journal.offset)
+            except OSError:
+                log.error(
+                    "could not cut %s back; later records may be unreadable", self._journal.path
+                )
         with self._cond:
             if ok:
                 self._durable = seq
@@ -356,7 +432,10 @@ class PoolWriter:
 
     def _seal(self, journal: _Journal) -> None:
         try:
-            seal_journal(self.layout, journal.path, journal.fd)
+            if self.last_error is None:
+                seal_records(self.layout, journal.path, journal.records)
+            else:
+                seal_journal(self.layout, journal.path, journal.fd)
             self.stats["sealed_shards"] += 1
         except OSError as exc:
             # The journal stays on disk, locked until we exit, then recovered.

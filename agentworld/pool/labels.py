@@ -9,6 +9,8 @@ union (git's ``merge=union``) agree.
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import math
 import os
 import re
@@ -30,9 +32,13 @@ FIELDS = ("trainable", "quality", "tags", "note", "reward")
 QUALITIES = ("good", "bad", "unsure")
 _AUTHOR_RE = re.compile(r"[^A-Za-z0-9._@-]+")
 
+log = logging.getLogger(__name__)
+
 
 def check_value(field: str, value: Any) -> Any:
     """Validate one label value (``None`` clears the field); return it normalised."""
+    if field not in FIELDS:
+        raise RecordError(f"labels.{field}", f"unknown label field; known: {list(FIELDS)}")
     if value is None:
         return None
     if field == "trainable":
@@ -88,23 +94,61 @@ class LabelEntry:
         return (self.time, self.author, self.id)
 
 
+def parse_label_line(line: bytes) -> list[LabelEntry]:
+    """The entries of one label line; raises ValueError (or RecordError) saying what is wrong."""
+    obj = orjson.loads(line)
+    if not isinstance(obj, dict):
+        raise ValueError("a label line is a JSON object")
+    missing = [k for k in ("target", "author", "time", "id", "set") if k not in obj]
+    if missing:
+        raise ValueError(f"missing {missing[0]!r}")
+    target = check_target(obj["target"])
+    author, ident, t = obj["author"], obj["id"], obj["time"]
+    if not isinstance(author, str) or not isinstance(ident, str):
+        raise ValueError("'author' and 'id' must be strings")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        raise ValueError("'time' must be a finite number (unix seconds)")
+    fields = obj["set"]
+    if not isinstance(fields, dict):
+        raise ValueError("'set' must be an object")
+    return [
+        LabelEntry(target, field, check_value(field, value), author, float(t), ident)
+        for field, value in fields.items()
+    ]
+
+
 def parse_label_file(path: Path) -> Iterator[LabelEntry]:
     """Entries of one label file; a bad line raises CorruptDataError with its line number."""
     with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
+            if not line.endswith(b"\n"):
+                break  # a torn append (crash mid-write) was never acknowledged: not data
             try:
-                obj = orjson.loads(line)
-                target = check_target(obj["target"])
-                author, t, ident = str(obj["author"]), float(obj["time"]), str(obj["id"])
-                fields = obj["set"]
-                if not isinstance(fields, dict):
-                    raise ValueError("'set' must be an object")
-                for field, value in fields.items():
-                    yield LabelEntry(target, field, check_value(field, value), author, t, ident)
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, RecordError) as exc:
+                entries = parse_label_line(line)
+            except (orjson.JSONDecodeError, TypeError, ValueError, RecordError) as exc:
                 raise CorruptDataError(f"{path}:{n}", f"bad label line: {exc}") from None
+            yield from entries
+
+
+def label_file_problems(path: Path) -> list[tuple[int, str]]:
+    """(line number, problem) for every bad line of a label file (fsck's view of it)."""
+    out = []
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when the file ends with a newline, as it should
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            parse_label_line(line)
+        except (orjson.JSONDecodeError, TypeError, ValueError, RecordError) as exc:
+            out.append((n, f"bad label line: {exc}"))
+    if torn:
+        out.append((len(lines) + 1, "last line has no newline: a torn append, ignored by readers"))
+    return out
 
 
 class Labels:
@@ -171,14 +215,33 @@ class Labels:
             lines.append(orjson.dumps(entry, option=orjson.OPT_SORT_KEYS) + b"\n")
         if not lines:
             return 0
+        written = len(lines)
         with self._lock:
-            fd = os.open(d / f"{day}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(d / f"{day}.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             try:
+                # Appenders in other processes take the same lock, so a line
+                # without its newline here is a crashed append: cut it, as a
+                # journal's torn tail is cut, so it never fuses with ours.
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                _cut_torn_tail(fd)
                 os.write(fd, b"".join(lines))
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        return len(lines)
+        return written
+
+
+def _cut_torn_tail(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = max(0, size - (1 << 20))
+    tail = os.pread(fd, size - start, start)
+    cut = tail.rfind(b"\n")
+    keep = start + cut + 1 if cut >= 0 else 0 if start == 0 else size
+    if keep < size:
+        log.warning("labels: cutting a torn last line (%d bytes)", size - keep)
+        os.ftruncate(fd, keep)
 
 
 def apply_labels(

@@ -95,6 +95,52 @@ class Layout:
         )
 
 
+def read_superseded(layout: Layout) -> dict[str, str]:
+    """``superseded.txt`` as old shard file name -> the file name of the shard that replaced it.
+
+    Each line is ``<old> <new>`` (``#`` starts a comment). Lines without a
+    replacement are ignored: a shard is only hidden when we know what holds its
+    records instead.
+    """
+    try:
+        text = layout.superseded.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        tokens = line.split("#", 1)[0].split()
+        if len(tokens) >= 2 and tokens[0] != tokens[1]:
+            out[tokens[0]] = tokens[1]
+    return out
+
+
+def final_replacement(superseded: dict[str, str], name: str) -> str:
+    """Follow a chain of compactions (a -> b, b -> c) to the shard that holds the records now."""
+    seen = {name}
+    while name in superseded:
+        name = superseded[name]
+        if name in seen:  # a cycle (hand-edited file): stop rather than loop
+            break
+        seen.add(name)
+    return name
+
+
+def hidden_shards(layout: Layout) -> set[str]:
+    """Shard file names readers skip: superseded, and their replacement is present."""
+    sup = read_superseded(layout)
+    out = set()
+    for old in sup:
+        final = final_replacement(sup, old)
+        if final != old and final not in sup and shard_file(layout, final).exists():
+            out.add(old)
+    return out
+
+
+def shard_file(layout: Layout, name: str) -> Path:
+    """The path of a shard given its file name (``<sha256 hex>.jsonl.zst``)."""
+    return layout.objects / name[:2] / name
+
+
 def shard_digest(path: Path) -> str:
     """The hex sha256 a shard file is named by."""
     return path.name[: -len(SHARD_SUFFIX)]
@@ -132,7 +178,9 @@ def check_version(layout: Layout) -> dict[str, object]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PoolError(f"{layout.meta}: not valid TOML: {exc}") from None
     if meta.get("format") != FORMAT_NAME:
-        raise PoolFormatError(f"{layout.meta}: format is {meta.get('format')!r}, not {FORMAT_NAME!r}")
+        raise PoolFormatError(
+            f"{layout.meta}: format is {meta.get('format')!r}, not {FORMAT_NAME!r}"
+        )
     version = meta.get("version")
     if version != FORMAT_VERSION:
         raise PoolFormatError(

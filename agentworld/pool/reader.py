@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -10,12 +11,14 @@ from typing import Any
 
 import orjson
 
-from agentworld.errors import CorruptDataError, NotFoundError
+from agentworld.errors import CorruptDataError, NotFoundError, PoolFormatError
 from agentworld.pool.index import _read_superseded
 from agentworld.pool.journal import journal_records, scan_journal
 from agentworld.pool.labels import LabelEntry, apply_labels
 from agentworld.pool.layout import Layout
 from agentworld.pool.shards import iter_shard_lines, read_shard_bytes
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -73,25 +76,47 @@ def source_paths(layout: Layout, *, journals: bool = True) -> list[tuple[str, Pa
     return out
 
 
-def iter_raw(layout: Layout, *, journals: bool = True) -> Iterator[tuple[Path, int, bytes]]:
-    """(source, line number, raw JSON) of every record. Live journals give their committed part."""
+def iter_raw(
+    layout: Layout, *, journals: bool = True, strict: bool = False
+) -> Iterator[tuple[Path, int, bytes]]:
+    """(source, line number, raw JSON) of every record. Live journals give their committed part.
+
+    A shard that fails its hash or does not decompress is logged and skipped
+    (``strict``: raised) so one bad file never hides the rest of the pool;
+    `aw pool fsck` names it. Shards are hash-checked before any line is yielded.
+    """
     for kind, path in source_paths(layout, journals=journals):
         if kind == "shard":
-            for n, line in enumerate(iter_shard_lines(path)):
-                yield path, n, line
+            try:
+                lines = iter_shard_lines(path)
+                for n, line in enumerate(lines):
+                    yield path, n, line
+            except FileNotFoundError:
+                continue  # garbage-collected after a compaction while we listed
+            except CorruptDataError as exc:
+                if strict:
+                    raise
+                log.error("skipping corrupt shard: %s (run `aw pool fsck`)", exc)
         else:
             try:
                 lines = journal_records(scan_journal(path))
             except FileNotFoundError:
                 continue  # sealed while we listed: its shard is read on the next pass
+            except PoolFormatError as exc:
+                if strict:
+                    raise
+                log.error("skipping journal: %s", exc)
+                continue
             for n, line in enumerate(lines):
                 yield path, n, line
 
 
-def iter_records(layout: Layout, *, journals: bool = True) -> Iterator[dict[str, Any]]:
+def iter_records(
+    layout: Layout, *, journals: bool = True, strict: bool = False
+) -> Iterator[dict[str, Any]]:
     """Every record (steps and ends), parsed, each once even if stored twice."""
     seen: set[str] = set()
-    for _path, _n, raw in iter_raw(layout, journals=journals):
+    for _path, _n, raw in iter_raw(layout, journals=journals, strict=strict):
         rec = orjson.loads(raw)
         rid = rec.get("id")
         if rid in seen:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,8 +16,10 @@ from agentworld.pool.layout import Layout, fsync_dir, shard_digest
 # previous turn of a conversation even when 64 other trajectories were written
 # in between: multi-turn prompts are stored (almost) once without any
 # reference bookkeeping. 2^27 is also what `zstd -d` accepts without flags.
+# With LDM finding the long repeats, level 1 is both faster and smaller than
+# level 3 on agent records (bench/pool_storage.py, bench/pool_write.py).
 WINDOW_LOG = 27
-LEVEL = 3
+LEVEL = 1
 
 
 def _compressor() -> zstandard.ZstdCompressor:
@@ -39,7 +40,7 @@ def write_shard(layout: Layout, lines: Sequence[bytes]) -> Path:
     same name, so sealing a journal twice (crash between rename and unlink)
     never duplicates data.
     """
-    payload = b"".join(line + b"\n" for line in lines)
+    payload = b"\n".join([*lines, b""])  # one copy; every line ends with a newline
     data = _compressor().compress(payload)
     digest = hashlib.sha256(data).hexdigest()
     final = layout.shard_path(digest)
@@ -57,27 +58,71 @@ def write_shard(layout: Layout, lines: Sequence[bytes]) -> Path:
     return final
 
 
-def read_shard_bytes(path: Path) -> bytes:
-    """Decompressed content of a shard (raises CorruptDataError naming the file)."""
-    try:
-        with open(path, "rb") as f:
-            return decompressor().stream_reader(f, read_across_frames=True).read()
-    except zstandard.ZstdError as exc:
-        raise CorruptDataError(str(path), f"zstd: {exc}") from None
+_READ_BYTES = 1 << 20
 
 
-def iter_shard_lines(path: Path) -> Iterator[bytes]:
-    """Stream a shard's JSON lines without holding it all in memory."""
+def read_verified(path: Path) -> bytes:
+    """A shard's compressed bytes, checked against the sha256 in its name."""
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != shard_digest(path):
+        raise CorruptDataError(str(path), f"content hash {digest[:16]}… does not match its name")
+    return data
+
+
+def iter_decompressed(path: Path, data: bytes) -> Iterator[bytes]:
+    """Decompressed pieces of a shard's bytes.
+
+    zstandard's ``stream_reader`` returns what it has at EOF without complaint,
+    so a truncated shard would silently read as a shorter one; a decompression
+    object says whether the frame really ended. Concatenated frames are valid.
+    """
+    dctx = decompressor()
+    dobj = dctx.decompressobj()
+    in_frame = False
+    view = memoryview(data)
     try:
-        with open(path, "rb") as f:
-            reader = decompressor().stream_reader(f, read_across_frames=True)
-            buffered = io.BufferedReader(reader, buffer_size=1 << 20)  # type: ignore[arg-type]
-            for line in buffered:
-                if not line.endswith(b"\n"):
-                    raise CorruptDataError(str(path), "last line has no newline (truncated)")
-                yield line[:-1]
+        for start in range(0, len(data), _READ_BYTES):
+            chunk: bytes | memoryview = view[start : start + _READ_BYTES]
+            while chunk:
+                in_frame = True
+                out = dobj.decompress(chunk)
+                if out:
+                    yield out
+                if not dobj.eof:
+                    break
+                chunk = dobj.unused_data
+                dobj = dctx.decompressobj()
+                in_frame = False
     except zstandard.ZstdError as exc:
         raise CorruptDataError(str(path), f"zstd: {exc}") from None
+    if in_frame:
+        raise CorruptDataError(str(path), "truncated: the last zstd frame does not end")
+    if not data:
+        raise CorruptDataError(str(path), "empty file: a shard holds at least one zstd frame")
+
+
+def read_shard_bytes(path: Path, data: bytes | None = None) -> bytes:
+    """Decompressed content of a shard, hash-checked (CorruptDataError names the file)."""
+    return b"".join(iter_decompressed(path, read_verified(path) if data is None else data))
+
+
+def iter_shard_lines(path: Path, data: bytes | None = None) -> Iterator[bytes]:
+    """A shard's JSON lines (without newline), hash-checked before the first one is yielded.
+
+    Checking the hash first costs little (compressed bytes are small) and means
+    a flipped byte is never read as data, even before zstd's checksum at the
+    frame's end would catch it. ``data``: the shard's bytes if already checked.
+    """
+    rest = b""
+    for piece in iter_decompressed(path, read_verified(path) if data is None else data):
+        lines = piece.split(b"\n")
+        if rest:  # only the line cut at the piece boundary is glued, not the whole piece
+            lines[0] = rest + lines[0]
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        raise CorruptDataError(str(path), "last line has no newline (truncated)")
 
 
 def verify_shard(path: Path) -> str | None:

@@ -1,0 +1,332 @@
+"""The hot-path record check: says quickly whether a record is certainly valid.
+
+``records.validate`` runs ``accepts`` first and falls back to the field-by-field
+checks (which name the bad field) only when it says no, so this may be
+stricter than those checks but never looser: every rule here mirrors one in
+records.py. It avoids building field paths, closures and per-element Python
+loops, which made validation cost more than encoding and compressing a record.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import orjson
+
+from agentworld.records import (
+    _INT64_MAX,
+    _INT64_MIN,
+    _MESSAGE_KEYS,
+    _REQUEST_KEYS,
+    _RESPONSE_KEYS,
+    _TIMING_KEYS,
+    _TOKENS_KEYS,
+    _TOOL_CALL_KEYS,
+    END_FIELDS,
+    END_STATUSES,
+    MAX_ID_CHARS,
+    MAX_STRING_BYTES,
+    MAX_TOKENS,
+    PROTOCOLS,
+    ROLES,
+    SCHEMA_VERSION,
+    STEP_FIELDS,
+    STEP_STATUSES,
+    TOKEN_SOURCES,
+)
+
+_isfinite = math.isfinite
+_BAD_ID = re.compile(r"[/\\\n\r\t\x00]")
+_TOKEN_MAX = 2**31 - 1
+_STEP_KEYS = frozenset(STEP_FIELDS)
+
+_END_KEYS = frozenset(END_FIELDS)
+_ERROR_KEYS = frozenset({"type", "message", "status"})
+
+
+def _text(v: Any, max_bytes: int = MAX_STRING_BYTES) -> bool:
+    """A str of at most ``max_bytes`` in UTF-8, and encodable (no lone surrogates)."""
+    if type(v) is not str:
+        return False
+    if v.isascii():  # O(1) in CPython: the string's kind is known
+        return len(v) <= max_bytes
+    if len(v) > max_bytes:
+        return False
+    try:
+        return len(v.encode("utf-8")) <= max_bytes
+    except UnicodeEncodeError:
+        return False
+
+
+def _opt_text(v: Any, max_bytes: int = MAX_STRING_BYTES) -> bool:
+    return v is None or _text(v, max_bytes)
+
+
+def _ident(v: Any) -> bool:
+    return (
+        type(v) is str
+        and 0 < len(v) <= MAX_ID_CHARS
+        and v.isascii()
+        and v.strip() == v
+        and _BAD_ID.search(v) is None
+    )
+
+
+def _member(v: Any, values: frozenset[str]) -> bool:
+    return type(v) is str and v in values
+
+
+def _count(v: Any) -> bool:
+    """A non-negative 64-bit integer (bool excluded)."""
+    return type(v) is int and 0 <= v <= _INT64_MAX
+
+
+def _number(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return _isfinite(v)
+    return t is int and _INT64_MIN <= v <= _INT64_MAX
+
+
+def _json(v: Any, depth: int = 0) -> bool:
+    """Free-form JSON: finite numbers, 64-bit ints, UTF-8 strings, str keys, depth <= 64."""
+    t = type(v)
+    if v is None or t is bool:
+        return True
+    if t is str:
+        return _text(v)
+    if t is int or t is float:
+        return _number(v)
+    if depth >= 64:
+        return False
+    if t is list:
+        return all(_json(x, depth + 1) for x in v)
+    if t is dict:
+        return all(_text(k, 4096) and _json(x, depth + 1) for k, x in v.items())
+    return False
+
+
+def _message(m: Any) -> bool:
+    if type(m) is not dict:
+        return False
+    role = m.get("role")
+    if type(role) is not str or role not in ROLES:
+        return False
+    content = m.get("content")
+    if type(content) is str:
+        if not (content.isascii() and len(content) <= MAX_STRING_BYTES) and not _text(content):
+            return False
+    elif content is not None and (type(content) is not list or not _json(content, 0)):
+        return False
+    if len(m) <= 2 and (len(m) == 1 or "content" in m):
+        return True  # the common {role, content} message: nothing else to look at
+    if not _MESSAGE_KEYS.issuperset(m):
+        return False
+    if not (
+        _opt_text(m.get("name"))
+        and _opt_text(m.get("tool_call_id"))
+        and _opt_text(m.get("reasoning"))
+    ):
+        return False
+    calls = m.get("tool_calls")
+    if calls is None:
+        return True
+    if type(calls) is not list:
+        return False
+    for c in calls:
+        if (
+            type(c) is not dict
+            or not _TOOL_CALL_KEYS.issuperset(c)
+            or not _text(c.get("id", ""), 1024)
+            or not _text(c.get("name"), 1024)
+            or not _text(c.get("arguments"))
+        ):
+            return False
+    return True
+
+
+def _messages(ms: Any) -> bool:
+    """A message list; the common {role, content: ASCII text} message is checked inline
+    (a call per message costs more than the check itself)."""
+    if type(ms) is not list:
+        return False
+    for m in ms:
+        if type(m) is dict and len(m) == 2:
+            c, role = m.get("content"), m.get("role")
+            if (
+                type(c) is str
+                and c.isascii()
+                and len(c) <= MAX_STRING_BYTES
+                and type(role) is str
+                and role in ROLES
+            ):
+                continue
+        if not _message(m):
+            return False
+    return True
+
+
+def _token_ids(v: Any) -> bool:
+    """Integers in [0, 2^31), checked on orjson's rendering of the list (C speed, no
+    per-element Python): only digits and commas may remain between the brackets,
+    which rules out bools, floats, negatives, nulls, strings and nesting."""
+    if type(v) is not list or len(v) > MAX_TOKENS:
+        return False
+    try:
+        data = orjson.dumps(v)
+    except orjson.JSONEncodeError:
+        return False
+    if data.translate(None, b"0123456789,") != b"[]":
+        return False
+    return not v or max(v) <= _TOKEN_MAX
+
+
+def _logprobs(v: Any) -> bool:
+    """Finite numbers <= 0, checked on orjson's rendering (it writes NaN and infinities as
+    null): only number characters may remain, and every number is negative (or -0.0)."""
+    if type(v) is not list or len(v) > MAX_TOKENS:
+        return False
+    try:
+        data = orjson.dumps(v)
+    except orjson.JSONEncodeError:
+        return False
+    # Every number starts with a minus sign: after "[" and after each of the len-1 commas.
+    return data.translate(None, b"0123456789-.e+,") == b"[]" and (
+        not v or data.count(b",-") + data.startswith(b"[-") == len(v)
+    )
+
+
+def _tokens(v: Any) -> bool:
+    if type(v) is not dict or not _TOKENS_KEYS.issuperset(v):
+        return False
+    source = v.get("source")
+    if not _member(source, TOKEN_SOURCES):
+        return False
+    prompt, ids, lps = v.get("prompt_ids"), v.get("completion_ids"), v.get("completion_logprobs")
+    if prompt is not None and not _token_ids(prompt):
+        return False
+    if ids is not None and not _token_ids(ids):
+        return False
+    if lps is not None and (not _logprobs(lps) or ids is None or len(ids) != len(lps)):
+        return False
+    if source == "none" and (prompt or ids):
+        return False
+    return not (source == "engine" and ids is None)
+
+
+def _request(v: Any) -> bool:
+    if type(v) is not dict or not _REQUEST_KEYS.issuperset(v):
+        return False
+    messages, prompt = v.get("messages"), v.get("prompt")
+    if messages is None and prompt is None:
+        return False
+    if messages is not None and not _messages(messages):
+        return False
+    if not _opt_text(v.get("model")) or not _opt_text(prompt):
+        return False
+    tools, params = v.get("tools"), v.get("params")
+    if tools is not None and (type(tools) is not list or not _json(tools, 1)):
+        return False
+    return params is None or (type(params) is dict and _json(params, 1))
+
+
+def _response(v: Any) -> bool:
+    if type(v) is not dict or not _RESPONSE_KEYS.issuperset(v):
+        return False
+    msg = v.get("message")
+    if msg is not None and (not _message(msg) or msg["role"] != "assistant"):
+        return False
+    if not (
+        _opt_text(v.get("text"))
+        and _opt_text(v.get("finish_reason"), 256)
+        and _opt_text(v.get("id"))
+    ):
+        return False
+    usage = v.get("usage")
+    if usage is None:
+        return True
+    if type(usage) is not dict:
+        return False
+    for n in usage.values():
+        if n is None or _count(n):
+            continue
+        if type(n) is not dict or not _json(n, 2):
+            return False
+    return True
+
+
+def _timings(v: Any) -> bool:
+    if type(v) is not dict or not _TIMING_KEYS.issuperset(v) or "started_at" not in v:
+        return False
+    return all(x is None or _number(x) for x in v.values())
+
+
+def _error(v: Any) -> bool:
+    if type(v) is not dict or not _ERROR_KEYS.issuperset(v):
+        return False
+    status = v.get("status")
+    return (
+        _text(v.get("type"), 256)
+        and _text(v.get("message"), 64 * 1024)
+        and (status is None or _count(status))
+    )
+
+
+def _common(r: dict[str, Any]) -> bool:
+    group, dataset, split, task = r.get("group"), r.get("dataset"), r.get("split"), r.get("task")
+    metadata, error, reward = r.get("metadata"), r.get("error"), r.get("reward")
+    return (
+        r.get("schema") == SCHEMA_VERSION
+        and type(r.get("schema")) is int
+        and _ident(r.get("id"))
+        and _ident(r.get("trajectory"))
+        and _ident(r.get("agent"))
+        and (group is None or _ident(group))
+        and (dataset is None or _ident(dataset))
+        and (split is None or _ident(split))
+        and (task is None or _text(task, 1024))
+        and _count(r.get("policy_version"))
+        and (metadata is None or (type(metadata) is dict and _json(metadata, 0)))
+        and (error is None or _error(error))
+        and (reward is None or _number(reward))
+    )
+
+
+def accepts(r: Any) -> bool:
+    """True only if ``records.validate`` would accept ``r``; False means "look closer"."""
+    if type(r) is not dict:
+        return False
+    kind = r.get("kind")
+    if kind == "step":
+        if not _STEP_KEYS.issuperset(r) or not _common(r):
+            return False
+        status, response, choice, raw = (
+            r.get("status"),
+            r.get("response"),
+            r.get("choice"),
+            r.get("raw"),
+        )
+        return (
+            _count(r.get("index"))
+            and (choice is None or _count(choice))
+            and _member(r.get("protocol"), PROTOCOLS)
+            and _member(status, STEP_STATUSES)
+            and _timings(r.get("timings"))
+            and _request(r.get("request"))
+            and (response is None or _response(response))
+            and _tokens(r.get("tokens"))
+            and (raw is None or (type(raw) is dict and _json(raw, 0)))
+            and not (status == "ok" and response is None)
+            and not (status == "error" and r.get("error") is None)
+        )
+    if kind == "end":
+        return (
+            _END_KEYS.issuperset(r)
+            and _common(r)
+            and _member(r.get("status"), END_STATUSES)
+            and _count(r.get("steps"))
+            and _number(r.get("ended_at"))
+        )
+    return False

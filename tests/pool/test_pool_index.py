@@ -1,0 +1,92 @@
+"""The index follows the pool incrementally and always equals a rebuild from scratch."""
+
+from __future__ import annotations
+
+from agentworld import records
+from agentworld.pool import Pool, Selection
+
+from .conftest import small_step, write_trajectories
+
+
+def _snapshot(pool: Pool) -> dict:
+    idx = pool.index(refresh=False)
+    db = idx.db
+    return {
+        "steps": sorted(tuple(r) for r in db.execute("SELECT id, trajectory, idx, source, line FROM steps")),
+        "ends": sorted(tuple(r) for r in db.execute("SELECT * FROM ends")),
+        "trajectories": sorted(tuple(r) for r in db.execute("SELECT * FROM trajectories")),
+        "labels": sorted(tuple(r) for r in db.execute("SELECT * FROM labels")),
+        "tlabels": sorted(tuple(r) for r in db.execute("SELECT * FROM tlabels")),
+    }
+
+
+def test_journal_tail_then_sealed_shard_no_duplicates(pool: Pool) -> None:
+    tid = records.new_id("tr")
+    w = pool.writer(durability="strict")
+    w.append(small_step(tid, 0))
+    idx = pool.index()
+    assert idx.stats()["steps"] == 1
+    assert idx.stats()["journals"] == 1
+    w.append(small_step(tid, 1))
+    w.append(small_step(tid, 2))
+    report = idx.refresh()
+    assert report.records == 2  # only the new tail was read
+    assert [r["idx"] for r in idx.steps(tid)] == [0, 1, 2]
+    w.append(records.make_end(trajectory=tid, agent="a", status="done", steps=3, reward=0.5))
+    w.close()  # sealed: the journal is gone, a shard holds the same records
+    idx.refresh()
+    rows = idx.steps(tid)
+    assert [r["idx"] for r in rows] == [0, 1, 2]
+    assert all(r["source"].startswith("objects/") for r in rows)
+    assert idx.stats()["steps"] == 3 and idx.stats()["journals"] == 0
+    assert idx.trajectory(tid)["status"] == "done"
+    assert idx.count_trajectories(Selection(status=("done",))) == 1
+    before = _snapshot(pool)
+    idx.rebuild()
+    assert _snapshot(pool) == before
+
+
+def test_rebuild_equals_refresh_with_labels_and_compaction(pool: Pool) -> None:
+    from agentworld.pool.maintenance import compact, gc
+
+    ids = write_trajectories(pool, 3, 4)
+    pool.index()
+    more = write_trajectories(pool, 2, 2)
+    pool.labels.set([f"trajectory:{ids[0]}"], {"quality": "good", "tags": ["x"]}, author="me")
+    idx = pool.index()
+    step = idx.steps(more[0])[0]["id"]
+    pool.labels.set([f"step:{step}"], {"trainable": False}, author="me")
+    compact(pool)
+    gc(pool)
+    idx.refresh()
+    assert idx.count_trajectories() == 5
+    assert idx.count_trajectories(Selection(tag="x")) == 1
+    assert idx.count_trajectories(Selection(labelled=True)) == 2
+    before = _snapshot(pool)
+    idx.rebuild()
+    assert _snapshot(pool) == before
+    fresh = Pool.open(pool.root)
+    fresh_idx = fresh.index()
+    assert fresh_idx.count_trajectories() == 5
+
+
+def test_label_changes_reach_the_index(pool: Pool) -> None:
+    (tid,) = write_trajectories(pool, 1, 2)
+    idx = pool.index()
+    assert idx.count_trajectories(Selection(quality=("bad",))) == 0
+    pool.labels.set([f"trajectory:{tid}"], {"quality": "bad", "reward": -1.0}, author="me")
+    idx.refresh()
+    assert idx.count_trajectories(Selection(quality=("bad",))) == 1
+    assert idx.trajectory(tid)["effective_reward"] == -1.0
+    pool.labels.set([f"trajectory:{tid}"], {"quality": None}, author="me", at=2e9)
+    idx.refresh()
+    assert idx.count_trajectories(Selection(quality=("bad",))) == 0
+
+
+def test_deleted_index_is_rebuilt(pool: Pool) -> None:
+    write_trajectories(pool, 2, 3)
+    assert pool.index().count_trajectories() == 2
+    pool.close()
+    for f in pool.layout.cache.iterdir():
+        f.unlink()
+    assert Pool.open(pool.root).index().count_trajectories() == 2

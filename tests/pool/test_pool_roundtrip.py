@@ -1,0 +1,154 @@
+"""Every record field survives writer -> shard -> iter_records / get_step / get_trajectory / index."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agentworld import records
+from agentworld.errors import NotFoundError, PoolError, PoolFormatError
+from agentworld.pool import Pool, Selection
+
+from .conftest import end_record, full_step
+
+
+def _same(a: object, b: object) -> bool:
+    """Equality that treats -inf log-probs as equal (they compare equal anyway) and NaN as never."""
+    return a == b
+
+
+@pytest.mark.parametrize("durability", ["batched", "strict"])
+def test_every_field_round_trips(pool: Pool, durability: str) -> None:
+    t = records.new_id("tr")
+    steps = [full_step(t, i) for i in range(3)]
+    end = end_record(t, 3)
+    with pool.writer(durability=durability) as w:
+        for s in steps:
+            w.append(s)
+        w.append(end)
+    got = list(pool.iter_records())
+    assert got == [*steps, end]
+    assert got[0]["tokens"]["completion_logprobs"][2] == -1e30
+    assert pool.get_step(steps[1]["id"]) == steps[1]
+    traj = pool.get_trajectory(t)
+    assert [dict(s, _labels=None) for s in traj.steps] == [dict(s, _labels=None) for s in steps]
+    assert traj.end == end
+    row = pool.index().trajectory(t)
+    assert row is not None
+    assert (row["agent"], row["dataset"], row["split"], row["task"], row["group"]) == (
+        "coder",
+        "math",
+        "train",
+        "t-17",
+        "g1",
+    )
+    assert (row["status"], row["reward"], row["n_steps"]) == ("done", 1.0, 3)
+    assert (row["policy_min"], row["policy_max"]) == (3, 3)
+    assert row["prompt_tokens"] == 15 and row["completion_tokens"] == 9
+    assert row["token_source"] == "engine"
+
+
+def test_journal_records_are_readable_before_sealing(pool: Pool) -> None:
+    t = records.new_id("tr")
+    w = pool.writer(durability="strict")
+    s = full_step(t, 0)
+    w.append(s)
+    assert list(pool.iter_records()) == [s]
+    assert pool.get_step(s["id"]) == s
+    w.close()
+    assert list(pool.iter_records()) == [s]
+    assert pool.get_step(s["id"]) == s  # the index follows the record into its shard
+
+
+async def test_append_async_round_trips(pool: Pool) -> None:
+    t = records.new_id("tr")
+    s = full_step(t, 0)
+    w = pool.writer(durability="strict")
+    await w.append_async(s)
+    w.close()
+    assert list(pool.iter_records()) == [s]
+
+
+def test_iter_trajectories_streams_with_labels(pool: Pool) -> None:
+    t = records.new_id("tr")
+    steps = [full_step(t, i) for i in (2, 0, 1)]
+    with pool.writer() as w:
+        for s in steps:
+            w.append(s)
+        w.append(end_record(t, 3))
+    pool.labels.set([f"trajectory:{t}"], {"quality": "good"}, author="me")
+    (traj,) = pool.iter_trajectories(Selection(quality=("good",)))
+    assert [s["index"] for s in traj.steps] == [0, 1, 2]
+    assert traj.labels == {"quality": "good"}
+    assert list(pool.iter_trajectories(Selection(quality=("bad",)))) == []
+
+
+def test_unknown_format_version_refused(tmp_path) -> None:
+    p = Pool.create(tmp_path / "pool")
+    meta = p.layout.meta
+    meta.write_text(meta.read_text().replace("version = 1", "version = 99"))
+    with pytest.raises(PoolFormatError, match="version 99"):
+        Pool.open(tmp_path / "pool")
+    meta.write_text(meta.read_text().replace('format = "agentworld-pool"', 'format = "other"'))
+    with pytest.raises(PoolFormatError):
+        Pool.open(tmp_path / "pool")
+
+
+def test_not_a_pool(tmp_path) -> None:
+    with pytest.raises(PoolError, match="not a pool"):
+        Pool.open(tmp_path)
+    (tmp_path / "junk").write_text("x")
+    with pytest.raises(PoolError, match="not empty"):
+        Pool.create(tmp_path)
+
+
+def test_missing_step_is_not_found(pool: Pool) -> None:
+    with pytest.raises(NotFoundError):
+        pool.get_step("st_nope")
+    with pytest.raises(NotFoundError):
+        pool.get_trajectory("tr_nope")
+
+
+def test_sealing_is_deterministic(pool: Pool, tmp_path) -> None:
+    """The same records sealed twice give one shard (recovery after a crash cannot duplicate)."""
+    from agentworld.pool.shards import write_shard
+
+    lines = [records.encode(full_step("tr_x", i)) for i in range(5)]
+    a = write_shard(pool.layout, lines)
+    b = write_shard(pool.layout, lines)
+    assert a == b
+    assert len(pool.layout.shard_paths()) == 1
+
+
+def test_own_seal_equals_recovery_seal(pool: Pool) -> None:
+    """The writer seals from memory; recovery seals from the file: both give one shard."""
+    from agentworld.pool.journal import recover_orphans
+
+    w = pool.writer(commit_records=3)
+    for i in range(10):
+        w.append(full_step("tr_same", i))
+    w.flush()
+    (journal,) = pool.layout.journal_paths()
+    saved = journal.read_bytes()
+    w.close()
+    (shard,) = pool.layout.shard_paths()
+    journal.write_bytes(saved)  # as if we crashed after writing the shard, before unlinking
+    (rec,) = recover_orphans(pool.layout)
+    assert rec.shard == shard.name and rec.records == 10
+    assert pool.layout.shard_paths() == [shard]
+
+
+def test_unknown_journal_version_is_left_alone(pool: Pool) -> None:
+    from agentworld.pool.fsck import fsck
+    from agentworld.pool.journal import frame
+
+    journal = pool.layout.journals / "w-future-0000.journal"
+    header = records.dumps({"journal": 2, "writer": "future", "created": 0.0})
+    journal.write_bytes(frame(header) + frame(records.encode(full_step("tr_f", 0))))
+    reopened = Pool.open(pool.root)  # recovery skips what it cannot read
+    assert reopened.recovered == [] and journal.exists()
+    assert list(reopened.iter_records()) == []
+    assert reopened.index().stats()["steps"] == 0
+    (problem,) = fsck(reopened).problems
+    assert problem.line == 1 and "journal version 2" in problem.problem

@@ -1,0 +1,200 @@
+"""Record validation: every bad record is refused with the offending field named."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+
+from agentworld import records
+from agentworld.errors import RecordError
+from agentworld.record_fast import accepts
+
+
+def step() -> dict[str, Any]:
+    return records.make_step(
+        trajectory="tr_1",
+        index=0,
+        agent="a",
+        request={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        response={"message": {"role": "assistant", "content": "yo"}, "usage": {"prompt_tokens": 1}},
+        tokens={
+            "source": "engine",
+            "prompt_ids": [1, 2],
+            "completion_ids": [3],
+            "completion_logprobs": [-0.1],
+        },
+    )
+
+
+def end() -> dict[str, Any]:
+    return records.make_end(trajectory="tr_1", agent="a", status="done", steps=1, reward=1.0)
+
+
+def _set(rec: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """Set (or with ``...`` delete) a dotted path like request.messages.0.content."""
+    rec = copy.deepcopy(rec)
+    *parents, last = path.split(".")
+    obj: Any = rec
+    for p in parents:
+        obj = obj[int(p)] if isinstance(obj, list) else obj[p]
+    key: Any = int(last) if isinstance(obj, list) else last
+    if value is ...:
+        del obj[key]
+    else:
+        obj[key] = value
+    return rec
+
+
+BAD_STEPS = [
+    # (dotted path to change, new value or ... to delete, field the error must name, problem text)
+    ("id", ..., "id", "required"),
+    ("trajectory", ..., "trajectory", "required"),
+    ("timings", ..., "timings", "required"),
+    ("request", ..., "request", "required"),
+    ("request.messages", ..., "request.messages", "required"),
+    ("index", "0", "index", "expected an integer"),
+    ("index", True, "index", "expected an integer"),
+    ("index", -1, "index", "out of range"),
+    ("index", 2**63, "index", "out of range"),
+    ("policy_version", 1.5, "policy_version", "expected an integer"),
+    ("reward", math.nan, "reward", "not a finite number"),
+    ("reward", math.inf, "reward", "not a finite number"),
+    ("reward", "1", "reward", "expected a number"),
+    ("reward", 2**64, "reward", "outside 64 bits"),
+    ("timings.started_at", math.nan, "timings.started_at", "not a finite"),
+    ("metadata", {"x": math.nan}, "metadata.x", "not a finite"),
+    ("metadata", {"x": 2**63}, "metadata.x", "outside 64 bits"),
+    ("metadata", {"x": {1, 2}}, "metadata.x", "not a JSON value"),
+    ("metadata", [], "metadata", "expected an object"),
+    ("agent", "a\ud800", "agent", "lone surrogate"),
+    (
+        "request.messages.0.content",
+        "bad \udcff text",
+        "request.messages[0].content",
+        "lone surrogate",
+    ),
+    ("agent", "a/b", "agent", "slashes"),
+    ("agent", "", "agent", "non-empty"),
+    ("agent", "x" * 201, "agent", "longer than"),
+    ("task", "t" * 2000, "task", "longer than"),
+    ("response.text", "x" * (records.MAX_STRING_BYTES + 1), "response.text", "longer than"),
+    ("surprise", 1, "surprise", "unknown field"),
+    ("request.messages.0.surprise", 1, "request.messages[0].surprise", "unknown field"),
+    ("tokens.extra", 1, "tokens.extra", "unknown field"),
+    ("request.messages.0.role", "robot", "request.messages[0].role", "must be one of"),
+    ("response.message.role", "user", "response.message.role", "must be 'assistant'"),
+    ("protocol", "grpc", "protocol", "must be one of"),
+    ("status", "fine", "status", "must be one of"),
+    ("schema", 2, "schema", "unknown record schema"),
+    ("kind", "other", "kind", "must be 'step' or 'end'"),
+    ("tokens.completion_logprobs", [-0.1, -0.2], "tokens.completion_logprobs", "2 log-probs for 1"),
+    ("tokens.completion_logprobs", [math.nan], "tokens.completion_logprobs[0]", "finite"),
+    ("tokens.completion_logprobs", [-math.inf], "tokens.completion_logprobs[0]", "finite"),
+    ("tokens.completion_logprobs", [0.5], "tokens.completion_logprobs[0]", "<= 0"),
+    ("tokens.completion_ids", [-1], "tokens.completion_ids[0]", "token ids"),
+    ("tokens.completion_ids", [2**31], "tokens.completion_ids[0]", "token ids"),
+    ("tokens.prompt_ids", "1 2", "tokens.prompt_ids", "expected a list"),
+    ("tokens.prompt_ids", [1, True], "tokens.prompt_ids[1]", "token ids"),
+    ("tokens.prompt_ids", [1, 2.0], "tokens.prompt_ids[1]", "token ids"),
+    ("tokens.prompt_ids", [1, [2]], "tokens.prompt_ids[1]", "token ids"),
+    ("tokens.prompt_ids", [1, None], "tokens.prompt_ids[1]", "token ids"),
+    ("tokens.prompt_ids", [9999999999], "tokens.prompt_ids[0]", "token ids"),
+    ("tokens.completion_logprobs", [True], "tokens.completion_logprobs[0]", "expected a number"),
+    ("tokens.completion_logprobs", ["-1"], "tokens.completion_logprobs[0]", "expected a number"),
+    ("tokens.completion_logprobs", [None], "tokens.completion_logprobs[0]", "expected a number"),
+    ("tokens.completion_logprobs", [1e-300], "tokens.completion_logprobs[0]", "<= 0"),
+    ("tokens.completion_ids", ..., "tokens.completion_logprobs", "0 completion ids"),
+    ("tokens.source", "none", "tokens.source", "source is 'none'"),
+    ("response.usage.prompt_tokens", -3, "response.usage.prompt_tokens", "out of range"),
+    (
+        "request.messages.0.tool_calls",
+        [{"name": "x"}],
+        "request.messages[0].tool_calls[0].arguments",
+        "expected a string",
+    ),
+    ("response", ..., "response", "required when status is 'ok'"),
+    ("status", "error", "error", "required when status is 'error'"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "field", "problem"), BAD_STEPS)
+def test_bad_step_refused_naming_the_field(path: str, value: Any, field: str, problem: str) -> None:
+    rec = _set(step(), path, value)
+    with pytest.raises(RecordError) as info:
+        records.encode(rec)
+    assert info.value.field == field
+    assert problem in info.value.problem
+
+
+BAD_ENDS = [
+    ("status", "ok", "status", "must be one of"),
+    ("steps", -1, "steps", "out of range"),
+    ("steps", ..., "steps", "required"),
+    ("ended_at", math.inf, "ended_at", "not a finite"),
+    ("index", 0, "index", "unknown field"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "field", "problem"), BAD_ENDS)
+def test_bad_end_refused_naming_the_field(path: str, value: Any, field: str, problem: str) -> None:
+    with pytest.raises(RecordError) as info:
+        records.encode(_set(end(), path, value))
+    assert info.value.field == field
+    assert problem in info.value.problem
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field", "problem"), [*BAD_STEPS, ("kind", "end", "", "")]
+)
+def test_fast_check_never_accepts_what_the_full_check_refuses(
+    path: str, value: Any, field: str, problem: str
+) -> None:
+    assert not accepts(_set(step(), path, value))
+
+
+def test_fast_check_accepts_ordinary_records() -> None:
+    from tests.pool.conftest import end_record, full_step
+
+    for rec in (step(), end(), full_step("tr_1", 0), end_record("tr_1", 1)):
+        assert accepts(rec), rec
+    # Exotic but valid: the fast check says "look closer" and the full check accepts.
+    odd = _set(step(), "metadata", {"deep": [[[[1]]]], "é": "ü"})
+    assert records.validate(odd) is odd
+
+
+def test_not_an_object() -> None:
+    with pytest.raises(RecordError, match="JSON object"):
+        records.validate([1])
+
+
+def test_oversized_record_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records, "MAX_RECORD_BYTES", 1000)
+    rec = _set(step(), "response.text", "x" * 2000)
+    with pytest.raises(RecordError, match="over the 1000 limit"):
+        records.encode(rec)
+
+
+def test_good_records_encode_canonically() -> None:
+    s = step()
+    data = records.encode(s)
+    assert records.loads(data) == s
+    assert data == records.dumps(dict(reversed(list(s.items()))))  # key order never matters
+    assert b'": ' not in data and b", " not in data  # no whitespace between tokens
+    assert list(records.loads(data)) == sorted(s)  # keys sorted
+    e = end()
+    assert records.loads(records.encode(e)) == e
+
+
+def test_ids_sort_by_time() -> None:
+    a = records.new_id("tr")
+    b = records.new_id("tr")
+    assert a.startswith("tr_") and len(a) == 29
+    assert a != b
+
+
+def test_non_utf8_json_refused_on_parse() -> None:
+    with pytest.raises(ValueError):
+        records.loads(b'{"agent": "\xff"}')
