@@ -73,9 +73,20 @@ def source_paths(layout: Layout, *, journals: bool = True) -> list[tuple[str, Pa
     return out
 
 
-def iter_raw(layout: Layout, *, journals: bool = True) -> Iterator[tuple[Path, int, bytes]]:
-    """(source, line number, raw JSON) of every record. Live journals give their committed part."""
-    for kind, path in source_paths(layout, journals=journals):
+def iter_raw(
+    layout: Layout,
+    *,
+    journals: bool = True,
+    sources: list[tuple[str, Path]] | None = None,
+) -> Iterator[tuple[Path, int, bytes]]:
+    """(source, line number, raw JSON) of every record. Live journals give their committed part.
+
+    ``sources`` (from ``source_paths``) pins the set read, so a reader can replay exactly
+    the shards it read before even after new ones arrived.
+    """
+    if sources is None:
+        sources = source_paths(layout, journals=journals)
+    for kind, path in sources:
         if kind == "shard":
             for n, line in enumerate(iter_shard_lines(path)):
                 yield path, n, line
@@ -88,10 +99,15 @@ def iter_raw(layout: Layout, *, journals: bool = True) -> Iterator[tuple[Path, i
                 yield path, n, line
 
 
-def iter_records(layout: Layout, *, journals: bool = True) -> Iterator[dict[str, Any]]:
+def iter_records(
+    layout: Layout,
+    *,
+    journals: bool = True,
+    sources: list[tuple[str, Path]] | None = None,
+) -> Iterator[dict[str, Any]]:
     """Every record (steps and ends), parsed, each once even if stored twice."""
     seen: set[str] = set()
-    for _path, _n, raw in iter_raw(layout, journals=journals):
+    for _path, _n, raw in iter_raw(layout, journals=journals, sources=sources):
         rec = orjson.loads(raw)
         rid = rec.get("id")
         if rid in seen:
@@ -106,6 +122,7 @@ def iter_trajectories(
     *,
     journals: bool = True,
     include_open: bool = True,
+    sources: list[tuple[str, Path]] | None = None,
 ) -> Iterator[Trajectory]:
     """Trajectories as they complete in pool order (open ones last), without loading the pool.
 
@@ -123,7 +140,7 @@ def iter_trajectories(
             s["_labels"] = apply_labels(own, labels.get(f"trajectory:{t.id}"))
         return t
 
-    for rec in iter_records(layout, journals=journals):
+    for rec in iter_records(layout, journals=journals, sources=sources):
         tid = rec["trajectory"]
         if tid in seen:
             continue  # a late step after the end record: reported by fsck, not trained on twice
