@@ -17,6 +17,9 @@ from agentworld import records  # noqa: E402
 from agentworld.pool import Pool  # noqa: E402
 from agentworld.serve.tiny import make_tiny_model  # noqa: E402
 
+# Tiny models on a shared 2-core machine: one thread is ~15x faster than oversubscribing.
+torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -78,7 +81,7 @@ class PoolBuilder:
         for i in range(turns):
             if break_at is not None and i == break_at:
                 prompt = prompt[1:]  # e.g. the agent trimmed its history: not a continuation
-            completion = self.words(reply_tokens) + [eos]
+            completion = [*self.words(reply_tokens), eos]
             lps = rollout_logprobs(self.model, prompt, completion) if logprobs else None
             tokens = {"source": "engine", "prompt_ids": prompt, "completion_ids": completion}
             if lps is not None:
