@@ -17,6 +17,7 @@ from rich.text import Text
 from agentworld.errors import ConfigError, PoolError
 from agentworld.pool import Pool
 from agentworld.pool.reader import source_paths
+from agentworld.train.advantages import advantage_stats
 from agentworld.train.checkpoint import (
     STATE,
     checkpoint_dir,
@@ -341,7 +342,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
 
             if main and (step % cfg.log_every == 0 or step == cfg.max_steps):
                 mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-                adv_mean = mean(advs)
+                adv = advantage_stats(advs)
                 row = {
                     "step": step,
                     "time": time.time(),
@@ -349,10 +350,11 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     "lr": scheduler.get_last_lr()[0],
                     "grad_norm": float(grad_norm) if grad_norm is not None else None,
                     "reward_mean": mean(rewards),
-                    "adv_mean": adv_mean,
-                    "adv_std": (mean([(a - adv_mean) ** 2 for a in advs]) ** 0.5) if advs else None,
-                    "adv_min": min(advs) if advs else None,
-                    "adv_max": max(advs) if advs else None,
+                    "adv_mean": adv.mean,
+                    "adv_std": adv.std,
+                    "adv_min": adv.min,
+                    "adv_max": adv.max,
+                    "adv_zero_fraction": adv.zero_fraction,
                     "kl": mean(stats_acc["kl"]),
                     "clip_frac": mean(stats_acc["clip_frac"]),
                     "ratio_mean": mean(stats_acc["ratio_mean"]),
@@ -367,7 +369,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     "policy_version": version,
                 }
                 if online is not None:
-                    row["groups"] = sorted(online.pending)
+                    row["groups"] = online.current
                 metrics_file.write(json.dumps(row) + "\n")  # type: ignore[union-attr]
                 metrics_file.flush()  # type: ignore[union-attr]
                 loss_s = f"{row['loss']:.4f}" if row["loss"] is not None else "-"

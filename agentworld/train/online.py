@@ -23,7 +23,7 @@ from agentworld.pool import Pool, Selection
 from agentworld.train.advantages import group_advantages, scale_std_for
 from agentworld.train.checkpoint import write_json_atomic
 from agentworld.train.config import TrainConfig
-from agentworld.train.data import collate, dummy_batch, rank_of
+from agentworld.train.data import collate, rank_of
 from agentworld.train.sequences import Row, SequenceStats, trajectory_rows
 
 ENDED = ("done", "failed", "timeout", "cancelled")
@@ -118,6 +118,7 @@ class OnlineUpdates:
         self.pool, self.cfg, self.tokenizer, self.acc = pool, cfg, tokenizer, accelerator
         self.consumed = consumed  # committed (in a checkpoint) + pending (since the last one)
         self.pending: set[str] = set()
+        self.current: list[str] = []  # groups of the update being trained
         self.stop_ids = stop_ids
         self.current_version = current_version  # callable -> int (staleness window moves)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -181,14 +182,11 @@ class OnlineUpdates:
             chunk = box[0]
             if chunk is None:
                 return
-            for group, _ in chunk:
-                self.consumed.add(group)
-                self.pending.add(group)
+            self.current = [group for group, _ in chunk]
+            self.consumed.update(self.current)
+            self.pending.update(self.current)
             parts = split_rows(self._rows(chunk), self.cfg.grad_accum)
             yield [collate(p, self.pad_id) if p else None for p in parts]
-
-    def filler(self) -> dict[str, Any]:
-        return dummy_batch(None, self.pad_id)
 
 
 def post_json(url: str, body: dict[str, Any], timeout_s: float = 120.0) -> dict[str, Any]:
