@@ -122,12 +122,12 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     # -- Model, optimizer, schedule: Accelerate places and wraps them (DDP, FSDP, DeepSpeed).
     model_path = str(resume_dir) if resume_dir else cfg.model
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(
-        model_path
-    )  # fp32; mixed precision: accelerate config
+    # fp32 master weights (transformers 5 would load the checkpoint's dtype); bf16/fp16
+    # compute comes from Accelerate's mixed-precision config, as `accelerate launch` sets it.
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     ref = None
     if cfg.kl_coef > 0:
-        ref = AutoModelForCausalLM.from_pretrained(cfg.ref_model or cfg.model)
+        ref = AutoModelForCausalLM.from_pretrained(cfg.ref_model or cfg.model, dtype=torch.float32)
         ref.requires_grad_(False)
     stop_ids = stop_ids_of(tokenizer, getattr(model, "generation_config", None))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -189,6 +189,12 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
             state=states[acc.process_index] if states else None,
         )
         updates = _grouped(iter(dataset), cfg.grad_accum)
+        live = pool.layout.journal_paths()
+        if main and live and not cfg.include_journals:
+            console.print(
+                f"note: {len(live)} live journal(s) not read (unsealed data is not reproducible); "
+                "seal them with `aw pool seal` or --set include_journals=true"
+            )
         if main:
             console.print(
                 f"plan: {len(plan.advantages)} trajectories in {plan.groups or '-'} groups "
@@ -196,8 +202,11 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                 f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward)"
             )
 
+    source: Any = online if online is not None else dataset
+    pad_id = source.pad_id
+
     def stats_now() -> Any:
-        return (online or dataset).stats  # type: ignore[union-attr]
+        return source.stats
 
     def meta_for(step: int, policy_version: int) -> dict[str, Any]:
         data_state = gather_object([dataset.state_dict()]) if dataset is not None else None
@@ -259,12 +268,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     continue  # every group in this chunk was filtered out
                 break  # every process ran out of data (epochs)
             filler = next((mb for mb in micro if mb is not None), None)
-            micro = [
-                mb
-                if mb is not None
-                else dummy_batch(filler, online.pad_id if online else dataset.pad_id)
-                for mb in micro
-            ]  # type: ignore[union-attr]
+            micro = [mb if mb is not None else dummy_batch(filler, pad_id) for mb in micro]
 
             if fidelity is None:
                 # Before the first update: trainer vs rollout log-probs of the sampled tokens.
