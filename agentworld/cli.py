@@ -25,6 +25,7 @@ from agentworld.pool.sync_command import manifest as pool_manifest
 from agentworld.pool.sync_command import merge as pool_merge
 from agentworld.proxy.command import proxy
 from agentworld.run.command import run
+from agentworld.train.command import train
 from agentworld.tui.command import tui
 
 app = typer.Typer(
@@ -82,6 +83,7 @@ app.command("demo")(demo)
 app.command("proxy")(proxy)
 app.command("run")(run)
 app.command("tui")(tui)
+app.command("train")(train)
 app.command("export")(export)
 pool_app.command("import")(pool_import)
 pool_app.command("merge")(pool_merge)

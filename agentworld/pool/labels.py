@@ -117,10 +117,15 @@ def parse_label_line(line: bytes) -> list[LabelEntry]:
     ]
 
 
-def parse_label_file(path: Path) -> Iterator[LabelEntry]:
-    """Entries of one label file; a bad line raises CorruptDataError with its line number."""
+def parse_label_file(path: Path, limit_bytes: int | None = None) -> Iterator[LabelEntry]:
+    """Entries of one label file; a bad line raises CorruptDataError with its line number.
+
+    ``limit_bytes`` reads only the file's first bytes: label files are append-only, so
+    this replays the labels exactly as they were when the file had that size.
+    """
     with open(path, "rb") as f:
-        for n, line in enumerate(f, 1):
+        lines = f.read(limit_bytes).splitlines(keepends=True) if limit_bytes is not None else f
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             if not line.endswith(b"\n"):
@@ -164,14 +169,23 @@ class Labels:
             return []
         return sorted(self.layout.labels.glob("*/*.jsonl"))
 
-    def entries(self) -> Iterator[LabelEntry]:
-        for path in self.files():
-            yield from parse_label_file(path)
+    def entries(self, upto: Mapping[str, int] | None = None) -> Iterator[LabelEntry]:
+        """Every entry; ``upto`` (file path relative to the pool -> size in bytes) pins a snapshot."""
+        if upto is None:
+            for path in self.files():
+                yield from parse_label_file(path)
+            return
+        for rel, size in sorted(upto.items()):
+            yield from parse_label_file(self.layout.root / rel, limit_bytes=size)
 
-    def effective(self) -> dict[str, dict[str, LabelEntry]]:
+    def snapshot(self) -> dict[str, int]:
+        """Label files and their current sizes: with ``effective(upto=...)``, a replayable view."""
+        return {str(p.relative_to(self.layout.root)): p.stat().st_size for p in self.files()}
+
+    def effective(self, upto: Mapping[str, int] | None = None) -> dict[str, dict[str, LabelEntry]]:
         """target -> field -> winning entry (cleared fields omitted)."""
         best: dict[tuple[str, str], LabelEntry] = {}
-        for e in self.entries():
+        for e in self.entries(upto):
             k = (e.target, e.field)
             cur = best.get(k)
             if cur is None or e.key > cur.key:

@@ -77,15 +77,23 @@ def source_paths(layout: Layout, *, journals: bool = True) -> list[tuple[str, Pa
 
 
 def iter_raw(
-    layout: Layout, *, journals: bool = True, strict: bool = False
+    layout: Layout,
+    *,
+    journals: bool = True,
+    strict: bool = False,
+    sources: list[tuple[str, Path]] | None = None,
 ) -> Iterator[tuple[Path, int, bytes]]:
     """(source, line number, raw JSON) of every record. Live journals give their committed part.
 
     A shard that fails its hash or does not decompress is logged and skipped
     (``strict``: raised) so one bad file never hides the rest of the pool;
     `aw pool fsck` names it. Shards are hash-checked before any line is yielded.
+    ``sources`` (from ``source_paths``) pins the set read, so a reader can replay
+    exactly the shards it read before even after new ones arrived.
     """
-    for kind, path in source_paths(layout, journals=journals):
+    if sources is None:
+        sources = source_paths(layout, journals=journals)
+    for kind, path in sources:
         if kind == "shard":
             try:
                 lines = iter_shard_lines(path)
@@ -112,11 +120,15 @@ def iter_raw(
 
 
 def iter_records(
-    layout: Layout, *, journals: bool = True, strict: bool = False
+    layout: Layout,
+    *,
+    journals: bool = True,
+    strict: bool = False,
+    sources: list[tuple[str, Path]] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every record (steps and ends), parsed, each once even if stored twice."""
     seen: set[str] = set()
-    for _path, _n, raw in iter_raw(layout, journals=journals, strict=strict):
+    for _path, _n, raw in iter_raw(layout, journals=journals, strict=strict, sources=sources):
         rec = orjson.loads(raw)
         rid = rec.get("id")
         if rid in seen:
@@ -131,6 +143,7 @@ def iter_trajectories(
     *,
     journals: bool = True,
     include_open: bool = True,
+    sources: list[tuple[str, Path]] | None = None,
 ) -> Iterator[Trajectory]:
     """Trajectories as they complete in pool order (open ones last), without loading the pool.
 
@@ -148,7 +161,7 @@ def iter_trajectories(
             s["_labels"] = apply_labels(own, labels.get(f"trajectory:{t.id}"))
         return t
 
-    for rec in iter_records(layout, journals=journals):
+    for rec in iter_records(layout, journals=journals, sources=sources):
         tid = rec["trajectory"]
         if tid in seen:
             continue  # a late step after the end record: reported by fsck, not trained on twice

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from .conftest import app_for
 SIZE = (100, 30)
 
 
-async def until(pilot: Pilot, cond: Callable[[], object], tries: int = 200) -> None:
-    """Let the app work until ``cond`` holds (bounded; not a timing assertion)."""
-    for _ in range(tries):
+async def until(pilot: Pilot, cond: Callable[[], object], wait_s: float = 30.0) -> None:
+    """Let the app work until ``cond`` holds (bounded generously: a loaded CI box is slow;
+    this is not a timing assertion)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
         if cond():
             return
         await pilot.pause(0.02)

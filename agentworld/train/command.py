@@ -1,0 +1,66 @@
+"""`aw train`: resolve the config at the edge, then hand it to the one training function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from agentworld.pool.command import POOL_OPTION
+
+_DEFAULT_POOL = Path("pool")
+
+
+def train(
+    model: str = typer.Option(None, "--model", "-m", help="Model folder (HF format) to train."),
+    agent: str = typer.Option(None, "--agent", help="Train on this agent's trajectories."),
+    dataset: str = typer.Option(None, "--dataset", help="Train on this dataset's trajectories."),
+    split: str = typer.Option(None, "--split", help="Dataset split."),
+    algo: str = typer.Option(None, "--algo", help="sft, grpo or ppo."),
+    recipe: Path = typer.Option(None, "--recipe", "-r", help="TOML file with a [train] table."),
+    sets: list[str] = typer.Option(
+        [], "--set", help="Override one config key: --set lr=1e-6 (repeatable)."
+    ),
+    output_dir: str = typer.Option(None, "--output", "-o", help="Checkpoints and metrics go here."),
+    max_steps: int = typer.Option(None, "--max-steps", help="Optimizer updates to run."),
+    resume: str = typer.Option(None, "--resume", help="Checkpoint folder, or 'latest'."),
+    online: bool = typer.Option(
+        None, "--online/--offline", help="Train on groups as they land; reload the server."
+    ),
+    serve_url: str = typer.Option(None, "--serve-url", help="`aw serve`/vLLM to reload (online)."),
+    proxy_url: str = typer.Option(None, "--proxy-url", help="Proxy to tell the policy version."),
+    pool: Path = POOL_OPTION,
+) -> None:
+    """Train a policy from the pool (SFT, GRPO, PPO) with Accelerate; CPU or `accelerate launch`."""
+    from agentworld.train.config import load_config
+
+    flags = {
+        "model": model,
+        "agent": agent,
+        "dataset": dataset,
+        "split": split,
+        "algo": algo,
+        "output_dir": output_dir,
+        "max_steps": max_steps,
+        "resume": resume,
+        "online": online,
+        "serve_url": serve_url,
+        "proxy_url": proxy_url,
+        # The option always has a value; a recipe's `pool` wins over the bare default.
+        "pool": None if pool == _DEFAULT_POOL else str(pool),
+    }
+    cfg = load_config(recipe, flags, sets)
+    try:
+        import accelerate  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        from agentworld.errors import MissingExtraError
+
+        raise MissingExtraError(exc.name or "torch", "train") from None
+    from agentworld.train.loop import train as run_training
+
+    summary = run_training(cfg)
+    fid = summary.get("fidelity")
+    if fid is not None and not fid.ok:
+        typer.echo(f"aw train: warning: {fid.line()}", err=True)

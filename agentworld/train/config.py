@@ -1,0 +1,225 @@
+"""The trainer's one config: defaults < TOML recipe `[train]` < CLI flags < `--set key=value`."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentworld.errors import ConfigError
+
+ALGOS = ("sft", "grpo", "ppo")
+NORMALISERS = ("grpo", "dr_grpo", "dapo")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs, resolved once at the edge."""
+
+    model: str = ""
+    algo: str = "sft"
+    agent: str | None = None
+    dataset: str | None = None
+    split: str | None = None
+    pool: str = "pool"
+    output_dir: str = "runs/train"
+    # Which trajectories: status, rewards, curation, policy-version window.
+    status: tuple[str, ...] = ("done",)
+    min_reward: float | None = None
+    max_reward: float | None = None
+    quality: tuple[str, ...] = ()
+    tag: str | None = None
+    min_policy: int | None = None
+    max_policy: int | None = None
+    max_staleness: int | None = None  # drop trajectories older than current version - this
+    include_journals: bool = False  # unsealed data is not reproducible; online mode reads it
+    # Sequences and batches.
+    merge: bool = True
+    max_seq_len: int = 4096
+    batch_tokens: int = 16384  # rows x padded length per micro-batch
+    buffer_trajectories: int = 256  # trajectories sorted by length together
+    # Optimisation.
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    max_steps: int = 100  # optimizer updates
+    epochs: int | None = None
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    # Reinforcement learning.
+    normaliser: str = "grpo"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    ratio_cap: float = 3.0  # dual-clip bound on negative-advantage tokens; 0 disables
+    kl_coef: float = 0.0
+    ref_model: str | None = None
+    skip_zero_advantage: bool = True
+    # Checks and outputs.
+    fidelity_tolerance: float = 1e-2
+    save_every: int = 0  # 0: only at the end
+    log_every: int = 1
+    policy_version: int | None = None  # start version; default: the model's meta.json or 0
+    resume: str | None = None
+    progress: bool = True
+    # Online loop.
+    online: bool = False
+    consumer: str = "train"
+    group_size: int = 0
+    groups_per_update: int = 1
+    reload_every: int = 1
+    serve_url: str | None = None
+    proxy_url: str | None = None
+    poll_interval_s: float = 2.0
+    idle_exit_s: float = 0.0  # 0: wait for new groups forever
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ConfigError(f"train.algo: must be one of {list(ALGOS)}, got {self.algo!r}")
+        if self.normaliser not in NORMALISERS:
+            raise ConfigError(
+                f"train.normaliser: must be one of {list(NORMALISERS)}, got {self.normaliser!r}"
+            )
+        for key in ("max_seq_len", "batch_tokens", "buffer_trajectories", "grad_accum"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.{key}: must be at least 1")
+        if self.max_seq_len > self.batch_tokens:
+            raise ConfigError("train.batch_tokens: must be at least train.max_seq_len")
+        if self.online and self.group_size < 1:
+            raise ConfigError(
+                "train.group_size: --online needs the group size (--set group_size=N)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def to_toml(self) -> str:
+        """The resolved config as a `[train]` table that `--recipe` reads back."""
+        lines = ["[train]"]
+        for key, value in self.to_dict().items():
+            if value is not None:
+                lines.append(f"{key} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _toml_value(v: Any) -> str:
+    import json
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return repr(v)
+
+
+_HINTS = typing.get_type_hints(TrainConfig)
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    """Check one value against the field's type; strings from --set are parsed leniently."""
+    hint = _HINTS[key]
+    args = typing.get_args(hint)
+    optional = isinstance(hint, types.UnionType) and type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if optional else hint
+    if value is None or (optional and value == ""):
+        if optional:
+            return None
+        raise ConfigError(f"{where}: {key} cannot be empty")
+    origin = typing.get_origin(base)
+    try:
+        if origin is tuple:
+            if isinstance(value, str):
+                value = [x.strip() for x in value.split(",") if x.strip()]
+            if not isinstance(value, list | tuple) or not all(isinstance(x, str) for x in value):
+                raise TypeError
+            return tuple(value)
+        if base is bool:
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+                return value.lower() in ("true", "1")
+            if not isinstance(value, bool):
+                raise TypeError
+            return value
+        if base is int:
+            if isinstance(value, bool):
+                raise TypeError
+            if isinstance(value, float) and not value.is_integer():
+                raise TypeError
+            return int(value)
+        if base is float:
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)
+        if base is str:
+            if not isinstance(value, str):
+                raise TypeError
+            return value
+    except (TypeError, ValueError):
+        pass
+    else:
+        return value
+    name = getattr(base, "__name__", str(base))
+    raise ConfigError(f"{where}: {key} expects {name}, got {value!r}")
+
+
+def parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """`key=value` strings; values read as TOML when they parse, else as plain strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().removeprefix("train.")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        try:
+            out[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = raw
+    return out
+
+
+def read_recipe(path: Path) -> dict[str, Any]:
+    """The `[train]` table of a TOML recipe (other tables are for other commands)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--recipe {path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    table = data.get("train", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [train] must be a table")
+    return table
+
+
+def load_config(
+    recipe: Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    sets: Sequence[str] = (),
+) -> TrainConfig:
+    """Resolve defaults, then the recipe, then CLI flags (None = not given), then --set."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    values: dict[str, Any] = {}
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if recipe is not None:
+        layers.append((f"{recipe} [train]", read_recipe(recipe)))
+    layers.append(("command line", {k: v for k, v in (flags or {}).items() if v is not None}))
+    layers.append(("--set", parse_set(sets)))
+    for where, layer in layers:
+        for key, value in layer.items():
+            if key not in known:
+                raise ConfigError(f"{where}: unknown key {key!r}")
+            values[key] = _coerce(key, value, where)
+    cfg = TrainConfig(**values)
+    if not cfg.model:
+        raise ConfigError("train.model: required (--model PATH or model = ... in the recipe)")
+    return cfg

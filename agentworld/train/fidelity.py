@@ -1,0 +1,48 @@
+"""Before the first update: do the trainer's log-probs of the sampled tokens match the rollout's?
+
+With the same weights, precision and tokens they agree to ~1e-4; a large gap
+means the token ids, the masks or the chat template are not what the policy
+saw, and every update after it would train on the wrong thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class FidelityReport:
+    tokens: int  # sampled tokens that had rollout log-probs
+    mean_abs: float
+    max_abs: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.tokens == 0 or self.mean_abs <= self.tolerance
+
+    def line(self) -> str:
+        if self.tokens == 0:
+            return "fidelity: no rollout log-probs in the first batch (rendered data); not checked"
+        verdict = "ok" if self.ok else "MISMATCH: tokens, masks or template differ from the rollout"
+        return (
+            f"fidelity: |trainer - rollout| log-prob over {self.tokens} tokens: "
+            f"mean {self.mean_abs:.2e}, max {self.max_abs:.2e} ({verdict})"
+        )
+
+
+def logprob_gap(
+    trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, has_logprob: torch.Tensor
+) -> tuple[float, float, int]:
+    """(sum |diff|, max |diff|, count) over tokens with a rollout log-prob. All (B, T)."""
+    m = has_logprob.bool()
+    diff = (trainer_logp.float() - rollout_logp.float()).abs()[m]  # (N,)
+    if diff.numel() == 0:
+        return 0.0, 0.0, 0
+    return float(diff.sum()), float(diff.max()), int(diff.numel())
+
+
+def report(sum_abs: float, max_abs: float, count: int, tolerance: float) -> FidelityReport:
+    return FidelityReport(count, sum_abs / count if count else 0.0, max_abs, tolerance)

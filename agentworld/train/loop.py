@@ -1,0 +1,447 @@
+"""The training loop, top to bottom in one function: the same code on one CPU or `accelerate launch`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from agentworld.errors import ConfigError, PoolError
+from agentworld.pool import Pool
+from agentworld.pool.reader import source_paths
+from agentworld.train.advantages import advantage_stats
+from agentworld.train.checkpoint import (
+    STATE,
+    checkpoint_dir,
+    model_policy_version,
+    read_meta,
+    resolve_resume,
+    save_checkpoint,
+)
+from agentworld.train.config import TrainConfig
+from agentworld.train.data import PoolBatches, check_plan, dummy_batch, make_plan, selection_for
+from agentworld.train.fidelity import FidelityReport, logprob_gap, report
+from agentworld.train.losses import policy_loss, sft_loss, token_logprobs
+from agentworld.train.online import Cursor, CursorState, OnlineUpdates, publish
+from agentworld.train.sequences import stop_ids_of
+
+
+def forward_loss(
+    model: Any, ref: Any, batch: dict[str, Any], cfg: TrainConfig
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Loss of one micro-batch under the configured algorithm, and its stats."""
+    ids = batch["input_ids"]  # (B, T)
+    logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits  # (B, T, V)
+    logp = token_logprobs(logits[:, :-1], ids[:, 1:])  # (B, T-1): log p(token t+1)
+    mask = batch["sampled"][:, 1:]  # (B, T-1): only tokens the policy sampled
+    if cfg.algo == "sft":
+        return sft_loss(logp, mask), {}
+    if cfg.algo == "ppo":
+        # Importance ratio against the policy that sampled (recorded at capture); tokens
+        # without a recorded log-prob fall back to on-policy (ratio 1).
+        has = batch["has_logprob"][:, 1:]
+        old = torch.where(has, batch["rollout_logprobs"][:, 1:], logp.detach())
+    else:
+        old = logp.detach()  # GRPO: one update per batch, so the sampling policy is this one
+    ref_logp = None
+    if ref is not None:
+        with torch.no_grad():
+            ref_logits = ref(input_ids=ids, attention_mask=batch["attention_mask"]).logits
+            ref_logp = token_logprobs(ref_logits[:, :-1], ids[:, 1:])  # (B, T-1)
+    return policy_loss(
+        logp,
+        old,
+        batch["advantages"],
+        mask,
+        normaliser=cfg.normaliser,
+        max_tokens=cfg.max_seq_len,
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
+        ratio_cap=cfg.ratio_cap if cfg.algo == "ppo" else 0.0,
+        ref_logp=ref_logp,
+        kl_coef=cfg.kl_coef,
+    )
+
+
+def _grouped(batches: Iterator[dict[str, Any]], n: int) -> Iterator[list[dict[str, Any] | None]]:
+    """Updates of n micro-batches; None marks a micro-batch this process no longer has."""
+    while True:
+        yield [next(batches, None) for _ in range(n)]
+
+
+def _to(batch: dict[str, Any], device: Any) -> dict[str, Any]:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]:
+    """Train from the pool as ``cfg`` says; write checkpoints and metrics; return the summary."""
+    from accelerate import Accelerator
+    from accelerate.utils import gather_object, set_seed
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    acc = Accelerator(gradient_accumulation_steps=cfg.grad_accum)
+    set_seed(cfg.seed)
+    main = acc.is_main_process
+    console = console or Console(stderr=True)
+    out_dir = Path(cfg.output_dir)
+    pool = Pool.open(cfg.pool, recover=False)
+    if main:
+        console.print(Text(cfg.to_toml()))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.toml").write_text(cfg.to_toml())
+
+    # -- Where to start: fresh, --resume, or (online) the checkpoint the consumer cursor names.
+    cursor = Cursor(pool.root, cfg.consumer) if cfg.online else None
+    cursor_state = cursor.load() if cursor else CursorState()
+    resume_dir = None
+    if cfg.resume:
+        resume_dir = resolve_resume(cfg.resume, out_dir)
+    elif cursor_state.checkpoint:
+        resume_dir = Path(cursor_state.checkpoint)
+    meta0 = read_meta(resume_dir) if resume_dir else {}
+    start_step = int(meta0.get("counts", {}).get("updates", 0))
+    if resume_dir:
+        base_version = int(meta0.get("base_policy_version", 0))
+        version = int(meta0.get("policy_version", base_version))
+    else:
+        base_version = (
+            cfg.policy_version
+            if cfg.policy_version is not None
+            else model_policy_version(cfg.model)
+        )
+        version = base_version
+
+    # -- Model, optimizer, schedule: Accelerate places and wraps them (DDP, FSDP, DeepSpeed).
+    model_path = str(resume_dir) if resume_dir else cfg.model
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    # fp32 master weights (transformers 5 would load the checkpoint's dtype); bf16/fp16
+    # compute comes from Accelerate's mixed-precision config, as `accelerate launch` sets it.
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    ref = None
+    if cfg.kl_coef > 0:
+        ref = AutoModelForCausalLM.from_pretrained(cfg.ref_model or cfg.model, dtype=torch.float32)
+        ref.requires_grad_(False)
+    stop_ids = stop_ids_of(tokenizer, getattr(model, "generation_config", None))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warmup = cfg.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+    )
+    model, optimizer = acc.prepare(model, optimizer)
+    # Stepped once per update by hand: Accelerate's scheduler wrapper steps once per process.
+    acc.register_for_checkpointing(scheduler)
+    if ref is not None:
+        ref = acc.prepare_model(ref, evaluation_mode=True)
+    if resume_dir:
+        acc.load_state(str(resume_dir / STATE))
+
+    # -- Data: a fixed plan over pinned shards and labels (offline), or groups as they land.
+    dataset: PoolBatches | None = None
+    online: OnlineUpdates | None = None
+    label_sizes: dict[str, int] = {}
+    sources: list[tuple[str, Path]] = []
+    if cfg.online:
+        online = OnlineUpdates(
+            pool,
+            cfg,
+            tokenizer,
+            acc,
+            consumed=set(cursor_state.groups),
+            stop_ids=stop_ids,
+            current_version=lambda: version,
+        )
+        updates: Iterator[list[dict[str, Any] | None]] = iter(online)
+    else:
+        if meta0.get("sources"):
+            sources = [(kind, pool.root / rel) for kind, rel in meta0["sources"]]
+            missing = [str(p) for _, p in sources if not p.exists()]
+            if missing:
+                raise PoolError(f"cannot resume: {missing[0]} (used by {resume_dir}) is gone")
+        else:
+            sources = source_paths(pool.layout, journals=cfg.include_journals)
+        label_sizes = meta0.get("label_files") or pool.labels.snapshot()
+        labels = pool.labels.effective(upto=label_sizes)
+        plan = make_plan(pool.layout, labels, cfg, selection_for(cfg, base_version), sources)
+        check_plan(plan, cfg, pool.root)
+        states = meta0.get("data_state")
+        if states is not None and len(states) != acc.num_processes:
+            raise ConfigError(
+                f"train.resume: {resume_dir} was written by {len(states)} processes, "
+                f"this run has {acc.num_processes}; resume with the same number"
+            )
+        dataset = PoolBatches(
+            pool,
+            plan,
+            labels,
+            tokenizer,
+            cfg,
+            stop_ids=stop_ids,
+            rank=acc.process_index,
+            world=acc.num_processes,
+            state=states[acc.process_index] if states else None,
+        )
+        updates = _grouped(iter(dataset), cfg.grad_accum)
+        live = pool.layout.journal_paths()
+        if main and live and not cfg.include_journals:
+            console.print(
+                f"note: {len(live)} live journal(s) not read (unsealed data is not reproducible); "
+                "seal them with `aw pool seal` or --set include_journals=true"
+            )
+        if main:
+            console.print(
+                f"plan: {len(plan.advantages)} trajectories in {plan.groups or '-'} groups "
+                f"from {len(sources)} shards ({plan.matched} matched; dropped "
+                f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward)"
+            )
+
+    source: Any = online if online is not None else dataset
+    pad_id = source.pad_id
+
+    def stats_now() -> Any:
+        return source.stats
+
+    def meta_for(step: int, policy_version: int) -> dict[str, Any]:
+        data_state = gather_object([dataset.state_dict()]) if dataset is not None else None
+        srcs = sources or source_paths(pool.layout, journals=True)
+        s = stats_now()
+        return {
+            "policy_version": policy_version,
+            "base_policy_version": base_version,
+            "base_model": cfg.model,
+            "config": cfg.to_dict(),
+            "shards": [p.name for kind, p in srcs if kind == "shard"],
+            "sources": [[kind, str(p.relative_to(pool.root))] for kind, p in srcs],
+            "label_files": label_sizes or pool.labels.snapshot(),
+            "counts": {
+                "updates": step,
+                "micro_batches": totals["micro_batches"],
+                "sequences": totals["rows"],
+                "tokens": totals["tokens"],
+                "sampled_tokens": totals["sampled_tokens"],
+                "trajectories": len(trained),
+                "steps": s.steps,
+                "merged": s.merged,
+                "breaks": s.breaks,
+                "rendered": s.rendered,
+            },
+            "data_state": data_state,
+            "fidelity": fidelity.__dict__ if fidelity else None,
+            "created_at": time.time(),
+        }
+
+    # -- The loop.
+    totals = {"micro_batches": 0, "rows": 0, "tokens": 0, "sampled_tokens": 0, "padded_tokens": 0}
+    trained: set[str] = set()
+    fidelity: FidelityReport | None = None
+    last_ckpt: Path | None = None
+    losses: list[float] = []
+    metrics_file = open(out_dir / "metrics.jsonl", "a") if main else None  # noqa: SIM115
+    progress = Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not (main and cfg.progress),
+    )
+    task = progress.add_task("train", total=cfg.max_steps, completed=start_step, info="")
+    t_run = time.perf_counter()
+    run_tokens = 0
+    step = start_step
+    with progress:
+        while step < cfg.max_steps:
+            micro = next(updates, None)
+            if micro is None:
+                break  # online: no new groups within idle_exit_s
+            real = torch.tensor(sum(mb is not None for mb in micro), device=acc.device)
+            if int(acc.reduce(real, "sum")) == 0:
+                if cfg.online:
+                    continue  # every group in this chunk was filtered out
+                break  # every process ran out of data (epochs)
+            filler = next((mb for mb in micro if mb is not None), None)
+            micro = [mb if mb is not None else dummy_batch(filler, pad_id) for mb in micro]
+
+            if fidelity is None:
+                # Before the first update: trainer vs rollout log-probs of the sampled tokens.
+                model.eval()
+                gap = torch.zeros(3, device=acc.device)  # sum |d|, max |d|, count
+                with torch.no_grad():
+                    for mb in micro:
+                        b = _to(mb, acc.device)
+                        logits = model(
+                            input_ids=b["input_ids"], attention_mask=b["attention_mask"]
+                        ).logits
+                        logp = token_logprobs(logits[:, :-1], b["input_ids"][:, 1:])  # (B, T-1)
+                        s_, m_, n_ = logprob_gap(
+                            logp, b["rollout_logprobs"][:, 1:], b["has_logprob"][:, 1:]
+                        )
+                        gap += torch.tensor([s_, 0.0, n_], device=acc.device)
+                        gap[1] = max(gap[1], m_)
+                sums = acc.reduce(gap[[0, 2]].clone(), "sum")
+                peak = acc.reduce(gap[1:2].clone(), "max")
+                fidelity = report(
+                    float(sums[0]), float(peak[0]), int(sums[1]), cfg.fidelity_tolerance
+                )
+                if main:
+                    console.print(
+                        Text(fidelity.line(), style="green" if fidelity.ok else "bold red")
+                    )
+
+            model.train()
+            t0 = time.perf_counter()
+            stats_acc: dict[str, list[float]] = {
+                "loss": [],
+                "clip_frac": [],
+                "kl": [],
+                "ratio_mean": [],
+            }
+            advs: list[float] = []
+            rewards: list[float] = []
+            counts = torch.zeros(5, device=acc.device)  # tokens, padded, sampled, rows, micro
+            grad_norm = None
+            for mb in micro:
+                b = _to(mb, acc.device)
+                with acc.accumulate(model):
+                    loss, st = forward_loss(model, ref, b, cfg)
+                    acc.backward(loss * b["weight"])
+                    if acc.sync_gradients:
+                        grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if b["weight"] == 0:
+                    continue
+                stats_acc["loss"].append(float(loss.detach()))
+                for k, v in st.items():
+                    if v is not None:
+                        stats_acc[k].append(float(v))
+                advs += b["advantages"].tolist()
+                rewards += [float(r) for r in mb["meta"]["rewards"]]
+                m = mb["meta"]
+                counts += torch.tensor(
+                    [m["tokens"], m["padded_tokens"], m["sampled_tokens"], m["rows"], 1.0],
+                    device=acc.device,
+                )
+                trained.update(m["trajectories"])
+            scheduler.step()
+            step += 1
+            counts = acc.reduce(counts, "sum")
+            dt = time.perf_counter() - t0
+            tokens = int(counts[0])
+            run_tokens += tokens
+            for k, key in enumerate(
+                ("tokens", "padded_tokens", "sampled_tokens", "rows", "micro_batches")
+            ):
+                totals[key] += int(counts[k])
+            losses += stats_acc["loss"]
+            s = stats_now()
+
+            if main and (step % cfg.log_every == 0 or step == cfg.max_steps):
+                mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+                adv = advantage_stats(advs)
+                row = {
+                    "step": step,
+                    "time": time.time(),
+                    "loss": mean(stats_acc["loss"]),
+                    "lr": scheduler.get_last_lr()[0],
+                    "grad_norm": float(grad_norm) if grad_norm is not None else None,
+                    "reward_mean": mean(rewards),
+                    "adv_mean": adv.mean,
+                    "adv_std": adv.std,
+                    "adv_min": adv.min,
+                    "adv_max": adv.max,
+                    "adv_zero_fraction": adv.zero_fraction,
+                    "kl": mean(stats_acc["kl"]),
+                    "clip_frac": mean(stats_acc["clip_frac"]),
+                    "ratio_mean": mean(stats_acc["ratio_mean"]),
+                    "tokens": tokens,
+                    "padded_tokens": int(counts[1]),
+                    "sampled_tokens": int(counts[2]),
+                    "rows": int(counts[3]),
+                    "tokens_per_s": tokens / dt if dt > 0 else None,
+                    "merged": s.merged,
+                    "breaks": s.breaks,
+                    "rendered": s.rendered,
+                    "policy_version": version,
+                }
+                if online is not None:
+                    row["groups"] = online.current
+                metrics_file.write(json.dumps(row) + "\n")  # type: ignore[union-attr]
+                metrics_file.flush()  # type: ignore[union-attr]
+                loss_s = f"{row['loss']:.4f}" if row["loss"] is not None else "-"
+                progress.update(task, info=f"loss {loss_s}  {row['tokens_per_s'] or 0:,.0f} tok/s")
+            progress.update(task, completed=step)
+
+            if online is not None and (step % cfg.reload_every == 0 or step == cfg.max_steps):
+                # New weights -> a checkpoint -> the cursor commits the groups in it -> serve them.
+                version += 1
+                last_ckpt = save_checkpoint(
+                    acc, model, tokenizer, checkpoint_dir(out_dir, step), meta_for(step, version)
+                )
+                if main:
+                    cursor.save(  # type: ignore[union-attr]
+                        CursorState(set(online.consumed), str(last_ckpt.resolve()), version, step)
+                    )
+                    online.pending.clear()
+                    publish(last_ckpt, version, cfg.serve_url, cfg.proxy_url)
+                acc.wait_for_everyone()
+            elif online is None and cfg.save_every and step % cfg.save_every == 0:
+                last_ckpt = save_checkpoint(
+                    acc,
+                    model,
+                    tokenizer,
+                    checkpoint_dir(out_dir, step),
+                    meta_for(step, base_version + 1),
+                )
+
+    # -- The end: a final checkpoint if the last update has none yet, then the summary.
+    if step > start_step and (last_ckpt is None or last_ckpt != checkpoint_dir(out_dir, step)):
+        if online is not None:
+            version += 1
+        final_version = version if online is not None else base_version + 1
+        last_ckpt = save_checkpoint(
+            acc, model, tokenizer, checkpoint_dir(out_dir, step), meta_for(step, final_version)
+        )
+        if online is not None and main:
+            cursor.save(CursorState(set(online.consumed), str(last_ckpt.resolve()), version, step))  # type: ignore[union-attr]
+            publish(last_ckpt, version, cfg.serve_url, cfg.proxy_url)
+    if metrics_file is not None:
+        metrics_file.close()
+    elapsed = time.perf_counter() - t_run
+    s = stats_now()
+    summary = {
+        "updates": step - start_step,
+        "step": step,
+        "tokens": run_tokens,
+        "tokens_per_s": run_tokens / elapsed if elapsed > 0 else 0.0,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "trajectories": len(trained),
+        "steps": s.steps,
+        "merged": s.merged,
+        "breaks": s.breaks,
+        "rendered": s.rendered,
+        "fidelity": fidelity,
+        "checkpoint": str(last_ckpt) if last_ckpt else None,
+        "policy_version": version if online is not None else base_version + 1,
+    }
+    if main:
+        table = Table(title="aw train", show_header=False)
+        for k, v in summary.items():
+            if isinstance(v, FidelityReport):
+                v = v.line()
+            elif isinstance(v, float):
+                v = f"{v:,.4g}"
+            table.add_row(k, Text(str(v)))
+        console.print(table)
+    acc.end_training()
+    pool.close()
+    return summary

@@ -1,0 +1,222 @@
+"""Steps -> training sequences: token ids, which tokens the policy sampled, and their rollout log-probs.
+
+Engine token ids are used as recorded. Steps without them are rendered with
+the model's chat template: the prompt with the generation prompt, then the
+conversation including the reply; the reply's tokens are the difference
+(prefix by prefix), cut after the end-of-turn token, since what follows it is
+template, not sampled. Consecutive steps of a trajectory merge into one row
+when the next prompt continues the row exactly; otherwise a new row starts
+and the break is counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from typing import Any
+
+NAN = math.nan
+
+
+@dataclass
+class StepTokens:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float] | None  # rollout log-probs of completion_ids, when recorded
+    source: str  # "engine" | "rendered"
+
+
+@dataclass
+class Row:
+    """One training sequence: ids, sampled-token mask and rollout log-probs, aligned per token."""
+
+    ids: list[int]
+    sampled: list[int]  # 1 where the policy sampled this token and it is trainable
+    logprobs: list[float]  # rollout log-prob of this token; NaN where none
+    trajectory: str
+    group: str
+    steps: int = 1
+    rendered: bool = False
+    advantage: float = 0.0
+    reward: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class SequenceStats:
+    steps: int = 0
+    merged: int = 0  # steps appended to the row before them
+    breaks: int = 0  # steps whose prompt did not continue the row before them
+    rendered: int = 0  # steps tokenized with the chat template (no engine ids)
+    render_mismatch: int = 0  # rendered reply was not a clean suffix of the rendered prompt
+    skipped: int = 0  # error/cancelled steps, steps with no reply
+    untrainable: int = 0  # steps labelled trainable = false (kept as context only)
+    too_long: int = 0  # single steps over max_seq_len, dropped
+
+    def add(self, other: SequenceStats) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return content or ""
+
+
+def template_messages(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Normalised record messages -> the OpenAI-shaped dicts chat templates expect."""
+    out = []
+    for m in messages:
+        d: dict[str, Any] = {"role": m["role"], "content": _text(m.get("content"))}
+        if m.get("tool_calls"):
+            calls = []
+            for tc in m["tool_calls"]:
+                args: Any = tc.get("arguments", "")
+                try:
+                    args = json.loads(args)  # templates index arguments as a mapping
+                except ValueError:
+                    pass
+                fn = {"name": tc["name"], "arguments": args}
+                calls.append({"id": tc.get("id", ""), "type": "function", "function": fn})
+            d["tool_calls"] = calls
+        for key in ("tool_call_id", "name"):
+            if m.get(key):
+                d[key] = m[key]
+        out.append(d)
+    return out
+
+
+def _apply(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, gen: bool) -> list[int]:
+    out = tokenizer.apply_chat_template(
+        messages,
+        tools=tools or None,
+        add_generation_prompt=gen,
+        tokenize=True,
+        return_dict=True,
+    )
+    return list(out["input_ids"])
+
+
+def stop_ids_of(tokenizer: Any, generation_config: Any = None) -> frozenset[int]:
+    """Token ids that end an assistant turn (eos, plus the model's generation eos list)."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    eos = getattr(generation_config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos:
+        ids.update(int(x) for x in eos)
+    return frozenset(ids)
+
+
+def render_step(step: dict[str, Any], tokenizer: Any, stop_ids: frozenset[int]) -> StepTokens:
+    """Tokenize a step without engine ids using the trainer's chat template."""
+    req, resp = step["request"], step.get("response") or {}
+    stopped = resp.get("finish_reason") != "length"
+    eos = [int(tokenizer.eos_token_id)] if stopped and tokenizer.eos_token_id is not None else []
+    if req.get("messages") is None:  # completions: a raw prompt string
+        prompt = tokenizer(req.get("prompt") or "", add_special_tokens=False)["input_ids"]
+        reply = tokenizer(resp.get("text") or "", add_special_tokens=False)["input_ids"]
+        return StepTokens(list(prompt), list(reply) + eos, None, "rendered")
+    messages = template_messages(req["messages"])
+    tools = req.get("tools")
+    prompt = _apply(tokenizer, messages, tools, True)
+    reply_msg = dict(resp.get("message") or {"role": "assistant", "content": resp.get("text")})
+    full = _apply(tokenizer, [*messages, *template_messages([reply_msg])], tools, False)
+    if full[: len(prompt)] == prompt:
+        reply = full[len(prompt) :]
+        cut = next((i for i, t in enumerate(reply) if t in stop_ids), None)
+        if cut is not None:
+            reply = reply[: cut + 1] if stopped else reply[:cut]
+        return StepTokens(prompt, reply, None, "rendered")
+    text = _text(reply_msg.get("content"))
+    reply = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return StepTokens(prompt, list(reply) + eos, None, "mismatch")
+
+
+def step_tokens(
+    step: dict[str, Any], tokenizer: Any, stop_ids: frozenset[int]
+) -> StepTokens | None:
+    """Engine ids when the record has them, else rendered; None for steps with no reply."""
+    if step.get("status") != "ok" or step.get("response") is None:
+        return None
+    tokens = step.get("tokens") or {}
+    if tokens.get("source") == "engine" and tokens.get("completion_ids") is not None:
+        prompt = tokens.get("prompt_ids")
+        if prompt is not None:
+            return StepTokens(
+                list(prompt),
+                list(tokens["completion_ids"]),
+                tokens.get("completion_logprobs"),
+                "engine",
+            )
+    return render_step(step, tokenizer, stop_ids)
+
+
+def trajectory_rows(
+    steps: list[dict[str, Any]],
+    tokenizer: Any,
+    *,
+    trajectory: str,
+    group: str,
+    stop_ids: frozenset[int],
+    merge: bool = True,
+    max_seq_len: int = 1 << 30,
+) -> tuple[list[Row], SequenceStats]:
+    """Rows of one trajectory (steps in order), and how they merged or broke."""
+    stats = SequenceStats()
+    rows: list[Row] = []
+    row: Row | None = None
+    for step in steps:
+        tok = step_tokens(step, tokenizer, stop_ids)
+        if tok is None:
+            stats.skipped += 1
+            continue
+        stats.steps += 1
+        if tok.source != "engine":
+            stats.rendered += 1
+            stats.render_mismatch += tok.source == "mismatch"
+        trainable = (step.get("_labels") or {}).get("trainable") is not False
+        stats.untrainable += not trainable
+        lps = tok.logprobs if tok.logprobs is not None else [NAN] * len(tok.completion_ids)
+        flag = 1 if trainable else 0
+        n = len(row.ids) if row is not None else 0
+        if (
+            merge
+            and row is not None
+            and len(tok.prompt_ids) >= n
+            and tok.prompt_ids[:n] == row.ids
+            and len(tok.prompt_ids) + len(tok.completion_ids) <= max_seq_len
+        ):
+            delta = tok.prompt_ids[n:]
+            row.ids += delta + tok.completion_ids
+            row.sampled += [0] * len(delta) + [flag] * len(tok.completion_ids)
+            row.logprobs += [NAN] * len(delta) + [float(x) for x in lps]
+            row.steps += 1
+            row.rendered |= tok.source != "engine"
+            stats.merged += 1
+            continue
+        if merge and row is not None:
+            stats.breaks += 1
+        if len(tok.prompt_ids) + len(tok.completion_ids) > max_seq_len:
+            stats.too_long += 1
+            row = None
+            continue
+        row = Row(
+            ids=tok.prompt_ids + tok.completion_ids,
+            sampled=[0] * len(tok.prompt_ids) + [flag] * len(tok.completion_ids),
+            logprobs=[NAN] * len(tok.prompt_ids) + [float(x) for x in lps],
+            trajectory=trajectory,
+            group=group,
+            rendered=tok.source != "engine",
+        )
+        rows.append(row)
+    return [r for r in rows if any(r.sampled)], stats

@@ -1,0 +1,97 @@
+"""`aw train` through typer: flags reach the config, errors are domain errors, no torch at import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from agentworld.errors import ConfigError
+from agentworld.train.command import train
+
+
+def make_app() -> typer.Typer:
+    app = typer.Typer()
+    app.command("train")(train)
+    app.command("other")(lambda: None)
+    return app
+
+
+def test_importing_the_command_does_not_import_torch() -> None:
+    code = (
+        "import sys, agentworld.train.command; "
+        "bad = [m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+
+
+def test_help_lists_the_options() -> None:
+    result = CliRunner().invoke(make_app(), ["train", "--help"])
+    assert result.exit_code == 0
+    for opt in ("--agent", "--dataset", "--algo", "--model", "--recipe", "--set", "--online"):
+        assert opt in result.output
+
+
+def test_bad_set_is_a_config_error() -> None:
+    result = CliRunner().invoke(make_app(), ["train", "--model", "m", "--set", "bogus=1"])
+    assert isinstance(result.exception, ConfigError)
+
+
+def test_train_runs_from_the_command_line(builder, tiny_model: Path, tmp_path: Path) -> None:
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    builder.group([1.0, 0.0], turns=2, agent="bot", dataset="math")
+    out = tmp_path / "out"
+    args = [
+        "train",
+        "--agent",
+        "bot",
+        "--dataset",
+        "math",
+        "--algo",
+        "grpo",
+        "--model",
+        str(tiny_model),
+        "--pool",
+        str(builder.pool.root),
+        "-o",
+        str(out),
+        "--max-steps",
+        "1",
+        "--set",
+        "progress=false",
+    ]
+    result = CliRunner().invoke(make_app(), args)
+    assert result.exit_code == 0, result.output
+    assert (out / "ckpt-000001" / "meta.json").exists()
+    assert 'agent = "bot"' in (out / "config.toml").read_text()
+
+
+def test_empty_selection_is_a_pool_error(builder, tiny_model: Path, tmp_path: Path) -> None:
+    from accelerate.state import AcceleratorState, GradientState
+
+    from agentworld.errors import PoolError
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    builder.group([1.0, 0.0])
+    args = [
+        "train",
+        "--agent",
+        "nobody",
+        "--model",
+        str(tiny_model),
+        "--pool",
+        str(builder.pool.root),
+        "-o",
+        str(tmp_path / "o"),
+    ]
+    result = CliRunner().invoke(make_app(), args)
+    assert isinstance(result.exception, PoolError)
+    assert "nothing to train on" in str(result.exception)

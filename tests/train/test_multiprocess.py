@@ -1,0 +1,69 @@
+"""The same code with two CPU processes (gloo): the data split, gathers and the online broadcast.
+
+`accelerate launch --cpu` starts one process without MPI, so this uses torchrun, which
+`accelerate launch` itself drives on GPUs; ACCELERATE_USE_CPU makes Accelerate pick gloo.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """
+import sys, torch
+torch.set_num_threads(1)
+from agentworld.train.config import load_config
+from agentworld.train.loop import train
+train(load_config(None, {}, sys.argv[1:]))
+"""
+
+
+def launch(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "run_train.py"
+    script.write_text(SCRIPT)
+    launcher = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if launcher is None:
+        pytest.skip("no torchrun")
+    cmd = [launcher, "--nproc_per_node", "2", str(script), *sets]
+    env_root = Path(__file__).parents[2]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, cwd=env_root,
+        env={"PYTHONPATH": str(env_root), "PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path),
+             "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_path: Path) -> None:
+    for _ in range(4):
+        builder.group([1.0, 0.0], turns=2)
+    common = [f"model={tiny_model}", f"pool={builder.pool.root}", "progress=false", "algo=grpo"]
+    out = tmp_path / "off"
+    p = launch(
+        tmp_path,
+        *common,
+        f"output_dir={out}",
+        "max_steps=2",
+        "grad_accum=2",
+        "batch_tokens=64",
+        "max_seq_len=64",
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    meta = json.loads((out / "ckpt-000002" / "meta.json").read_text())
+    assert len(meta["data_state"]) == 2
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2  # only the main process logs
+
+    online = tmp_path / "on"
+    p = launch(tmp_path, *common, f"output_dir={online}", "online=true", "group_size=2",
+               "groups_per_update=2", "max_steps=5", "idle_exit_s=0.5", "poll_interval_s=0.1")  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(x) for x in (online / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(g for r in rows for g in r["groups"]) == sorted(
+        {t.first("group") for t in builder.pool.iter_trajectories()}
+    )

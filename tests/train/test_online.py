@@ -1,0 +1,169 @@
+"""The online loop: complete groups consumed exactly once across restarts, weights published."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from agentworld.errors import CorruptDataError, UpstreamError
+from agentworld.train.config import TrainConfig
+from agentworld.train.loop import train
+from agentworld.train.online import Cursor, CursorState, complete_groups, post_json, split_rows
+from agentworld.train.sequences import Row
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state() -> None:
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+@pytest.fixture
+def upstream():
+    """A stand-in for `aw serve` and the proxy that records what it is told."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            calls.append((self.path, body))
+            code = 500 if self.path == "/broken/aw/reload" else 200
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"ok": true}')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", calls
+    server.shutdown()
+    server.server_close()
+
+
+def test_cursor_round_trip_and_corruption(tmp_path: Path) -> None:
+    cur = Cursor(tmp_path, "c")
+    assert cur.load() == CursorState()
+    cur.save(CursorState({"g2", "g1"}, "/x/ckpt", 3, 7))
+    assert cur.load() == CursorState({"g1", "g2"}, "/x/ckpt", 3, 7)
+    assert json.loads(cur.path.read_text())["groups"] == ["g1", "g2"]
+    assert [p.name for p in cur.path.parent.iterdir()] == ["c.json"]  # no temp files left
+    cur.path.write_text("{not json")
+    with pytest.raises(CorruptDataError, match=r"c\.json"):
+        cur.load()
+
+
+def test_a_group_is_complete_when_group_size_trajectories_ended(builder) -> None:
+    g1, _ = builder.group([1.0, 0.0])
+    builder.group([1.0])  # one of two: incomplete
+    _, recs = builder.trajectory(group="g3")
+    builder.write(recs[:-1])  # steps without an end: still open
+    cfg = TrainConfig(model="m", online=True, group_size=2)
+    assert [g for g, _ in complete_groups(builder.pool, cfg, set())] == [g1]
+    assert complete_groups(builder.pool, cfg, {g1}) == []
+
+
+def test_split_rows_gives_exactly_k_parts() -> None:
+    rows = [Row([1] * n, [1] * n, [0.0] * n, "t", "g") for n in (5, 1, 3)]
+    parts = split_rows(rows, 2)
+    assert [[len(r) for r in p] for p in parts] == [[1, 3], [5]]
+    assert [len(p) for p in split_rows(rows[:1], 3)] == [1, 0, 0]
+
+
+def run_online(builder, tiny_model: Path, out: Path, url: str, **kw: Any) -> dict[str, Any]:
+    cfg = TrainConfig(
+        model=str(tiny_model),
+        pool=str(builder.pool.root),
+        output_dir=str(out),
+        progress=False,
+        online=True,
+        algo="grpo",
+        group_size=2,
+        groups_per_update=1,
+        reload_every=1,
+        poll_interval_s=0.05,
+        idle_exit_s=0.3,
+        serve_url=url,
+        proxy_url=url,
+        lr=1e-3,
+        batch_tokens=256,
+        max_seq_len=128,
+        **kw,
+    )
+    return train(cfg, console=Console(file=open("/dev/null", "w")))
+
+
+def trained_groups(out: Path) -> list[list[str]]:
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r["groups"] for r in rows]
+
+
+def test_groups_are_consumed_exactly_once_across_a_restart(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    url, calls = upstream
+    groups = [builder.group([1.0, 0.0], turns=2)[0] for _ in range(3)]
+    g4 = "g4-late"
+    _, first_half = builder.trajectory(group=g4, reward=1.0)
+    builder.write(first_half)  # one of two: the group is not complete yet
+    out = tmp_path / "run"
+
+    s1 = run_online(builder, tiny_model, out, url, max_steps=2)
+    assert s1["updates"] == 2 and s1["policy_version"] == 2
+    cursor = Cursor(builder.pool.root, "train").load()
+    assert cursor.groups == set(groups[:2]) and cursor.policy_version == 2
+    assert cursor.checkpoint == str((out / "ckpt-000002").resolve())
+    assert [c for c in calls if c[0] == "/aw/policy"] == [
+        ("/aw/policy", {"version": 1}),
+        ("/aw/policy", {"version": 2}),
+    ]
+    reloads = [c[1]["path"] for c in calls if c[0] == "/aw/reload"]
+    assert reloads == [str((out / f"ckpt-00000{i}").resolve()) for i in (1, 2)]
+    meta = json.loads((out / "ckpt-000002" / "meta.json").read_text())
+    assert meta["policy_version"] == 2
+
+    _, second_half = builder.trajectory(group=g4, reward=0.0)
+    builder.write(second_half)  # now g4 is complete
+    s2 = run_online(builder, tiny_model, out, url, max_steps=10)  # restart: same consumer
+    assert s2["updates"] == 2 and s2["step"] == 4 and s2["policy_version"] == 4
+    per_update = trained_groups(out)
+    flat = [g for u in per_update for g in u]
+    assert sorted(flat) == sorted([*groups, g4])  # every group once, none twice
+    assert Cursor(builder.pool.root, "train").load().groups == {*groups, g4}
+    assert [c[1]["version"] for c in calls if c[0] == "/aw/policy"] == [1, 2, 3, 4]
+
+
+def test_a_lost_cursor_commit_replays_from_the_checkpoint_it_names(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    url, _ = upstream
+    g1 = builder.group([1.0, 0.0], turns=2)[0]
+    g2 = builder.group([1.0, 0.0], turns=2)[0]
+    out = tmp_path / "run"
+    run_online(builder, tiny_model, out, url, max_steps=2)
+    # Crash after ckpt-000002 was written but before the cursor named it.
+    Cursor(builder.pool.root, "train").save(
+        CursorState({g1}, str((out / "ckpt-000001").resolve()), 1, 1)
+    )
+    s = run_online(builder, tiny_model, out, url, max_steps=5)
+    assert s["step"] == 2 and s["updates"] == 1  # resumed at update 1, redid g2 only
+    assert trained_groups(out)[-1] == [g2]
+
+
+def test_publish_failure_is_an_upstream_error(upstream) -> None:
+    url, _ = upstream
+    with pytest.raises(UpstreamError, match="HTTP 500"):
+        post_json(url + "/broken/aw/reload", {"path": "x"})
+    with pytest.raises(UpstreamError, match=r"127\.0\.0\.1:9"):
+        post_json("http://127.0.0.1:9/aw/reload", {"path": "x"}, timeout_s=2)
