@@ -365,7 +365,10 @@ class Engine:
             done = Finished("stop")
         elif p.stop and (hit := self._stop_string_hit(req)) is not None:
             done = Finished("stop", stop_reason=hit)
-        elif len(req.output_ids) >= p.max_tokens or len(req.prompt_ids) + len(req.output_ids) >= self.max_model_len:
+        elif (
+            len(req.output_ids) >= p.max_tokens
+            or len(req.prompt_ids) + len(req.output_ids) >= self.max_model_len
+        ):
             done = Finished("length")
         if done:
             req.sink(done)
