@@ -58,7 +58,7 @@ def test_batched_ids_and_logprobs_equal_a_forward_pass(engine: Engine, tiny_mode
 
 
 def test_top_logprobs_are_the_raw_distributions_best(engine: Engine, tiny_model_dir: Path):
-    ((req, events),) = run_batch(engine, [PROMPTS[4]], [PARAMS[4]])
+    ((_req, events),) = run_batch(engine, [PROMPTS[4]], [PARAMS[4]])
     for ev in (e for e in events if isinstance(e, TokenEvent)):
         assert len(ev.top) == 3
         values = [lp for _, lp in ev.top]
