@@ -40,3 +40,51 @@ def fresh_engine(tiny_model_dir: Path) -> Iterator[Engine]:
     eng = Engine(tiny_model_dir, device="cpu", max_batch_size=8, model_name="tiny")
     yield eng
     eng.close()
+
+
+TOOL_MESSAGES = [{"role": "user", "content": "what is the weather in paris?"}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+TOOL_ANSWER = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "paris"}}\n</tool_call><|im_end|>'
+)
+
+
+@pytest.fixture(scope="session")
+def toolcall_model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """The tiny model overfitted to answer TOOL_MESSAGES with a Hermes tool call, so the whole
+    path (template with tools -> real decoding -> parser) runs on real model output."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentworld.serve.chat import render_prompt
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    prompt = render_prompt(tok, TOOL_MESSAGES, TOOLS)
+    answer = tok.encode(TOOL_ANSWER, add_special_tokens=False)
+    ids = torch.tensor([prompt + answer])
+    labels = ids.clone()
+    labels[0, : len(prompt)] = -100
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(300):
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 0.01:
+            break
+    model.eval()
+    path = tmp_path_factory.mktemp("toolcall") / "model"
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path
