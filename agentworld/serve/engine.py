@@ -7,7 +7,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,30 +76,16 @@ class Request:
         self.policy_version: int | None = None
         self.cancelled = threading.Event()
         self.generator: torch.Generator | None = None
+        self.done = False
+
+    def finish(self, ev: Finished) -> None:
+        if not self.done:
+            self.done = True
+            self.sink(ev)
 
     def cancel(self) -> None:
         """Stop generating at the next step (client went away)."""
         self.cancelled.set()
-
-
-class AsyncRequest(Request):
-    """A request whose events are read with `async for ev in req.events()`."""
-
-    def __init__(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
-        super().__init__(
-            prompt_ids, params, lambda ev: loop.call_soon_threadsafe(self._queue.put_nowait, ev)
-        )
-
-    async def events(self) -> AsyncIterator[Event]:
-        while True:
-            ev = await self._queue.get()
-            yield ev
-            if isinstance(ev, Finished):
-                return
 
 
 def resolve_device(device: str) -> str:
@@ -240,7 +226,7 @@ class Engine:
 
     def _drop_if_cancelled(self, req: Request) -> bool:
         if req.cancelled.is_set():
-            req.sink(Finished("abort"))
+            req.finish(Finished("abort"))
             return True
         return False
 
@@ -258,11 +244,10 @@ class Engine:
                 self._decode(model, version, batch)
             except Exception as e:  # a bad batch must not kill the server
                 for req in batch:
-                    req.sink(Finished("abort", stop_reason=f"engine error: {e}"))
+                    req.finish(Finished("abort", stop_reason=f"engine error: {e}"))
 
-    @torch.inference_mode()
-    def _decode(self, model: Any, version: int, batch: list[Request]) -> None:
-        for req in batch:
+    def _admit(self, version: int, reqs: list[Request]) -> None:
+        for req in reqs:
             req.policy_version = version
             req.generator = torch.Generator(device=self.device)
             if req.params.seed is not None:
@@ -271,12 +256,13 @@ class Engine:
                 req.generator.seed()
             req.sink(Admitted(version))
 
+    def _prefill(self, model: Any, reqs: list[Request]) -> _Rows:
         # Left-pad so every row's next token sits in the last column.
-        width = max(len(r.prompt_ids) for r in batch)
+        width = max(len(r.prompt_ids) for r in reqs)
         pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, r in enumerate(batch):
+        ids = torch.full((len(reqs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(reqs), width), dtype=torch.long)
+        for i, r in enumerate(reqs):
             ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
             mask[i, width - len(r.prompt_ids) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
@@ -289,36 +275,55 @@ class Engine:
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :]  # (B, V)
-        next_pos = positions[:, -1:] + 1  # (B, 1)
-        active = list(batch)
+        return _Rows(
+            list(reqs), out.past_key_values, out.logits[:, -1, :], mask, positions[:, -1:] + 1
+        )
 
-        while active:
-            tokens = self._sample(logits, active)  # (B,)
-            keep: list[int] = []
-            for i, req in enumerate(active):
-                if not self._finish_if_done(req):
-                    keep.append(i)
+    def _join_waiting(self, model: Any, version: int, rows: _Rows) -> None:
+        """Continuous batching: requests that arrived while a batch runs join it at the next
+        step (prefilled on their own, then their cache rows are merged in)."""
+        room = self.max_batch_size - len(rows.reqs)
+        if room <= 0 or self._pending.empty() or not _mergeable(rows.cache):
+            return
+        with self._lock:
+            if self._staged is not None:
+                return  # new weights are waiting: newcomers must not start on the old ones
+        joining: list[Request] = []
+        while len(joining) < room:
+            try:
+                req = self._pending.get_nowait()
+            except queue.Empty:
+                break
+            if not self._drop_if_cancelled(req):
+                joining.append(req)
+        if not joining:
+            return
+        self._admit(version, joining)
+        rows.merge(self._prefill(model, joining))
+
+    @torch.inference_mode()
+    def _decode(self, model: Any, version: int, batch: list[Request]) -> None:
+        self._admit(version, batch)
+        rows = self._prefill(model, batch)
+        while rows.reqs:
+            self._join_waiting(model, version, rows)
+            tokens = self._sample(rows.logits, rows.reqs)  # (B,)
+            keep = [i for i, req in enumerate(rows.reqs) if not self._finish_if_done(req)]
             if not keep:
                 return
-            if len(keep) < len(active):
-                # Drop finished rows from the cache so they cost nothing further.
-                idx = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(idx)
-                tokens, mask, next_pos = tokens[idx], mask[idx], next_pos[idx]
-                active = [active[i] for i in keep]
-            mask = torch.cat([mask, torch.ones_like(next_pos)], dim=-1)
+            if len(keep) < len(rows.reqs):
+                tokens = rows.select(keep, tokens)
+            rows.mask = torch.cat([rows.mask, torch.ones_like(rows.next_pos)], dim=-1)
             out = model(
                 input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=next_pos,
-                past_key_values=cache,
+                attention_mask=rows.mask,
+                position_ids=rows.next_pos,
+                past_key_values=rows.cache,
                 use_cache=True,
             )
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :]
-            next_pos = next_pos + 1
+            rows.cache = out.past_key_values
+            rows.logits = out.logits[:, -1, :]
+            rows.next_pos = rows.next_pos + 1
 
     def _sample(self, logits: torch.Tensor, active: list[Request]) -> torch.Tensor:
         logits = logits.float()
@@ -371,7 +376,7 @@ class Engine:
         ):
             done = Finished("length")
         if done:
-            req.sink(done)
+            req.finish(done)
             return True
         return False
 
@@ -383,3 +388,51 @@ class Engine:
             if s in tail:
                 return s
         return None
+
+
+def _mergeable(cache: Any) -> bool:
+    # Only plain growing caches can be left-padded and stacked; sliding-window or
+    # hybrid caches fall back to joining at batch boundaries.
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+
+
+def _left_pad(t: torch.Tensor, width: int) -> torch.Tensor:
+    extra = width - t.shape[-2]
+    if extra == 0:
+        return t
+    shape = (*t.shape[:-2], extra, t.shape[-1])
+    return torch.cat([t.new_zeros(shape), t], dim=-2)
+
+
+@dataclass
+class _Rows:
+    """The running batch: one row per request, caches left-padded to a common width."""
+
+    reqs: list[Request]
+    cache: Any
+    logits: torch.Tensor  # (B, V) next-token logits
+    mask: torch.Tensor  # (B, T) 1 where the cache holds a real token
+    next_pos: torch.Tensor  # (B, 1) position of each row's next token
+
+    def select(self, keep: list[int], tokens: torch.Tensor) -> torch.Tensor:
+        """Drop finished rows so they cost nothing further; returns their kept tokens."""
+        idx = torch.tensor(keep, device=self.mask.device)
+        self.cache.batch_select_indices(idx)
+        self.mask, self.next_pos = self.mask[idx], self.next_pos[idx]
+        self.reqs = [self.reqs[i] for i in keep]
+        return tokens[idx]
+
+    def merge(self, other: _Rows) -> None:
+        """Stack `other`'s rows under ours; masked zero padding keeps every row exact."""
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)])
+            mine.values = torch.cat(
+                [_left_pad(mine.values, width), _left_pad(theirs.values, width)]
+            )
+        pad = lambda m: torch.cat([m.new_zeros(m.shape[0], width - m.shape[1]), m], dim=1)  # noqa: E731
+        self.mask = torch.cat([pad(self.mask), pad(other.mask)])
+        self.logits = torch.cat([self.logits, other.logits])
+        self.next_pos = torch.cat([self.next_pos, other.next_pos])
+        self.reqs = self.reqs + other.reqs

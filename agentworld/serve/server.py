@@ -419,9 +419,9 @@ def make_app(
                     text = tokenizer.decode(c.output_ids, skip_special_tokens=True)
                     safe = _safe_len(text, holds)
                     if safe > c.sent_chars:
-                        delta = text[c.sent_chars : safe]
+                        part = piece(c, text[c.sent_chars : safe], False)
                         c.sent_chars = safe
-                        await resp.write(chunk([piece(c, delta, False)]))
+                        await resp.write(chunk([part]))
                 elif isinstance(ev, Finished):
                     if ev.reason == "abort":
                         if ev.stop_reason:  # an engine error, not a disconnect

@@ -72,6 +72,7 @@ async def served_toolcall_model(toolcall_model_dir: Path) -> Any:
     engine.close()
 
 
+@pytest.mark.timeout(600)  # includes overfitting the tool-call model (~10 s on an idle CPU)
 async def test_openai_client_gets_tool_calls_end_to_end(served_toolcall_model: str):
     import openai
 

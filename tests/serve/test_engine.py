@@ -134,3 +134,41 @@ def test_reload_reads_policy_version_from_meta_json(
         assert req.policy_version == 7
     finally:
         (tiny_checkpoint_dir / "meta.json").unlink()
+
+
+def test_requests_join_a_running_batch_and_stay_exact(engine: Engine, tiny_model_dir: Path):
+    long = SamplingParams(max_tokens=200, temperature=1.0, seed=11, ignore_eos=True)
+    first, q_long = run_batch_async(engine, PROMPTS[2], long)
+    assert isinstance(q_long.get(timeout=30), Admitted)
+    q_long.get(timeout=30)  # a token is out: the batch is running
+    late = [
+        run_batch_async(engine, p, SamplingParams(max_tokens=6 + i, seed=i, ignore_eos=True))
+        for i, p in enumerate(PROMPTS[:3])
+    ]
+    for _req, q in late:
+        while not isinstance(q.get(timeout=30), Finished):
+            pass
+    # The newcomers were served while the long request was still generating.
+    assert not first.done
+    while not isinstance(q_long.get(timeout=60), Finished):
+        pass
+    model = load_model(tiny_model_dir)
+    for req, _ in [*late, (first, None)]:
+        got = [e.logprob for e in req.events]
+        assert got == pytest.approx(
+            forward_logprobs(model, req.prompt_ids, req.output_ids), abs=1e-4
+        )
+
+
+def run_batch_async(engine: Engine, prompt: list[int], params: SamplingParams):
+    q: queue.Queue = queue.Queue()
+    events: list[TokenEvent] = []
+
+    def sink(ev):
+        if isinstance(ev, TokenEvent):
+            events.append(ev)
+        q.put(ev)
+
+    req = engine.submit(Request(prompt, params, sink))
+    req.events = events
+    return req, q
