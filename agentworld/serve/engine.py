@@ -78,10 +78,17 @@ class Request:
         self.generator: torch.Generator | None = None
         self.done = False
 
+    def emit(self, ev: Event) -> None:
+        try:
+            self.sink(ev)
+        except Exception:
+            # The consumer is gone (e.g. its event loop closed): stop spending compute on it.
+            self.cancelled.set()
+
     def finish(self, ev: Finished) -> None:
         if not self.done:
             self.done = True
-            self.sink(ev)
+            self.emit(ev)
 
     def cancel(self) -> None:
         """Stop generating at the next step (client went away)."""
@@ -145,6 +152,7 @@ class Engine:
         self._pending: queue.Queue[Request] = queue.Queue()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._running = 0
         self._thread = threading.Thread(target=self._run, name="aw-engine", daemon=True)
         self._thread.start()
 
@@ -155,6 +163,11 @@ class Engine:
         """The version new requests will be served with."""
         with self._lock:
             return self._staged[1] if self._staged else self._version
+
+    @property
+    def running(self) -> int:
+        """Requests in the running batch (for stats and tests)."""
+        return self._running
 
     def submit(self, request: Request) -> Request:
         if not request.prompt_ids:
@@ -243,6 +256,7 @@ class Engine:
             try:
                 self._decode(model, version, batch)
             except Exception as e:  # a bad batch must not kill the server
+                self._running = 0
                 for req in batch:
                     req.finish(Finished("abort", stop_reason=f"engine error: {e}"))
 
@@ -254,7 +268,7 @@ class Engine:
                 req.generator.manual_seed(req.params.seed)
             else:
                 req.generator.seed()
-            req.sink(Admitted(version))
+            req.emit(Admitted(version))
 
     def _prefill(self, model: Any, reqs: list[Request]) -> _Rows:
         # Left-pad so every row's next token sits in the last column.
@@ -307,9 +321,11 @@ class Engine:
         rows = self._prefill(model, batch)
         while rows.reqs:
             self._join_waiting(model, version, rows)
+            self._running = len(rows.reqs)
             tokens = self._sample(rows.logits, rows.reqs)  # (B,)
             keep = [i for i, req in enumerate(rows.reqs) if not self._finish_if_done(req)]
             if not keep:
+                self._running = 0
                 return
             if len(keep) < len(rows.reqs):
                 tokens = rows.select(keep, tokens)
@@ -355,7 +371,7 @@ class Engine:
                 vals, idx = torch.topk(raw[i], p.top_logprobs)
                 top = list(zip(idx.tolist(), vals.tolist(), strict=True))
             req.output_ids.append(tok)
-            req.sink(TokenEvent(tok, float(raw[i, tok]), top))
+            req.emit(TokenEvent(tok, float(raw[i, tok]), top))
         return chosen
 
     def _finish_if_done(self, req: Request) -> bool:

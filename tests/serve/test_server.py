@@ -260,3 +260,32 @@ async def test_bad_reload_path_is_a_400(client: Any, tmp_path: Path):
     assert resp.status == 400 and (await resp.json())["error"]["param"] == "path"
     resp = await client.post("/aw/reload", json={"path": str(tmp_path)})
     assert resp.status == 400
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_client_disconnect_cancels_generation(
+    aiohttp_client: Any, fresh_engine: Engine, stream: bool
+):
+    import asyncio
+
+    client = await aiohttp_client(make_app(fresh_engine))
+    body = {"prompt": [5, 6, 7], "max_tokens": 900, "ignore_eos": True, "stream": stream}
+    task = asyncio.ensure_future(client.post("/v1/completions", json=body))
+    for _ in range(100):
+        if fresh_engine.running:
+            break
+        await asyncio.sleep(0.05)
+    assert fresh_engine.running == 1
+    if stream:
+        resp = await task
+        await resp.content.readline()
+        resp.close()  # drops the connection mid-stream
+    else:
+        task.cancel()  # drops the connection while waiting for the body
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    for _ in range(100):
+        if not fresh_engine.running:
+            break
+        await asyncio.sleep(0.05)
+    assert fresh_engine.running == 0  # 900 tokens would take far longer than this
