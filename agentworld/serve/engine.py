@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from agentworld.errors import ConfigError
+from agentworld.serve.batch import Rows, mergeable
 
 # Below this temperature sampling is greedy, as in vLLM (`_SAMPLING_EPS`).
 _SAMPLING_EPS = 1e-5
@@ -270,7 +271,7 @@ class Engine:
                 req.generator.seed()
             req.emit(Admitted(version))
 
-    def _prefill(self, model: Any, reqs: list[Request]) -> _Rows:
+    def _prefill(self, model: Any, reqs: list[Request]) -> Rows:
         # Left-pad so every row's next token sits in the last column.
         width = max(len(r.prompt_ids) for r in reqs)
         pad = self.tokenizer.pad_token_id or 0
@@ -289,15 +290,15 @@ class Engine:
             use_cache=True,
             logits_to_keep=1,
         )
-        return _Rows(
+        return Rows(
             list(reqs), out.past_key_values, out.logits[:, -1, :], mask, positions[:, -1:] + 1
         )
 
-    def _join_waiting(self, model: Any, version: int, rows: _Rows) -> None:
+    def _join_waiting(self, model: Any, version: int, rows: Rows) -> None:
         """Continuous batching: requests that arrived while a batch runs join it at the next
         step (prefilled on their own, then their cache rows are merged in)."""
         room = self.max_batch_size - len(rows.reqs)
-        if room <= 0 or self._pending.empty() or not _mergeable(rows.cache):
+        if room <= 0 or self._pending.empty() or not mergeable(rows.cache):
             return
         with self._lock:
             if self._staged is not None:
@@ -404,51 +405,3 @@ class Engine:
             if s in tail:
                 return s
         return None
-
-
-def _mergeable(cache: Any) -> bool:
-    # Only plain growing caches can be left-padded and stacked; sliding-window or
-    # hybrid caches fall back to joining at batch boundaries.
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
-
-
-def _left_pad(t: torch.Tensor, width: int) -> torch.Tensor:
-    extra = width - t.shape[-2]
-    if extra == 0:
-        return t
-    shape = (*t.shape[:-2], extra, t.shape[-1])
-    return torch.cat([t.new_zeros(shape), t], dim=-2)
-
-
-@dataclass
-class _Rows:
-    """The running batch: one row per request, caches left-padded to a common width."""
-
-    reqs: list[Request]
-    cache: Any
-    logits: torch.Tensor  # (B, V) next-token logits
-    mask: torch.Tensor  # (B, T) 1 where the cache holds a real token
-    next_pos: torch.Tensor  # (B, 1) position of each row's next token
-
-    def select(self, keep: list[int], tokens: torch.Tensor) -> torch.Tensor:
-        """Drop finished rows so they cost nothing further; returns their kept tokens."""
-        idx = torch.tensor(keep, device=self.mask.device)
-        self.cache.batch_select_indices(idx)
-        self.mask, self.next_pos = self.mask[idx], self.next_pos[idx]
-        self.reqs = [self.reqs[i] for i in keep]
-        return tokens[idx]
-
-    def merge(self, other: _Rows) -> None:
-        """Stack `other`'s rows under ours; masked zero padding keeps every row exact."""
-        width = max(self.mask.shape[1], other.mask.shape[1])
-        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
-            mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)])
-            mine.values = torch.cat(
-                [_left_pad(mine.values, width), _left_pad(theirs.values, width)]
-            )
-        pad = lambda m: torch.cat([m.new_zeros(m.shape[0], width - m.shape[1]), m], dim=1)  # noqa: E731
-        self.mask = torch.cat([pad(self.mask), pad(other.mask)])
-        self.logits = torch.cat([self.logits, other.logits])
-        self.next_pos = torch.cat([self.next_pos, other.next_pos])
-        self.reqs = self.reqs + other.reqs
