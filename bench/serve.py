@@ -107,14 +107,19 @@ def main() -> None:
     ]
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     baseline_tokens_per_s(model, prompts[:1], 4)  # warm-up
-    base = baseline_tokens_per_s(model, prompts, args.tokens)
+    # Baseline before and after the server runs: on a shared machine the load drifts, and
+    # the mean of the two brackets the server's measurements.
+    before = baseline_tokens_per_s(model, prompts, args.tokens)
     served = asyncio.run(run_server_side(engine, prompts, args.tokens))
+    after = baseline_tokens_per_s(model, prompts, args.tokens)
+    base = (before + after) / 2
     engine.close()
 
     print(f"model: {model_dir.name}  device: cpu  threads: {torch.get_num_threads()}")
     print(f"{args.prompts} prompts x {args.tokens} greedy tokens each")
     print(f"{'setup':<40} {'tokens/s':>10} {'ratio':>7}")
     print(f"{'transformers generate, sequential':<40} {base:>10.1f} {1.0:>7.2f}")
+    print(f"{'  (before / after the server runs)':<40} {before:>5.1f} / {after:.1f}")
     for c, tps in served.items():
         print(f"{f'aw serve HTTP, {c} concurrent':<40} {tps:>10.1f} {tps / base:>7.2f}")
 
