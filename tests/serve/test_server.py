@@ -264,17 +264,20 @@ async def test_bad_reload_path_is_a_400(client: Any, tmp_path: Path):
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_client_disconnect_cancels_generation(
-    aiohttp_client: Any, fresh_engine: Engine, stream: bool
+    aiohttp_client: Any, fresh_engine: Engine, stream: bool, monkeypatch: pytest.MonkeyPatch
 ):
     import asyncio
 
+    submitted = []
+    real_submit = fresh_engine.submit
+    monkeypatch.setattr(fresh_engine, "submit", lambda r: submitted.append(r) or real_submit(r))
     client = await aiohttp_client(make_app(fresh_engine))
-    body = {"prompt": [5, 6, 7], "max_tokens": 900, "ignore_eos": True, "stream": stream}
+    body = {"prompt": [5, 6, 7], "max_tokens": 1000, "ignore_eos": True, "stream": stream}
     task = asyncio.ensure_future(client.post("/v1/completions", json=body))
-    for _ in range(100):
+    for _ in range(200):
         if fresh_engine.running:
             break
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.02)
     assert fresh_engine.running == 1
     if stream:
         resp = await task
@@ -284,8 +287,10 @@ async def test_client_disconnect_cancels_generation(
         task.cancel()  # drops the connection while waiting for the body
         with pytest.raises(asyncio.CancelledError):
             await task
-    for _ in range(100):
-        if not fresh_engine.running:
+    for _ in range(200):
+        if submitted[0].done:
             break
         await asyncio.sleep(0.05)
-    assert fresh_engine.running == 0  # 900 tokens would take far longer than this
+    (req,) = submitted
+    assert req.done and req.cancelled.is_set()
+    assert len(req.output_ids) < 1000  # stopped early, not run to max_tokens
