@@ -25,6 +25,7 @@ from agentworld.pool.sync_command import manifest as pool_manifest
 from agentworld.pool.sync_command import merge as pool_merge
 from agentworld.proxy.command import proxy
 from agentworld.run.command import run
+from agentworld.serve.command import serve
 from agentworld.train.command import train
 from agentworld.tui.command import tui
 
@@ -81,6 +82,7 @@ def init(
 # typer at import time).
 app.command("demo")(demo)
 app.command("proxy")(proxy)
+app.command("serve")(serve)
 app.command("run")(run)
 app.command("tui")(tui)
 app.command("train")(train)

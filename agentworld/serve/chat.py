@@ -43,7 +43,6 @@ HERMES_CHATML_TEMPLATE = (
 )
 
 _TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-_THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 
 def _text_content(content: Any) -> Any:
@@ -106,35 +105,34 @@ def new_tool_call_id() -> str:
 def parse_assistant_text(text: str, tools_enabled: bool = True) -> ParsedMessage:
     """Split generated text into reasoning, content and Hermes tool calls.
 
-    A `<tool_call>` block whose body is not a JSON object with a string `name` stays in
-    content, like vLLM's hermes parser: the agent sees what the model wrote.
+    Like vLLM's hermes parser, content is the text before the first tool call, unstripped,
+    and a `<tool_call>` block that is not a JSON object with a string `name` is left in
+    content. Streaming relies on this: what it sent before a marker is a prefix of content.
     """
     reasoning = None
-    think = _THINK_RE.search(text)
-    if think:
-        reasoning = think.group(1).strip()
-        text = text[: think.start()] + text[think.end() :]
-    elif "<think>" in text:
-        # Generation stopped inside the reasoning block (max_tokens): all of it is reasoning.
-        head, _, tail = text.partition("<think>")
-        reasoning, text = tail.strip(), head
+    start = text.find("<think>")
+    if start >= 0:
+        end = text.find("</think>", start)
+        if end >= 0:
+            reasoning = text[start + len("<think>") : end]
+            text = text[:start] + text[end + len("</think>") :]
+        else:
+            # Stopped inside the reasoning block (max_tokens): all of it is reasoning.
+            reasoning, text = text[start + len("<think>") :], text[:start]
 
     calls: list[dict[str, Any]] = []
+    first = None
     if tools_enabled and "<tool_call>" in text:
-        kept = []
-        last = 0
         for m in _TOOL_CALL_RE.finditer(text):
             call = _to_openai_call(m.group(1))
-            if call is None:
-                continue
-            calls.append(call)
-            kept.append(text[last : m.start()])
-            last = m.end()
-        if calls:
-            kept.append(text[last:])
-            text = "".join(kept)
-    content = text.strip()
-    return ParsedMessage(content=content or None, reasoning=reasoning, tool_calls=calls)
+            if call is not None:
+                calls.append(call)
+                first = m.start() if first is None else first
+    if first is not None:
+        text = text[:first]
+    return ParsedMessage(
+        content=text if text.strip() else None, reasoning=reasoning, tool_calls=calls
+    )
 
 
 def _to_openai_call(body: str) -> dict[str, Any] | None:

@@ -1,0 +1,407 @@
+"""The embedded engine: batched transformers decoding on one thread, exact ids and log-probs out."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentworld.errors import ConfigError
+from agentworld.serve.batch import Rows, mergeable
+
+# Below this temperature sampling is greedy, as in vLLM (`_SAMPLING_EPS`).
+_SAMPLING_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling; defaults follow vLLM's chat defaults."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: off
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass
+class Admitted:
+    """First event of a request: it is in a batch, on this policy version."""
+
+    policy_version: int
+
+
+@dataclass
+class TokenEvent:
+    """One sampled token and its log-prob under the raw (pre-temperature) distribution."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class Finished:
+    """Last event: why generation stopped (vLLM's finish_reason / stop_reason)."""
+
+    reason: str  # "stop" | "length" | "abort"
+    stop_reason: str | int | None = None
+
+
+Event = Admitted | TokenEvent | Finished
+
+
+class Request:
+    """A submitted generation; events arrive through `sink` from the engine thread."""
+
+    def __init__(
+        self, prompt_ids: list[int], params: SamplingParams, sink: Callable[[Event], None]
+    ) -> None:
+        self.id = uuid.uuid4().hex
+        self.prompt_ids = list(prompt_ids)
+        self.params = params
+        self.sink = sink
+        self.output_ids: list[int] = []
+        self.policy_version: int | None = None
+        self.cancelled = threading.Event()
+        self.generator: torch.Generator | None = None
+        self.done = False
+
+    def emit(self, ev: Event) -> None:
+        try:
+            self.sink(ev)
+        except Exception:
+            # The consumer is gone (e.g. its event loop closed): stop spending compute on it.
+            self.cancelled.set()
+
+    def finish(self, ev: Finished) -> None:
+        if not self.done:
+            self.done = True
+            self.emit(ev)
+
+    def cancel(self) -> None:
+        """Stop generating at the next step (client went away)."""
+        self.cancelled.set()
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
+    # fp32 on CPU so log-probs are exact; bf16 on GPU where fp32 wastes memory bandwidth.
+    if dtype in (None, "auto"):
+        return torch.float32 if device == "cpu" else torch.bfloat16
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16}
+    table |= {"bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ConfigError(f"--dtype: unknown dtype {dtype!r} (one of {', '.join(table)})")
+    return table[dtype]
+
+
+def read_policy_version(checkpoint_dir: str | Path) -> int | None:
+    meta = Path(checkpoint_dir) / "meta.json"
+    if not meta.exists():
+        return None
+    try:
+        value = json.loads(meta.read_text()).get("policy_version")
+    except (ValueError, AttributeError) as e:
+        raise ConfigError(f"{meta}: not a JSON object ({e})") from e
+    return int(value) if value is not None else None
+
+
+class Engine:
+    """Owns the model and a decoding thread; see `submit`, `generate`, `reload`."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "auto",
+        dtype: str | None = None,
+        max_batch_size: int = 8,
+        model_name: str | None = None,
+        gather_window_s: float = 0.002,
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_dir = Path(model_dir)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.max_batch_size = max_batch_size
+        self.model_name = model_name or self.model_dir.name
+        self.gather_window_s = gather_window_s
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
+        self._model = self._load(self.model_dir)
+        self._version = read_policy_version(self.model_dir) or 0
+        self._staged: tuple[Any, int] | None = None
+        self.max_model_len = int(getattr(self._model.config, "max_position_embeddings", 2048))
+        self.eos_ids = self._eos_ids()
+        self._pending: queue.Queue[Request] = queue.Queue()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._running = 0
+        self._thread = threading.Thread(target=self._run, name="aw-engine", daemon=True)
+        self._thread.start()
+
+    # -- public API ---------------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        """The version new requests will be served with."""
+        with self._lock:
+            return self._staged[1] if self._staged else self._version
+
+    @property
+    def running(self) -> int:
+        """Requests in the running batch (for stats and tests)."""
+        return self._running
+
+    def submit(self, request: Request) -> Request:
+        if not request.prompt_ids:
+            raise ValueError("empty prompt")
+        self._pending.put(request)
+        return request
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> tuple[Request, Finished]:
+        """Blocking helper (tests, scripts): run one request to the end."""
+        events: queue.Queue[Event] = queue.Queue()
+        req = self.submit(Request(prompt_ids, params, events.put))
+        while True:
+            ev = events.get()
+            if isinstance(ev, Finished):
+                return req, ev
+
+    def reload(self, checkpoint_dir: str | Path, policy_version: int | None = None) -> int:
+        """Load new weights (same architecture); new requests use them, running ones finish
+        on the old weights. Returns the new policy version (meta.json's, else current + 1).
+        """
+        model = self._load(Path(checkpoint_dir))
+        if policy_version is None:
+            policy_version = read_policy_version(checkpoint_dir)
+        with self._lock:
+            if policy_version is None:
+                policy_version = (self._staged[1] if self._staged else self._version) + 1
+            # Swapped in by the engine thread between batches, never under a running batch.
+            self._staged = (model, policy_version)
+        return policy_version
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _load(self, path: Path) -> Any:
+        from transformers import AutoModelForCausalLM
+
+        if not (path / "config.json").exists():
+            raise ConfigError(f"{path}: not a model folder (no config.json)")
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype)
+        return model.to(self.device).eval()
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (self._model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            if isinstance(src, int):
+                ids.add(src)
+            elif src:
+                ids.update(src)
+        return ids
+
+    def _take_batch(self) -> list[Request]:
+        try:
+            first = self._pending.get(timeout=0.05)
+        except queue.Empty:
+            return []
+        batch = [first]
+        # A short wait lets requests sent together (n > 1, concurrent agents) share a batch.
+        deadline = time.monotonic() + self.gather_window_s
+        while len(batch) < self.max_batch_size:
+            remaining = deadline - time.monotonic()
+            try:
+                batch.append(self._pending.get(timeout=max(remaining, 0)))
+            except queue.Empty:
+                break
+        return [r for r in batch if not self._drop_if_cancelled(r)]
+
+    def _drop_if_cancelled(self, req: Request) -> bool:
+        if req.cancelled.is_set():
+            req.finish(Finished("abort"))
+            return True
+        return False
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            batch = self._take_batch()
+            if not batch:
+                continue
+            with self._lock:
+                if self._staged:
+                    self._model, self._version = self._staged
+                    self._staged = None
+                model, version = self._model, self._version
+            try:
+                self._decode(model, version, batch)
+            except Exception as e:  # a bad batch must not kill the server
+                self._running = 0
+                for req in batch:
+                    req.finish(Finished("abort", stop_reason=f"engine error: {e}"))
+
+    def _admit(self, version: int, reqs: list[Request]) -> None:
+        for req in reqs:
+            req.policy_version = version
+            req.generator = torch.Generator(device=self.device)
+            if req.params.seed is not None:
+                req.generator.manual_seed(req.params.seed)
+            else:
+                req.generator.seed()
+            req.emit(Admitted(version))
+
+    def _prefill(self, model: Any, reqs: list[Request]) -> Rows:
+        # Left-pad so every row's next token sits in the last column.
+        width = max(len(r.prompt_ids) for r in reqs)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(reqs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(reqs), width), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            mask[i, width - len(r.prompt_ids) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        # Positions count real tokens only, so a padded row computes what it would alone.
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return Rows(
+            list(reqs), out.past_key_values, out.logits[:, -1, :], mask, positions[:, -1:] + 1
+        )
+
+    def _join_waiting(self, model: Any, version: int, rows: Rows) -> None:
+        """Continuous batching: requests that arrived while a batch runs join it at the next
+        step (prefilled on their own, then their cache rows are merged in)."""
+        room = self.max_batch_size - len(rows.reqs)
+        if room <= 0 or self._pending.empty() or not mergeable(rows.cache):
+            return
+        with self._lock:
+            if self._staged is not None:
+                return  # new weights are waiting: newcomers must not start on the old ones
+        joining: list[Request] = []
+        while len(joining) < room:
+            try:
+                req = self._pending.get_nowait()
+            except queue.Empty:
+                break
+            if not self._drop_if_cancelled(req):
+                joining.append(req)
+        if not joining:
+            return
+        self._admit(version, joining)
+        rows.merge(self._prefill(model, joining))
+
+    @torch.inference_mode()
+    def _decode(self, model: Any, version: int, batch: list[Request]) -> None:
+        self._admit(version, batch)
+        rows = self._prefill(model, batch)
+        while rows.reqs:
+            self._join_waiting(model, version, rows)
+            self._running = len(rows.reqs)
+            tokens = self._sample(rows.logits, rows.reqs)  # (B,)
+            keep = [i for i, req in enumerate(rows.reqs) if not self._finish_if_done(req)]
+            if not keep:
+                self._running = 0
+                return
+            if len(keep) < len(rows.reqs):
+                tokens = rows.select(keep, tokens)
+            rows.mask = torch.cat([rows.mask, torch.ones_like(rows.next_pos)], dim=-1)
+            out = model(
+                input_ids=tokens[:, None],
+                attention_mask=rows.mask,
+                position_ids=rows.next_pos,
+                past_key_values=rows.cache,
+                use_cache=True,
+            )
+            rows.cache = out.past_key_values
+            rows.logits = out.logits[:, -1, :]
+            rows.next_pos = rows.next_pos + 1
+
+    def _sample(self, logits: torch.Tensor, active: list[Request]) -> torch.Tensor:
+        logits = logits.float()
+        # vLLM's default logprobs_mode is "raw_logprobs": log_softmax of the model's logits
+        # before temperature, top-k/top-p or penalties. We report the same quantity, so a
+        # trainer's forward pass recomputes it exactly whatever the sampling settings were.
+        raw = torch.log_softmax(logits, dim=-1)  # (B, V)
+        chosen = torch.empty(len(active), dtype=torch.long, device=logits.device)
+        for i, req in enumerate(active):
+            p = req.params
+            if p.temperature < _SAMPLING_EPS:
+                tok = int(torch.argmax(logits[i]))
+            else:
+                row = logits[i] / p.temperature
+                if p.top_k and p.top_k > 0 and p.top_k < row.numel():
+                    kth = torch.topk(row, p.top_k).values[-1]
+                    row = row.masked_fill(row < kth, float("-inf"))
+                if p.top_p < 1.0:
+                    srt, order = torch.sort(row, descending=True)
+                    cum = torch.softmax(srt, dim=-1).cumsum(-1)
+                    # Keep the smallest prefix whose mass reaches top_p (always >= 1 token).
+                    cut = (cum - torch.softmax(srt, dim=-1)) >= p.top_p
+                    row = row.scatter(0, order, srt.masked_fill(cut, float("-inf")))
+                probs = torch.softmax(row, dim=-1)
+                tok = int(torch.multinomial(probs, 1, generator=req.generator))
+            chosen[i] = tok
+            top: list[tuple[int, float]] = []
+            if p.top_logprobs:
+                vals, idx = torch.topk(raw[i], p.top_logprobs)
+                top = list(zip(idx.tolist(), vals.tolist(), strict=True))
+            req.output_ids.append(tok)
+            req.emit(TokenEvent(tok, float(raw[i, tok]), top))
+        return chosen
+
+    def _finish_if_done(self, req: Request) -> bool:
+        p = req.params
+        tok = req.output_ids[-1]
+        done: Finished | None = None
+        if req.cancelled.is_set():
+            done = Finished("abort")
+        elif tok in p.stop_token_ids:
+            done = Finished("stop", stop_reason=tok)
+        elif tok in self.eos_ids and not p.ignore_eos:
+            done = Finished("stop")
+        elif p.stop and (hit := self._stop_string_hit(req)) is not None:
+            done = Finished("stop", stop_reason=hit)
+        elif (
+            len(req.output_ids) >= p.max_tokens
+            or len(req.prompt_ids) + len(req.output_ids) >= self.max_model_len
+        ):
+            done = Finished("length")
+        if done:
+            req.finish(done)
+            return True
+        return False
+
+    def _stop_string_hit(self, req: Request) -> str | None:
+        # Only the tail can contain a new match: decode enough tokens to cover the longest stop.
+        longest = max(len(s) for s in req.params.stop)
+        tail = self.tokenizer.decode(req.output_ids[-(longest + 2) :], skip_special_tokens=True)
+        for s in req.params.stop:
+            if s in tail:
+                return s
+        return None

@@ -1,0 +1,257 @@
+"""OpenAI/vLLM wire shapes: request bodies validated into engine params, results into bodies."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from agentworld.serve.engine import SamplingParams, TokenEvent
+
+MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
+MAX_N = 16
+
+
+class ApiError(Exception):
+    """An HTTP error in OpenAI's shape; `param` names the offending field."""
+
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        status: int = 400,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message, self.param, self.status, self.type, self.code = (
+            message,
+            param,
+            status,
+            type_,
+            code,
+        )
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def _get(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], default: Any) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    # bool is an int in Python; a JSON `true` is never a valid count or temperature.
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise ApiError(f"'{name}' must be a number, got a boolean", name)
+    if not isinstance(value, kinds):
+        want = kinds.__name__ if isinstance(kinds, type) else "/".join(k.__name__ for k in kinds)
+        raise ApiError(f"'{name}' must be {want}, got {type(value).__name__}", name)
+    return value
+
+
+@dataclass
+class GenerationRequest:
+    """What both endpoints share once validated."""
+
+    params: SamplingParams
+    n: int
+    stream: bool
+    include_usage: bool
+    return_token_ids: bool
+    logprobs: bool
+    tokens_as_ids: bool
+
+
+def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> GenerationRequest:
+    """Validate the sampling fields shared by /v1/chat/completions and /v1/completions."""
+    model = body.get("model")
+    if model is not None and model != model_name:
+        raise ApiError(f"The model `{model}` does not exist.", "model", 404, code="model_not_found")
+    n = _get(body, "n", int, 1)
+    if not 1 <= n <= MAX_N:
+        raise ApiError(f"'n' must be between 1 and {MAX_N}", "n")
+    max_tokens = _get(body, "max_completion_tokens", int, None) if chat else None
+    field = "max_completion_tokens" if max_tokens is not None else "max_tokens"
+    if max_tokens is None:
+        max_tokens = _get(body, "max_tokens", int, None)
+    if max_tokens is not None and max_tokens < 1:
+        raise ApiError(f"'{field}' must be at least 1", field)
+    temperature = float(_get(body, "temperature", (int, float), 1.0))
+    if temperature < 0:
+        raise ApiError("'temperature' must be non-negative", "temperature")
+    top_p = float(_get(body, "top_p", (int, float), 1.0))
+    if not 0 < top_p <= 1:
+        raise ApiError("'top_p' must be in (0, 1]", "top_p")
+    top_k = _get(body, "top_k", int, 0)
+    seed = _get(body, "seed", int, None)
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise ApiError("'stop' must be a non-empty string or a list of them", "stop")
+    stop_token_ids = _get(body, "stop_token_ids", list, [])
+    if not all(isinstance(t, int) for t in stop_token_ids):
+        raise ApiError("'stop_token_ids' must be a list of integers", "stop_token_ids")
+
+    if chat:
+        logprobs = _get(body, "logprobs", bool, False)
+        top = _get(body, "top_logprobs", int, 0)
+        if top and not logprobs:
+            raise ApiError("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
+        top_field = "top_logprobs"
+    else:
+        # /v1/completions: `logprobs` is the number of top alternatives (legacy API).
+        top = _get(body, "logprobs", int, None)
+        logprobs = top is not None
+        top = top or 0
+        top_field = "logprobs"
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise ApiError(f"'{top_field}' must be between 0 and {MAX_TOP_LOGPROBS}", top_field)
+
+    stream = _get(body, "stream", bool, False)
+    options = _get(body, "stream_options", dict, None)
+    if options is not None and not stream:
+        raise ApiError("Stream options can only be defined when `stream=True`.", "stream_options")
+    include_usage = bool((options or {}).get("include_usage", False))
+    params = SamplingParams(
+        max_tokens=max_tokens or 0,  # 0: fill in the rest of the context (set per prompt)
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        stop=tuple(stop),
+        stop_token_ids=tuple(stop_token_ids),
+        ignore_eos=_get(body, "ignore_eos", bool, False),
+        top_logprobs=top,
+    )
+    return GenerationRequest(
+        params=params,
+        n=n,
+        stream=stream,
+        include_usage=include_usage,
+        return_token_ids=_get(body, "return_token_ids", bool, False),
+        logprobs=logprobs,
+        tokens_as_ids=_get(body, "return_tokens_as_token_ids", bool, False),
+    )
+
+
+def parse_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError("'messages' must be a non-empty list", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(f"'messages[{i}]' must be an object with a string 'role'", "messages")
+        if m["role"] not in ("system", "user", "assistant", "tool", "developer"):
+            raise ApiError(f"'messages[{i}].role' {m['role']!r} is not a known role", "messages")
+    return messages
+
+
+def parse_tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, bool]:
+    """Tools for the template, and whether to parse tool calls out of the output."""
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise ApiError("'tools' must be a list", "tools")
+        for i, t in enumerate(tools):
+            fn = t.get("function") if isinstance(t, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise ApiError(f"'tools[{i}].function.name' must be a string", "tools")
+    choice = body.get("tool_choice", "auto" if tools else "none")
+    if not (choice in ("none", "auto", "required") or isinstance(choice, dict)):
+        raise ApiError(
+            "'tool_choice' must be none, auto, required or a named function", "tool_choice"
+        )
+    if choice == "none" or not tools:
+        # Like vLLM: with tool_choice none the tools stay out of the output parsing.
+        return tools or None, False
+    return tools, True
+
+
+def parse_prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str) and prompt:
+        return [tokenizer.encode(prompt)]
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return [list(prompt)]
+        if all(isinstance(p, str) and p for p in prompt):
+            return [tokenizer.encode(p) for p in prompt]
+        if all(isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt):
+            return [list(p) for p in prompt]
+    raise ApiError(
+        "'prompt' must be a non-empty string, list of token ids, or a list of either", "prompt"
+    )
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+    }
+
+
+def token_str(tokenizer: Any, token_id: int, as_ids: bool) -> str:
+    if as_ids:
+        return f"token_id:{token_id}"
+    return tokenizer.decode([token_id])
+
+
+def _lp(value: float) -> float:
+    # vLLM clamps -inf to -9999.0 so the JSON stays valid.
+    return max(value, -9999.0)
+
+
+def chat_logprobs(tokenizer: Any, events: list[TokenEvent], as_ids: bool) -> dict[str, Any]:
+    """`choices[i].logprobs` of a chat completion: {content: [{token, logprob, bytes, top_logprobs}]}."""
+    content = []
+    for ev in events:
+        tok = token_str(tokenizer, ev.token_id, as_ids)
+        tops = []
+        for tid, lp in ev.top:
+            t = token_str(tokenizer, tid, as_ids)
+            tops.append({"token": t, "logprob": _lp(lp), "bytes": list(t.encode("utf-8"))})
+        content.append(
+            {
+                "token": tok,
+                "logprob": _lp(ev.logprob),
+                "bytes": list(tok.encode("utf-8")),
+                "top_logprobs": tops,
+            }
+        )
+    return {"content": content}
+
+
+def completion_logprobs(
+    tokenizer: Any, events: list[TokenEvent], as_ids: bool, offset: int = 0
+) -> dict[str, Any]:
+    """`choices[i].logprobs` of a legacy completion: parallel lists."""
+    tokens, lps, tops, offsets = [], [], [], []
+    for ev in events:
+        tok = token_str(tokenizer, ev.token_id, as_ids)
+        offsets.append(offset)
+        offset += len(tok)
+        tokens.append(tok)
+        lps.append(_lp(ev.logprob))
+        tops.append({token_str(tokenizer, t, as_ids): _lp(lp) for t, lp in ev.top} or None)
+    return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}

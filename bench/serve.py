@@ -1,0 +1,128 @@
+"""Generated tokens/s of `aw serve` (embedded, over HTTP) vs a plain transformers generate loop.
+
+Run: python bench/serve.py [--model DIR] [--tokens 64] [--prompts 8]
+Both sides use the same model, prompts and greedy decoding, measured one after the other
+in this process; the table prints the ratios. Not a test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+import time
+from pathlib import Path
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain recursion to a child.",
+    "List three prime numbers.",
+    "What does a compiler do?",
+    "Name a famous painter.",
+    "How do plants make food?",
+    "Why is the sky blue?",
+]
+
+
+def baseline_tokens_per_s(model, prompts: list[list[int]], n_tokens: int) -> float:
+    """model.generate, one prompt at a time, greedy, exactly n_tokens each."""
+    import torch
+
+    total, start = 0, time.perf_counter()
+    for p in prompts:
+        ids = torch.tensor([p])
+        with torch.inference_mode():
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=n_tokens,
+                min_new_tokens=n_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        total += out.shape[1] - ids.shape[1]
+    return total / (time.perf_counter() - start)
+
+
+async def server_tokens_per_s(
+    url: str, prompts: list[list[int]], n_tokens: int, concurrency: int
+) -> float:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+
+        async def one(p: list[int]) -> int:
+            body = {"prompt": p, "max_tokens": n_tokens, "temperature": 0, "ignore_eos": True}
+            async with session.post(url + "/v1/completions", json=body) as r:
+                out = await r.json()
+                return out["usage"]["completion_tokens"]
+
+        total, start = 0, time.perf_counter()
+        for i in range(0, len(prompts), concurrency):
+            total += sum(await asyncio.gather(*(one(p) for p in prompts[i : i + concurrency])))
+        return total / (time.perf_counter() - start)
+
+
+async def run_server_side(engine, prompts: list[list[int]], n_tokens: int) -> dict[int, float]:
+    from aiohttp import web
+
+    from agentworld.serve.server import make_app
+
+    runner = web.AppRunner(make_app(engine))
+    await runner.setup()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await server_tokens_per_s(url, prompts[:1], 4, 1)  # warm-up
+        return {c: await server_tokens_per_s(url, prompts, n_tokens, c) for c in (1, 8)}
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentworld.serve.chat import render_prompt
+    from agentworld.serve.engine import Engine
+    from agentworld.serve.model_files import default_aw_home, resolve_model
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M)")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=8)
+    args = ap.parse_args()
+
+    model_dir = resolve_model(args.model, default_aw_home() / "models")
+    engine = Engine(model_dir, device="cpu", max_batch_size=8)
+    prompts = [
+        render_prompt(engine.tokenizer, [{"role": "user", "content": q}])
+        for q in (QUESTIONS * 4)[: args.prompts]
+    ]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    baseline_tokens_per_s(model, prompts[:1], 4)  # warm-up
+    # Baseline before and after the server runs: on a shared machine the load drifts, and
+    # the mean of the two brackets the server's measurements.
+    before = baseline_tokens_per_s(model, prompts, args.tokens)
+    served = asyncio.run(run_server_side(engine, prompts, args.tokens))
+    after = baseline_tokens_per_s(model, prompts, args.tokens)
+    base = (before + after) / 2
+    engine.close()
+
+    print(f"model: {model_dir.name}  device: cpu  threads: {torch.get_num_threads()}")
+    print(f"{args.prompts} prompts x {args.tokens} greedy tokens each")
+    print(f"{'setup':<40} {'tokens/s':>10} {'ratio':>7}")
+    print(f"{'transformers generate, sequential':<40} {base:>10.1f} {1.0:>7.2f}")
+    print(f"{'  (before / after the server runs)':<40} {before:>5.1f} / {after:.1f}")
+    for c, tps in served.items():
+        print(f"{f'aw serve HTTP, {c} concurrent':<40} {tps:>10.1f} {tps / base:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()

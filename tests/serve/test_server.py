@@ -1,0 +1,296 @@
+"""HTTP behaviour of the embedded server: vLLM shapes, token ids, streaming, errors, reload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from agentworld.serve.chat import render_prompt
+from agentworld.serve.engine import Engine
+from agentworld.serve.server import POLICY_HEADER, make_app
+
+from .helpers import forward_logprobs, load_model
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "add 2 and 3"}]
+
+
+async def read_sse(resp: Any) -> list[Any]:
+    """Parse an SSE body into JSON chunks; the last item is the literal '[DONE]'."""
+    text = (await resp.read()).decode()
+    assert text.endswith("data: [DONE]\n\n")
+    events = [block for block in text.split("\n\n") if block]
+    assert all(e.startswith("data: ") for e in events)
+    return [orjson.loads(e[6:]) if e != "data: [DONE]" else "[DONE]" for e in events]
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, engine: Engine) -> Any:
+    return await aiohttp_client(make_app(engine))
+
+
+async def test_chat_returns_vllm_token_ids_and_exact_logprobs(
+    client: Any, engine: Engine, tiny_model_dir: Path
+):
+    body = {
+        "model": "tiny",
+        "messages": MESSAGES,
+        "max_tokens": 12,
+        "temperature": 0.8,
+        "seed": 3,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "return_token_ids": True,
+        "ignore_eos": True,
+    }
+    resp = await client.post("/v1/chat/completions", json=body)
+    assert resp.status == 200, await resp.text()
+    assert resp.headers[POLICY_HEADER] == "0"
+    out = await resp.json()
+    assert out["object"] == "chat.completion" and out["id"].startswith("chatcmpl-")
+    prompt = render_prompt(engine.tokenizer, MESSAGES)
+    assert out["prompt_token_ids"] == prompt
+    choice = out["choices"][0]
+    ids = choice["token_ids"]
+    assert len(ids) == 12 == out["usage"]["completion_tokens"]
+    assert out["usage"]["prompt_tokens"] == len(prompt)
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["role"] == "assistant"
+    assert choice["message"]["content"] == engine.tokenizer.decode(ids, skip_special_tokens=True)
+    content = choice["logprobs"]["content"]
+    assert [set(c) for c in content] == [{"token", "logprob", "bytes", "top_logprobs"}] * 12
+    assert all(len(c["top_logprobs"]) == 2 for c in content)
+    assert content[0]["bytes"] == list(content[0]["token"].encode())
+    ref = forward_logprobs(load_model(tiny_model_dir), prompt, ids)
+    assert [c["logprob"] for c in content] == pytest.approx(ref, abs=1e-4)
+
+
+async def test_without_return_token_ids_the_fields_are_null(client: Any):
+    resp = await client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3})
+    out = await resp.json()
+    assert out["prompt_token_ids"] is None
+    assert out["choices"][0]["token_ids"] is None
+    assert out["choices"][0]["logprobs"] is None
+
+
+async def test_concurrent_requests_each_match_a_forward_pass(
+    client: Any, engine: Engine, tiny_model_dir: Path
+):
+    import asyncio
+
+    async def one(i: int) -> dict:
+        msgs = [{"role": "user", "content": "hello " * (i + 1)}]
+        body = {"messages": msgs, "max_tokens": 8 + i, "seed": i, "logprobs": True}
+        body |= {"return_token_ids": True, "ignore_eos": True}
+        resp = await client.post("/v1/chat/completions", json=body)
+        return await resp.json()
+
+    outs = await asyncio.gather(*(one(i) for i in range(6)))
+    model = load_model(tiny_model_dir)
+    for i, out in enumerate(outs):
+        ids = out["choices"][0]["token_ids"]
+        assert len(ids) == 8 + i
+        lps = [c["logprob"] for c in out["choices"][0]["logprobs"]["content"]]
+        assert lps == pytest.approx(forward_logprobs(model, out["prompt_token_ids"], ids), abs=1e-4)
+
+
+async def test_streaming_assembles_to_the_non_streamed_greedy_answer(client: Any):
+    body = {"messages": MESSAGES, "max_tokens": 20, "temperature": 0, "return_token_ids": True}
+    body |= {"logprobs": True, "ignore_eos": True}
+    whole = await (await client.post("/v1/chat/completions", json=body)).json()
+    resp = await client.post(
+        "/v1/chat/completions",
+        json=body | {"stream": True, "stream_options": {"include_usage": True}},
+    )
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("text/event-stream")
+    assert resp.headers[POLICY_HEADER] == "0"
+    chunks = await read_sse(resp)
+    assert chunks[-1] == "[DONE]"
+    first, usage = chunks[0], chunks[-2]
+    assert first["object"] == "chat.completion.chunk"
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert first["prompt_token_ids"] == whole["prompt_token_ids"]
+    assert usage["choices"] == [] and usage["usage"] == whole["usage"]
+    body_chunks = chunks[1:-2]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in body_chunks)
+    ids = [t for c in body_chunks for t in c["choices"][0]["token_ids"]]
+    lps = [x for c in body_chunks for x in (c["choices"][0]["logprobs"] or {}).get("content", [])]
+    assert text == (whole["choices"][0]["message"]["content"] or "")
+    assert ids == whole["choices"][0]["token_ids"]
+    assert lps == whole["choices"][0]["logprobs"]["content"]
+    assert body_chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+async def test_n_choices_and_seed(client: Any):
+    body = {"messages": MESSAGES, "max_tokens": 10, "n": 3, "seed": 7, "return_token_ids": True}
+    body |= {"ignore_eos": True}
+    a = await (await client.post("/v1/chat/completions", json=body)).json()
+    b = await (await client.post("/v1/chat/completions", json=body)).json()
+    assert [c["index"] for c in a["choices"]] == [0, 1, 2]
+    assert [c["token_ids"] for c in a["choices"]] == [c["token_ids"] for c in b["choices"]]
+    assert len({tuple(c["token_ids"]) for c in a["choices"]}) > 1
+    assert a["usage"]["completion_tokens"] == 30
+
+
+async def test_completions_with_token_id_prompt(client: Any, engine: Engine):
+    body = {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "return_token_ids": True}
+    body |= {"logprobs": 2, "ignore_eos": True}
+    resp = await client.post("/v1/completions", json=body)
+    out = await resp.json()
+    assert out["object"] == "text_completion" and out["id"].startswith("cmpl-")
+    choice = out["choices"][0]
+    assert choice["prompt_token_ids"] == [5, 6, 7, 8]
+    assert len(choice["token_ids"]) == 6
+    assert choice["text"] == engine.tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
+    assert set(choice["logprobs"]) == {"text_offset", "token_logprobs", "tokens", "top_logprobs"}
+    assert len(choice["logprobs"]["token_logprobs"]) == 6
+    resp = await client.post("/v1/completions", json=body | {"stream": True})
+    chunks = await read_sse(resp)
+    parts = [c["choices"][0] for c in chunks[:-1]]
+    assert parts[0]["prompt_token_ids"] == [5, 6, 7, 8]
+    assert "prompt_token_ids" not in parts[1] if len(parts) > 1 else True
+    assert "".join(p["text"] for p in parts) == choice["text"]
+    assert [t for p in parts for t in p["token_ids"]] == choice["token_ids"]
+    assert parts[-1]["finish_reason"] == "length"
+
+
+async def test_stop_string_truncates_text_and_is_reported(client: Any):
+    base = {"prompt": "the weather in paris is", "max_tokens": 24, "temperature": 0}
+    base |= {"ignore_eos": True}
+    full = (await (await client.post("/v1/completions", json=base)).json())["choices"][0]["text"]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    assert stop and stop in full
+    out = await (await client.post("/v1/completions", json=base | {"stop": [stop]})).json()
+    choice = out["choices"][0]
+    assert choice["text"] == full[: full.find(stop)]
+    assert choice["finish_reason"] == "stop" and choice["stop_reason"] == stop
+    resp = await client.post("/v1/completions", json=base | {"stop": stop, "stream": True})
+    streamed = "".join(c["choices"][0]["text"] for c in (await read_sse(resp))[:-1])
+    assert streamed == choice["text"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        (b"{not json", 400, "body"),
+        (b"[1, 2]", 400, "body"),
+        ({"max_tokens": 3}, 400, "messages"),
+        ({"messages": [{"content": "x"}]}, 400, "messages"),
+        ({"messages": MESSAGES, "temperature": "hot"}, 400, "temperature"),
+        ({"messages": MESSAGES, "temperature": -1}, 400, "temperature"),
+        ({"messages": MESSAGES, "n": 0}, 400, "n"),
+        ({"messages": MESSAGES, "max_tokens": 0}, 400, "max_tokens"),
+        ({"messages": MESSAGES, "max_completion_tokens": -2}, 400, "max_completion_tokens"),
+        ({"messages": MESSAGES, "max_tokens": 10**6}, 400, "max_tokens"),
+        ({"messages": MESSAGES, "top_p": 0}, 400, "top_p"),
+        ({"messages": MESSAGES, "top_logprobs": 2}, 400, "top_logprobs"),
+        ({"messages": MESSAGES, "stop": 5}, 400, "stop"),
+        ({"messages": MESSAGES, "tools": [{"type": "function"}]}, 400, "tools"),
+        ({"messages": MESSAGES, "stream_options": {"include_usage": True}}, 400, "stream_options"),
+        ({"messages": MESSAGES, "model": "gpt-9"}, 404, "model"),
+    ],
+)
+async def test_bad_chat_bodies_get_openai_errors_naming_the_field(
+    client: Any, body: Any, status: int, param: str
+):
+    kwargs = {"data": body} if isinstance(body, bytes) else {"json": body}
+    resp = await client.post("/v1/chat/completions", **kwargs)
+    assert resp.status == status
+    err = (await resp.json())["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["param"] == param and err["message"]
+    assert POLICY_HEADER in resp.headers
+
+
+async def test_bad_completion_prompt_and_too_big_body(aiohttp_client: Any, engine: Engine):
+    client = await aiohttp_client(make_app(engine, max_body_bytes=2000))
+    resp = await client.post("/v1/completions", json={"prompt": [1, "x"]})
+    assert resp.status == 400 and (await resp.json())["error"]["param"] == "prompt"
+    resp = await client.post("/v1/completions", json={"prompt": "x" * 5000})
+    assert resp.status == 413
+    assert (await resp.json())["error"]["code"] == "request_too_large"
+
+
+async def test_models_health_version(client: Any):
+    resp = await client.get("/health")
+    assert resp.status == 200 and resp.headers[POLICY_HEADER] == "0"
+    models = await (await client.get("/v1/models")).json()
+    assert models["object"] == "list" and models["data"][0]["id"] == "tiny"
+    assert (await (await client.get("/aw/version")).json())["policy_version"] == 0
+
+
+async def test_reload_over_http_bumps_header_and_in_flight_finish_on_old_weights(
+    aiohttp_client: Any, fresh_engine: Engine, tiny_model_dir: Path, tiny_checkpoint_dir: Path
+):
+    client = await aiohttp_client(make_app(fresh_engine))
+    body = {"prompt": [5, 6, 7], "max_tokens": 300, "seed": 1, "ignore_eos": True}
+    body |= {"stream": True, "logprobs": 0, "return_token_ids": True}
+    running = await client.post("/v1/completions", json=body)
+    assert running.headers[POLICY_HEADER] == "0"
+    first_line = await running.content.readline()  # a token is out: the request is in flight
+    resp = await client.post("/aw/reload", json={"path": str(tiny_checkpoint_dir)})
+    assert resp.status == 200 and (await resp.json())["policy_version"] == 1
+    assert resp.headers[POLICY_HEADER] == "1"
+    short = {"prompt": [5, 6, 7], "max_tokens": 4, "return_token_ids": True, "logprobs": 0}
+    after = await client.post("/v1/completions", json=short)
+    assert after.headers[POLICY_HEADER] == "1"
+    new_choice = (await after.json())["choices"][0]
+    rest = (await running.read()).decode()
+    text = first_line.decode() + rest
+    blocks = [b for b in text.split("\n\n") if b]
+    assert blocks[-1] == "data: [DONE]"
+    parts = [orjson.loads(b[6:])["choices"][0] for b in blocks[:-1]]
+    ids = [t for p in parts for t in p["token_ids"]]
+    lps = [x for p in parts for x in p["logprobs"]["token_logprobs"]]
+    assert len(ids) == 300 and parts[-1]["finish_reason"] == "length"
+    old, new = load_model(tiny_model_dir), load_model(tiny_checkpoint_dir)
+    assert lps == pytest.approx(forward_logprobs(old, [5, 6, 7], ids), abs=1e-4)
+    assert lps != pytest.approx(forward_logprobs(new, [5, 6, 7], ids), abs=1e-3)
+    assert new_choice["logprobs"]["token_logprobs"] == pytest.approx(
+        forward_logprobs(new, [5, 6, 7], new_choice["token_ids"]), abs=1e-4
+    )
+    assert (await (await client.get("/aw/version")).json())["policy_version"] == 1
+
+
+async def test_bad_reload_path_is_a_400(client: Any, tmp_path: Path):
+    resp = await client.post("/aw/reload", json={"path": str(tmp_path / "missing")})
+    assert resp.status == 400 and (await resp.json())["error"]["param"] == "path"
+    resp = await client.post("/aw/reload", json={"path": str(tmp_path)})
+    assert resp.status == 400
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_client_disconnect_cancels_generation(
+    aiohttp_client: Any, fresh_engine: Engine, stream: bool, monkeypatch: pytest.MonkeyPatch
+):
+    import asyncio
+
+    submitted = []
+    real_submit = fresh_engine.submit
+    monkeypatch.setattr(fresh_engine, "submit", lambda r: submitted.append(r) or real_submit(r))
+    client = await aiohttp_client(make_app(fresh_engine))
+    body = {"prompt": [5, 6, 7], "max_tokens": 1000, "ignore_eos": True, "stream": stream}
+    task = asyncio.ensure_future(client.post("/v1/completions", json=body))
+    for _ in range(200):
+        if fresh_engine.running:
+            break
+        await asyncio.sleep(0.02)
+    assert fresh_engine.running == 1
+    if stream:
+        resp = await task
+        await resp.content.readline()
+        resp.close()  # drops the connection mid-stream
+    else:
+        task.cancel()  # drops the connection while waiting for the body
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    for _ in range(200):
+        if submitted[0].done:
+            break
+        await asyncio.sleep(0.05)
+    (req,) = submitted
+    assert req.done and req.cancelled.is_set()
+    assert len(req.output_ids) < 1000  # stopped early, not run to max_tokens
