@@ -70,10 +70,15 @@ class GenerationRequest:
     tokens_as_ids: bool
 
 
+# Like vLLM's `--served-model-name NAME default`: configs (agents.toml) can say
+# `model = "default"` without knowing which model a server was started with.
+DEFAULT_ALIAS = "default"
+
+
 def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> GenerationRequest:
     """Validate the sampling fields shared by /v1/chat/completions and /v1/completions."""
     model = body.get("model")
-    if model is not None and model != model_name:
+    if model is not None and model not in (model_name, DEFAULT_ALIAS):
         raise ApiError(f"The model `{model}` does not exist.", "model", 404, code="model_not_found")
     n = _get(body, "n", int, 1)
     if not 1 <= n <= MAX_N:

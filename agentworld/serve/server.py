@@ -87,16 +87,19 @@ def make_app(
         return web.Response(status=200)
 
     async def models(request: web.Request) -> web.Response:
-        card = {
-            "id": name,
-            "object": "model",
-            "created": P.now(),
-            "owned_by": "agentworld",
-            "root": str(engine.model_dir),
-            "parent": None,
-            "max_model_len": engine.max_model_len,
-        }
-        return _json({"object": "list", "data": [card]})
+        cards = [
+            {
+                "id": served,
+                "object": "model",
+                "created": P.now(),
+                "owned_by": "agentworld",
+                "root": str(engine.model_dir),
+                "parent": None,
+                "max_model_len": engine.max_model_len,
+            }
+            for served in (name, P.DEFAULT_ALIAS)
+        ]
+        return _json({"object": "list", "data": cards})
 
     async def version(request: web.Request) -> web.Response:
         return _json({"policy_version": engine.policy_version, "model": name})

@@ -50,8 +50,9 @@ def vllm_executable() -> list[str]:
 def vllm_command(opts: VllmOptions, executable: Sequence[str]) -> list[str]:
     """The `vllm serve` command line the proxy and trainer rely on."""
     cmd = [*executable, "serve", opts.model, "--host", opts.host, "--port", str(opts.port)]
-    if opts.served_model_name:
-        cmd += ["--served-model-name", opts.served_model_name]
+    # The model's path (or chosen name) plus "default", as the embedded server answers,
+    # so `model = "default"` in agents.toml works with either engine.
+    cmd += ["--served-model-name", opts.served_model_name or opts.model, "default"]
     # Hermes tool calls parsed into OpenAI `tool_calls`, like the embedded engine does.
     cmd += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     # Log-probs of the raw model distribution (vLLM's default, pinned so a changed default

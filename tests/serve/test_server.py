@@ -218,7 +218,8 @@ async def test_models_health_version(client: Any):
     resp = await client.get("/health")
     assert resp.status == 200 and resp.headers[POLICY_HEADER] == "0"
     models = await (await client.get("/v1/models")).json()
-    assert models["object"] == "list" and models["data"][0]["id"] == "tiny"
+    assert models["object"] == "list"
+    assert [m["id"] for m in models["data"]] == ["tiny", "default"]
     assert (await (await client.get("/aw/version")).json())["policy_version"] == 0
 
 
@@ -294,3 +295,13 @@ async def test_client_disconnect_cancels_generation(
     (req,) = submitted
     assert req.done and req.cancelled.is_set()
     assert len(req.output_ids) < 1000  # stopped early, not run to max_tokens
+
+
+async def test_default_alias_is_served_like_the_model_name(client: Any):
+    body = {"messages": MESSAGES, "max_tokens": 3, "temperature": 0.0}
+    by_name = await (
+        await client.post("/v1/chat/completions", json={**body, "model": "tiny"})
+    ).json()
+    by_alias = await client.post("/v1/chat/completions", json={**body, "model": "default"})
+    assert by_alias.status == 200
+    assert (await by_alias.json())["choices"][0]["message"] == by_name["choices"][0]["message"]

@@ -61,7 +61,7 @@ def test_command_line_has_the_flags_the_proxy_needs():
     for flag in (
         "--port 9001",
         "--host 127.0.0.1",
-        "--served-model-name policy",
+        "--served-model-name policy default",
         "--enable-auto-tool-choice",
         "--tool-call-parser hermes",
         "--logprobs-mode raw_logprobs",
