@@ -143,3 +143,21 @@ def test_bad_flags_name_the_flag(pool: Pool, bad: list[str]) -> None:
     out = aw(*bad, "--pool", str(pool.root))
     assert out.returncode == 2, out.stderr
     assert ("--sort" in out.stderr) or ("--status" in out.stderr)
+
+
+def test_fsck_names_a_corrupt_shard_and_gc_runs(pool: Pool) -> None:
+    fill_pool(pool, trajectories=2, steps=2)
+    res = runner.invoke(app, ["pool", "fsck", "--pool", str(pool.root), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["ok"] is True
+    shard = pool.layout.shard_paths()[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    res = runner.invoke(app, ["pool", "fsck", "--pool", str(pool.root)])
+    assert res.exit_code == 6
+    assert shard.name in res.stdout
+    res = runner.invoke(app, ["pool", "gc", "--pool", str(pool.root), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["dry_run"] is True
+    assert shard.exists()  # gc never deletes a live (even corrupt) shard

@@ -371,6 +371,92 @@ def reindex(pool_path: Path = POOL_OPTION) -> None:
 @pool_app.command()
 def seal(pool_path: Path = POOL_OPTION) -> None:
     """Seal journals left by writers that are gone (also done whenever a pool is opened)."""
+    from agentworld.pool import Pool
+    from agentworld.pool.maintenance import seal_idle
+
+    pool = Pool.open(pool_path, recover=False)
+    for r in seal_idle(pool):
+        msg = f"sealed {r.journal}: {r.records} records -> {r.shard or 'nothing to keep'}"
+        if r.torn_bytes:
+            msg += f"; cut {r.torn_bytes} torn bytes ({r.problem})"
+        typer.echo(msg, err=True)
+    typer.echo(f"{len(pool.layout.journal_paths())} live writer journal(s) left", err=True)
+
+
+@pool_app.command()
+def fsck(
+    pool_path: Path = POOL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+) -> None:
+    """Verify every shard's hash, every record, journal and label file, and the index."""
+    from rich.progress import Progress
+
+    from agentworld.errors import CorruptDataError
+    from agentworld.pool import Pool
+    from agentworld.pool.fsck import fsck as run_fsck
+
+    # Opened without recovery so that torn journal tails are reported, not cut.
+    pool = Pool.open(pool_path, recover=False)
+    with Progress(console=_console(stderr=True), transient=True) as bar:
+        task = bar.add_task("checking", total=None)
+        report = run_fsck(pool, progress=lambda d, t: bar.update(task, completed=d, total=t))
+    if as_json:
+        _emit_json(report.to_dict())
+    else:
+        for p in report.problems:
+            where = f"{p.path}:{p.line}" if p.line else p.path
+            typer.echo(f"{where}: {p.problem}")
+        typer.echo(
+            f"{report.shards} shards, {report.journals} journals, {report.records:,} records, "
+            f"{report.label_files} label files"
+            + (", index checked" if report.index_checked else "")
+            + (" (stale: refreshes on next use)" if report.index_stale else "")
+            + f": {'ok' if report.ok else f'{len(report.problems)} problem(s)'}",
+            err=True,
+        )
+    if not report.ok:
+        raise typer.Exit(CorruptDataError.exit_code)
+
+
+@pool_app.command()
+def compact(
+    pool_path: Path = POOL_OPTION,
+    max_shards: int = typer.Option(64, min=2, help="Merge at most this many shards at once."),
+    small_mb: float = typer.Option(16.0, help="Only shards smaller than this (MB)."),
+) -> None:
+    """Merge small shards into one; the old ones stay until `aw pool gc`."""
+    from agentworld.pool.maintenance import compact as run_compact
+
     pool = _open(pool_path)
-    live = len(pool.layout.journal_paths())
-    typer.echo(f"{len(pool.recovered)} journal(s) sealed; {live} live writer journal(s)", err=True)
+    r = run_compact(pool, max_shards=max_shards, small_bytes=int(small_mb * 1024 * 1024))
+    if r.output is None:
+        typer.echo("nothing to compact", err=True)
+        return
+    typer.echo(
+        f"merged {len(r.inputs)} shards ({r.bytes_before / 1e6:.1f} MB) into {r.output} "
+        f"({r.bytes_after / 1e6:.1f} MB, {r.records:,} records, "
+        f"{r.duplicates_dropped} duplicates dropped); run `aw pool gc` to free the old ones",
+        err=True,
+    )
+
+
+@pool_app.command()
+def gc(
+    pool_path: Path = POOL_OPTION,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be deleted."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+) -> None:
+    """Delete what no reader needs (superseded shards, stale temp files); safe with writers."""
+    from agentworld.pool.maintenance import gc as run_gc
+
+    pool = _open(pool_path)
+    r = run_gc(pool, dry_run=dry_run)
+    if as_json:
+        _emit_json(r.to_dict())
+        return
+    verb = "would delete" if dry_run else "deleted"
+    for item in r.deleted:
+        typer.echo(f"{verb} {item.path} ({item.bytes:,} bytes): {item.reason}")
+    for item in r.kept:
+        typer.echo(f"kept {item.path}: {item.reason}", err=True)
+    typer.echo(f"{verb} {len(r.deleted)} file(s), {r.bytes_freed / 1e6:.1f} MB", err=True)
