@@ -23,6 +23,7 @@ LEVEL = 1
 
 
 def _compressor() -> zstandard.ZstdCompressor:
+    """The one compressor configuration of every shard, sealed at once or streamed."""
     params = zstandard.ZstdCompressionParameters.from_level(
         LEVEL, window_log=WINDOW_LOG, enable_ldm=True, write_checksum=True
     )
@@ -46,16 +47,61 @@ def write_shard(layout: Layout, lines: Sequence[bytes]) -> Path:
     final = layout.shard_path(digest)
     if final.exists():
         return final
+    return install_shard(layout, stage_shard(layout, digest, [data]), digest)
+
+
+def stage_shard(layout: Layout, digest: str, chunks: Sequence[bytes]) -> Path:
+    """Write a shard's compressed bytes to a fsynced temporary file; return its path."""
     layout.tmp.mkdir(parents=True, exist_ok=True)
     tmp = layout.tmp / f"{digest}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     with open(tmp, "wb") as f:
-        f.write(data)
+        for chunk in chunks:
+            f.write(chunk)
         f.flush()
         os.fsync(f.fileno())
+    return tmp
+
+
+def install_shard(layout: Layout, tmp: Path, digest: str) -> Path:
+    """Rename a staged shard to its content name, durably; return the final path."""
+    final = layout.shard_path(digest)
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, final)
     fsync_dir(final.parent)
     return final
+
+
+class ShardBuilder:
+    """A shard compressed while its records are committed, instead of all at once on seal.
+
+    zstd releases the GIL, so the writer's committer thread compresses each
+    batch on another core while appenders validate and encode the next. The
+    streamed frame differs from ``write_shard``'s one-shot frame of the same
+    records (same parameters, but chunked input and no content size), so the
+    result is not deterministic: the journal's sealed trailer (journal.py)
+    keeps a crash from sealing the records twice.
+    """
+
+    def __init__(self) -> None:
+        self._cobj = _compressor().compressobj()
+        self._hash = hashlib.sha256()
+        self.chunks: list[bytes] = []
+        self.records = 0
+
+    def add(self, lines: Sequence[bytes]) -> None:
+        """Compress more records (canonical JSON, no newlines) into the frame."""
+        out = self._cobj.compress(b"\n".join([*lines, b""]))
+        self.records += len(lines)
+        if out:
+            self._hash.update(out)
+            self.chunks.append(out)
+
+    def finish(self) -> str:
+        """End the frame; return the shard's sha256 (its name). Nothing may be added after."""
+        out = self._cobj.flush()
+        self._hash.update(out)
+        self.chunks.append(out)
+        return self._hash.hexdigest()
 
 
 _READ_BYTES = 1 << 20
