@@ -234,8 +234,9 @@ def seal_streamed(layout: Layout, journal: _Journal, builder: ShardBuilder) -> P
         if tmp is not None:
             install_shard(layout, tmp, digest)
         _fault("shard-installed")
+    # No directory fsync after the unlink: a journal that comes back after a power
+    # loss carries the trailer, and its recovery only removes it again.
     os.unlink(journal.path)
-    fsync_dir(journal.path.parent)
     builder.chunks.clear()
     return shard
 
@@ -516,12 +517,21 @@ class PoolWriter:
             self._rotate()
 
     def _rotate(self) -> None:
+        old = self._journal
+        if old.builder is not None:
+            # End the frame here, in the one thread that compresses, so the new
+            # journal's builder can reuse the compressor right away.
+            try:
+                old.builder.finish()
+            except Exception as exc:
+                log.warning("compressing %s failed, sealing will read it: %s", old.path, exc)
+                old.builder = None
         try:
             self._seq += 1
-            old = self._journal
             self._journal = _Journal(self.layout, self.writer_id, self._seq)
         except OSError as exc:
             self.last_error = exc
+            old.builder = None  # its frame is ended: more records cannot join it
             log.error("journal rotation failed, continuing in the current journal: %s", exc)
             return
         t = threading.Thread(target=self._seal, args=(old,), name="aw-pool-seal", daemon=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -28,6 +29,27 @@ def _compressor() -> zstandard.ZstdCompressor:
         LEVEL, window_log=WINDOW_LOG, enable_ldm=True, write_checksum=True
     )
     return zstandard.ZstdCompressor(compression_params=params)
+
+
+# Idle compressors for shard builders. A fresh one costs more than the compressing
+# itself on a journal of a few MB: its 2^27 window and LDM tables are allocated and
+# page-faulted in anew (freed memory goes back to the kernel), so builders reuse them.
+_IDLE_MAX = 2
+_idle: list[zstandard.ZstdCompressor] = []
+_idle_lock = threading.Lock()
+
+
+def _take_compressor() -> zstandard.ZstdCompressor:
+    with _idle_lock:
+        if _idle:
+            return _idle.pop()
+    return _compressor()
+
+
+def _give_back(cctx: zstandard.ZstdCompressor) -> None:
+    with _idle_lock:
+        if len(_idle) < _IDLE_MAX:
+            _idle.append(cctx)
 
 
 def decompressor() -> zstandard.ZstdDecompressor:
@@ -83,8 +105,10 @@ class ShardBuilder:
     """
 
     def __init__(self) -> None:
-        self._cobj = _compressor().compressobj()
+        self._cctx = _take_compressor()
+        self._cobj = self._cctx.compressobj()
         self._hash = hashlib.sha256()
+        self._digest: str | None = None
         self.chunks: list[bytes] = []
         self.records = 0
 
@@ -97,11 +121,17 @@ class ShardBuilder:
             self.chunks.append(out)
 
     def finish(self) -> str:
-        """End the frame; return the shard's sha256 (its name). Nothing may be added after."""
-        out = self._cobj.flush()
-        self._hash.update(out)
-        self.chunks.append(out)
-        return self._hash.hexdigest()
+        """End the frame; return the shard's sha256 (its name). Nothing may be added after.
+
+        Calling it again returns the same name.
+        """
+        if self._digest is None:
+            out = self._cobj.flush()
+            self._hash.update(out)
+            self.chunks.append(out)
+            self._digest = self._hash.hexdigest()
+            _give_back(self._cctx)  # only once the frame ended cleanly
+        return self._digest
 
 
 _READ_BYTES = 1 << 20
