@@ -23,10 +23,20 @@ WINDOW_LOG = 27
 LEVEL = 1
 
 
-def _compressor() -> zstandard.ZstdCompressor:
-    """The one compressor configuration of every shard, sealed at once or streamed."""
+def _compressor(*, streaming: bool = False) -> zstandard.ZstdCompressor:
+    """The compressor of sealed shards.
+
+    One-shot sealing keeps its parameters fixed so re-sealing a journal gives
+    the same shard. Streamed shards are not reproducible anyway, so they use
+    LDM buckets of 4 instead of 8 entries: about 20% faster, and the same size
+    on agent records (bench/pool_write.py, bench/pool_storage.py).
+    """
     params = zstandard.ZstdCompressionParameters.from_level(
-        LEVEL, window_log=WINDOW_LOG, enable_ldm=True, write_checksum=True
+        LEVEL,
+        window_log=WINDOW_LOG,
+        enable_ldm=True,
+        write_checksum=True,
+        **({"ldm_bucket_size_log": 2} if streaming else {}),
     )
     return zstandard.ZstdCompressor(compression_params=params)
 
@@ -43,7 +53,7 @@ def _take_compressor() -> zstandard.ZstdCompressor:
     with _idle_lock:
         if _idle:
             return _idle.pop()
-    return _compressor()
+    return _compressor(streaming=True)
 
 
 def _give_back(cctx: zstandard.ZstdCompressor) -> None:
