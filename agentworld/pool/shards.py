@@ -103,32 +103,54 @@ def install_shard(layout: Layout, tmp: Path, digest: str) -> Path:
     return final
 
 
+# Output buffer of a shard builder: big enough that compressing a commit's batch
+# (a few MB of JSON) returns in one piece, so the committer thread gives up and
+# retakes the GIL once a batch; each retake waits out the appender's switch interval.
+_BUILD_OUTPUT_BYTES = 8 << 20
+
+
+class _Chunks:
+    """Where a builder's compressed bytes go: kept in order and hashed as they arrive."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+        self.chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        self.chunks.append(data)
+        return len(data)
+
+
 class ShardBuilder:
     """A shard compressed while its records are committed, instead of all at once on seal.
 
     zstd releases the GIL, so the writer's committer thread compresses each
     batch on another core while appenders validate and encode the next. The
     streamed frame differs from ``write_shard``'s one-shot frame of the same
-    records (same parameters, but chunked input and no content size), so the
+    records (chunked input, no content size, faster LDM parameters), so the
     result is not deterministic: the journal's sealed trailer (journal.py)
     keeps a crash from sealing the records twice.
     """
 
     def __init__(self) -> None:
         self._cctx = _take_compressor()
-        self._cobj = self._cctx.compressobj()
-        self._hash = hashlib.sha256()
+        self._out = _Chunks()
+        self._writer = self._cctx.stream_writer(
+            self._out, write_size=_BUILD_OUTPUT_BYTES, closefd=False
+        )
         self._digest: str | None = None
-        self.chunks: list[bytes] = []
         self.records = 0
+
+    @property
+    def chunks(self) -> list[bytes]:
+        """The compressed bytes so far (the whole shard once finished)."""
+        return self._out.chunks
 
     def add(self, lines: Sequence[bytes]) -> None:
         """Compress more records (canonical JSON, no newlines) into the frame."""
-        out = self._cobj.compress(b"\n".join([*lines, b""]))
+        self._writer.write(b"\n".join([*lines, b""]))
         self.records += len(lines)
-        if out:
-            self._hash.update(out)
-            self.chunks.append(out)
 
     def finish(self) -> str:
         """End the frame; return the shard's sha256 (its name). Nothing may be added after.
@@ -136,10 +158,8 @@ class ShardBuilder:
         Calling it again returns the same name.
         """
         if self._digest is None:
-            out = self._cobj.flush()
-            self._hash.update(out)
-            self.chunks.append(out)
-            self._digest = self._hash.hexdigest()
+            self._writer.flush(zstandard.FLUSH_FRAME)
+            self._digest = self._out.hash.hexdigest()
             _give_back(self._cctx)  # only once the frame ended cleanly
         return self._digest
 
