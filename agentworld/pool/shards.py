@@ -44,7 +44,7 @@ def _compressor(*, streaming: bool = False) -> zstandard.ZstdCompressor:
 # Idle compressors for shard builders. A fresh one costs more than the compressing
 # itself on a journal of a few MB: its 2^27 window and LDM tables are allocated and
 # page-faulted in anew (freed memory goes back to the kernel), so builders reuse them.
-_IDLE_MAX = 2
+_IDLE_MAX = 1
 _idle: list[zstandard.ZstdCompressor] = []
 _idle_lock = threading.Lock()
 
