@@ -18,6 +18,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import queue
 import re
 import socket
 import threading
@@ -317,6 +318,51 @@ class _Journal:
                 self.offset += total
 
 
+class _Compressor:
+    """A thread that compresses committed batches into their journal's shard builder.
+
+    The committer hands each batch over once it is written, before its fsync,
+    so compressing (which releases the GIL) overlaps the fsync and the next
+    batch instead of lengthening the committer's cycle.
+    """
+
+    def __init__(self) -> None:
+        # Bounded: a committer ahead of the compressor waits rather than holding
+        # batches in memory twice (appenders then feel the usual back-pressure).
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=4)
+        self._thread = threading.Thread(target=self._run, name="aw-pool-compress", daemon=True)
+        self._thread.start()
+
+    def submit(self, journal: _Journal, batch: list[bytes]) -> None:
+        self._queue.put((journal, batch))
+
+    def drain(self) -> None:
+        """Return once every batch submitted so far is compressed."""
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait()
+
+    def stop(self) -> None:
+        """Compress what is left, then end the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            journal, batch = item
+            builder = journal.builder
+            if builder is None:
+                continue
+            try:
+                builder.add(batch)
+            except Exception as exc:  # the file still has the records: seal from it
+                log.warning("compressing %s failed, sealing will read it: %s", journal.path, exc)
+                journal.builder = None
+
+
 class PoolWriter:
     """Appends records to this process's own journal with group commit.
 
@@ -364,6 +410,7 @@ class PoolWriter:
         self.last_error: BaseException | None = None
         self.stats = {"appended": 0, "committed": 0, "commits": 0, "lost": 0, "sealed_shards": 0}
         self._sealers: list[threading.Thread] = []
+        self._compressor = _Compressor()
         self._thread = threading.Thread(target=self._run, name="aw-pool-commit", daemon=True)
         self._thread.start()
 
@@ -473,11 +520,14 @@ class PoolWriter:
     def _commit(self, batch: list[bytes], seq: int) -> None:
         try:
             self._journal.write_records(batch)
+            if self._journal.builder is not None:
+                self._compressor.submit(self._journal, batch)
             os.fsync(self._journal.fd)
             ok = True
         except OSError as exc:
             ok = False
             self.last_error = exc
+            self._journal.builder = None  # it may hold records the file lost
             log.error("pool write failed, %d records lost: %s", len(batch), exc)
             try:
                 # Cut what part of the batch reached the file: a torn line would
@@ -503,24 +553,16 @@ class PoolWriter:
             else:
                 with self._cond:
                     self._async_waiters.append((wseq, loop, fut))
-        builder = self._journal.builder
-        if ok and builder is not None:
-            # After the waiters are told: compressing is off the durability path.
-            try:
-                builder.add(batch)
-            except Exception as exc:  # the file still has the records: seal from it
-                log.warning(
-                    "compressing %s failed, sealing will read it: %s", self._journal.path, exc
-                )
-                self._journal.builder = None
         if ok and self._journal.size >= self.rotate_bytes:
             self._rotate()
 
     def _rotate(self) -> None:
         old = self._journal
         if old.builder is not None:
-            # End the frame here, in the one thread that compresses, so the new
-            # journal's builder can reuse the compressor right away.
+            self._compressor.drain()
+        if old.builder is not None:
+            # End the frame now, while no batch is being compressed, so the new
+            # journal's builder can reuse the zstd compressor right away.
             try:
                 old.builder.finish()
             except Exception as exc:
@@ -560,6 +602,7 @@ class PoolWriter:
             self._closing = True
             self._cond.notify_all()
         self._thread.join()
+        self._compressor.stop()
         for t in self._sealers:
             t.join()
         self._closed = True
