@@ -104,7 +104,7 @@ def install_shard(layout: Layout, tmp: Path, digest: str) -> Path:
 
 
 # Output buffer of a shard builder: big enough that compressing a commit's batch
-# (a few MB of JSON) returns in one piece, so the committer thread gives up and
+# (a few MB of JSON) returns in one piece, so the compressing thread gives up and
 # retakes the GIL once a batch; each retake waits out the appender's switch interval.
 _BUILD_OUTPUT_BYTES = 8 << 20
 
@@ -125,7 +125,7 @@ class _Chunks:
 class ShardBuilder:
     """A shard compressed while its records are committed, instead of all at once on seal.
 
-    zstd releases the GIL, so the writer's committer thread compresses each
+    zstd releases the GIL, so a writer's compressor thread compresses each
     batch on another core while appenders validate and encode the next. The
     streamed frame differs from ``write_shard``'s one-shot frame of the same
     records (chunked input, no content size, faster LDM parameters), so the
