@@ -151,6 +151,40 @@ def test_recovery_after_own_seal_does_not_seal_again(pool: Pool) -> None:
     assert pool.layout.journal_paths() == []
 
 
+def test_writer_seals_from_its_file_when_compressing_fails(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zstandard
+
+    from agentworld.pool.fsck import fsck
+    from agentworld.pool.shards import ShardBuilder
+
+    def fail(self: ShardBuilder, lines: list[bytes]) -> None:
+        raise zstandard.ZstdError("out of memory")
+
+    monkeypatch.setattr(ShardBuilder, "add", fail)
+    w = pool.writer(commit_records=3)
+    for i in range(10):
+        w.append(full_step("tr_fallback", i))
+    w.close()
+    assert pool.layout.journal_paths() == [] and len(pool.layout.shard_paths()) == 1
+    assert [r["index"] for r in pool.iter_records()] == list(range(10))
+    assert fsck(pool).ok
+
+
+def test_version_1_journal_is_recovered(pool: Pool) -> None:
+    """Journals written before the sealed trailer existed read and recover as before."""
+    from agentworld.pool.journal import frame
+
+    journal = pool.layout.journals / "w-old-0000.journal"
+    header = records.dumps({"journal": 1, "writer": "old", "created": 0.0})
+    lines = [records.encode(full_step("tr_v1", i)) for i in range(3)]
+    journal.write_bytes(frame(header) + b"".join(frame(x) for x in lines))
+    (rec,) = Pool.open(pool.root).recovered
+    assert rec.records == 3 and rec.shard is not None
+    assert [r["index"] for r in pool.iter_records()] == [0, 1, 2]
+
+
 def test_unknown_journal_version_is_left_alone(pool: Pool) -> None:
     from agentworld.pool.fsck import fsck
     from agentworld.pool.journal import frame
