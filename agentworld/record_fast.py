@@ -153,7 +153,8 @@ def _messages(ms: Any) -> bool:
     if type(ms) is not list:
         return False
     for m in ms:
-        if type(m) is dict and len(m) == 2:
+        if type(m) is dict:
+            n = len(m)
             c, role = m.get("content"), m.get("role")
             if (
                 type(c) is str
@@ -162,7 +163,16 @@ def _messages(ms: Any) -> bool:
                 and type(role) is str
                 and role in ROLES
             ):
-                continue
+                if n == 2:
+                    continue
+                if n == 3:  # a tool result: the third key can only be tool_call_id
+                    call_id = m.get("tool_call_id")
+                    if (
+                        type(call_id) is str
+                        and call_id.isascii()
+                        and len(call_id) <= MAX_STRING_BYTES
+                    ):
+                        continue
         if not _message(m):
             return False
     return True

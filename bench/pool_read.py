@@ -48,7 +48,10 @@ def streaming(root: Path, args: argparse.Namespace) -> None:
     def raw() -> int:
         n = 0
         for data in shards:
-            for line in decompressor().decompress(data).split(b"\n")[:-1]:
+            # A streaming decompressor: a writer's own shards are streamed frames
+            # without a content size, which one-shot decompress() refuses.
+            whole = decompressor().decompressobj().decompress(data)
+            for line in whole.split(b"\n")[:-1]:
                 orjson.loads(line)
                 n += 1
         return n

@@ -165,6 +165,41 @@ def test_fast_check_accepts_ordinary_records() -> None:
     assert records.validate(odd) is odd
 
 
+_TOOL = {"role": "tool", "content": "done", "tool_call_id": "call_1"}
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ({**_TOOL, "tool_call_id": 5}, "request.messages[0].tool_call_id"),
+        ({**_TOOL, "tool_call_id": "c\udcff"}, "request.messages[0].tool_call_id"),
+        (
+            {**_TOOL, "tool_call_id": "c" * (records.MAX_STRING_BYTES + 1)},
+            "request.messages[0].tool_call_id",
+        ),
+        ({"role": "tool", "content": "done", "surprise": "x"}, "request.messages[0].surprise"),
+        ({**_TOOL, "role": "robot"}, "request.messages[0].role"),
+        ({**_TOOL, "content": 7}, "request.messages[0].content"),
+    ],
+)
+def test_tool_results_checked_like_any_message(message: dict[str, Any], field: str) -> None:
+    rec = _set(step(), "request.messages.0", message)
+    assert not accepts(rec)
+    with pytest.raises(RecordError) as info:
+        records.validate(rec)
+    assert info.value.field == field
+
+
+def test_tool_results_and_named_messages_accepted() -> None:
+    for message in (
+        _TOOL,
+        {"role": "user", "content": "hi", "name": "bob"},
+        {**_TOOL, "name": "t"},
+    ):
+        rec = _set(step(), "request.messages", [{"role": "user", "content": "q"}, message])
+        assert accepts(rec), message
+
+
 def test_not_an_object() -> None:
     with pytest.raises(RecordError, match="JSON object"):
         records.validate([1])

@@ -20,7 +20,12 @@ import orjson
 
 from agentworld import records
 from agentworld.errors import CorruptDataError, RecordError
-from agentworld.pool.journal import JOURNAL_VERSION, _is_header, scan_journal
+from agentworld.pool.journal import (
+    _is_header,
+    journal_version_problem,
+    scan_journal,
+    split_trailer,
+)
 from agentworld.pool.labels import label_file_problems
 from agentworld.pool.layout import Layout, hidden_shards, shard_digest
 from agentworld.pool.shards import iter_shard_lines, read_verified
@@ -178,9 +183,9 @@ class _Checker:
         lines = scan.lines
         first_record_line = 1
         if lines and _is_header(lines[0]):
-            version = orjson.loads(lines[0]).get("journal")
-            if version != JOURNAL_VERSION:
-                self.report.add(rel, 1, f"journal version {version!r} unknown to this build")
+            version_problem = journal_version_problem(scan)
+            if version_problem is not None:
+                self.report.add(rel, 1, version_problem)
                 return
             lines = lines[1:]
             first_record_line = 2
@@ -195,8 +200,22 @@ class _Checker:
                     bad_line,
                     f"{scan.problem}; {scan.torn_bytes} bytes from here are cut on recovery",
                 )
+        lines, trailer = split_trailer(lines)
+        live = True
+        if trailer is not None:
+            trailer_line = first_record_line + len(lines)
+            if trailer["records"] != len(lines):
+                self.report.add(
+                    rel,
+                    trailer_line,
+                    f"sealed trailer counts {trailer['records']} records, "
+                    f"the journal holds {len(lines)}",
+                )
+            # Sealed into that shard, only the unlink was left: its records are
+            # checked there, and counting them here too would read as duplicates.
+            live = not self.layout.shard_path(str(trailer["sealed"])).exists()
         for i, raw in enumerate(lines):
-            self.record(rel, first_record_line + i, raw, live=True, ordinal=ordinal)
+            self.record(rel, first_record_line + i, raw, live=live, ordinal=ordinal)
 
     def cross_checks(self) -> None:
         for tid, facts in self.trajectories.items():

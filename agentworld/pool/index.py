@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from agentworld.errors import CorruptDataError, PoolFormatError
-from agentworld.pool.journal import journal_records, scan_journal
+from agentworld.pool.journal import journal_records, scan_journal, split_trailer
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, hidden_shards
 from agentworld.pool.selection import Selection
@@ -335,7 +335,7 @@ class Index:
         except FileNotFoundError:
             return 0
         scan = scan_journal(path, data)
-        lines = journal_records(scan) if offset == 0 else scan.lines
+        lines = journal_records(scan) if offset == 0 else split_trailer(scan.lines)[0]
         count = self._index_lines(rel, lines, first_line)
         self.db.execute(
             "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",

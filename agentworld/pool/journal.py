@@ -5,6 +5,11 @@ A journal is an append-only file owned by one writer, which holds an exclusive
 so a torn or corrupt tail is detected and cut rather than read as data. A
 journal whose lock can be taken belongs to a dead writer and is recovered:
 its valid prefix is sealed into a shard and the journal is removed.
+
+A writer compresses its journal's records into the future shard as they are
+committed (``ShardBuilder``), so closing only ends the frame. Before the shard
+gets its name the journal gets a last line, the sealed trailer, naming it: a
+crash after that point never seals the records a second time.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ import asyncio
 import fcntl
 import logging
 import os
+import queue
 import re
 import socket
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +32,7 @@ from typing import Any, Literal
 from agentworld import records
 from agentworld.errors import PoolError, PoolFormatError
 from agentworld.pool.layout import JOURNAL_SUFFIX, Layout, fsync_dir
-from agentworld.pool.shards import write_shard
+from agentworld.pool.shards import ShardBuilder, install_shard, stage_shard, write_shard
 
 log = logging.getLogger(__name__)
 
@@ -91,23 +97,82 @@ def _is_header(line: bytes) -> bool:
     return isinstance(obj, dict) and "journal" in obj and "kind" not in obj
 
 
-JOURNAL_VERSION = 1
+# Version 2 added the sealed trailer; version 1 journals (no trailer) read the same.
+JOURNAL_VERSION = 2
+READABLE_JOURNAL_VERSIONS = (1, 2)
+
+# Canonical JSON sorts keys and every record has "agent", so no record starts like this.
+_TRAILER_PREFIX = b'{"records":'
 
 
-def journal_records(scan: JournalScan) -> list[bytes]:
-    """The record lines of a scanned journal (without its header).
+def trailer_line(shard_digest: str, count: int) -> bytes:
+    """The sealed trailer: the journal's ``count`` records are in shard ``shard_digest``."""
+    return records.dumps({"records": count, "sealed": shard_digest})
+
+
+def parse_trailer(line: bytes) -> dict[str, Any] | None:
+    """The trailer's fields if ``line`` is a sealed trailer, else None."""
+    if not line.startswith(_TRAILER_PREFIX):
+        return None
+    try:
+        obj = records.loads(line)
+    except ValueError:
+        return None
+    if (
+        isinstance(obj, dict)
+        and obj.keys() == {"records", "sealed"}
+        and type(obj["records"]) is int
+        and isinstance(obj["sealed"], str)
+    ):
+        return obj
+    return None
+
+
+def split_trailer(lines: list[bytes]) -> tuple[list[bytes], dict[str, Any] | None]:
+    """Record lines without a sealed trailer at their end, and that trailer (or None)."""
+    trailer = parse_trailer(lines[-1]) if lines else None
+    return (lines[:-1], trailer) if trailer is not None else (lines, None)
+
+
+def journal_version_problem(scan: JournalScan) -> str | None:
+    """Why this build cannot read the journal's framing, or None when it can."""
+    if not scan.lines or not _is_header(scan.lines[0]):
+        return None
+    version = records.loads(scan.lines[0]).get("journal")
+    if version in READABLE_JOURNAL_VERSIONS and type(version) is int:
+        return None
+    return f"journal version {version!r} unknown to this build"
+
+
+def parse_journal(scan: JournalScan) -> tuple[list[bytes], dict[str, Any] | None]:
+    """The record lines of a scanned journal (without header and trailer) and its trailer.
 
     Raises PoolFormatError for a journal framing version this build does not know.
     """
     if not scan.lines or not _is_header(scan.lines[0]):
-        return scan.lines
-    version = records.loads(scan.lines[0]).get("journal")
-    if version != JOURNAL_VERSION:
+        return split_trailer(scan.lines)
+    problem = journal_version_problem(scan)
+    if problem is not None:
         raise PoolFormatError(
-            f"{scan.path}: journal version {version!r} is not supported by this build "
-            f"(it reads version {JOURNAL_VERSION}); upgrade agentworld"
+            f"{scan.path}: {problem} (it reads versions "
+            f"{', '.join(map(str, READABLE_JOURNAL_VERSIONS))}); upgrade agentworld"
         )
-    return scan.lines[1:]
+    return split_trailer(scan.lines[1:])
+
+
+def journal_records(scan: JournalScan) -> list[bytes]:
+    """The record lines of a scanned journal (without its header and sealed trailer)."""
+    return parse_journal(scan)[0]
+
+
+# Fault injection for crash tests: called with the name of each point in sealing
+# where a crash leaves a distinct state ("trailer-written", "shard-installed").
+fault_hook: Callable[[str], None] | None = None
+
+
+def _fault(point: str) -> None:
+    if fault_hook is not None:
+        fault_hook(point)
 
 
 @dataclass
@@ -128,8 +193,19 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
     """
     with open(path, "rb") as f:
         scan = scan_journal(path, f.read())
-    body = journal_records(scan)
-    shard = write_shard(layout, body) if body else None
+    body, trailer = parse_journal(scan)
+    shard = None
+    if trailer is not None:
+        if trailer["records"] != len(body):
+            raise PoolFormatError(
+                f"{path}: sealed trailer counts {trailer['records']} records, "
+                f"the journal holds {len(body)}"
+            )
+        shard = layout.shard_path(trailer["sealed"])
+        if not shard.exists():  # crashed before the shard got its name: seal again
+            shard = None
+    if shard is None and body:
+        shard = write_shard(layout, body)
     if scan.torn_bytes:
         log.warning("%s: cut %d torn bytes (%s)", path, scan.torn_bytes, scan.problem)
     os.unlink(path)
@@ -139,16 +215,30 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
     )
 
 
-def seal_records(layout: Layout, path: Path, lines: list[bytes]) -> Path | None:
-    """Seal a journal whose records its own writer holds in memory, then remove it.
+def seal_streamed(layout: Layout, journal: _Journal, builder: ShardBuilder) -> Path | None:
+    """Seal a journal whose records its own writer compressed as they were committed.
 
-    Gives the same shard as ``seal_journal`` on the file (the same lines),
-    so a crash between the two steps never duplicates records.
+    The order makes every crash safe: the shard is staged under a temporary
+    name, the journal gets its fsynced sealed trailer naming the shard, the
+    shard is renamed to that name, and only then the journal is unlinked.
+    Recovery of a journal with a trailer only unlinks it when the named shard
+    exists, and seals its records again when it does not.
     """
-    shard = write_shard(layout, lines) if lines else None
-    os.unlink(path)
-    fsync_dir(path.parent)
-    lines.clear()
+    shard = None
+    if builder.records:
+        digest = builder.finish()
+        shard = layout.shard_path(digest)
+        tmp = None if shard.exists() else stage_shard(layout, digest, builder.chunks)
+        journal.write(frame(trailer_line(digest, builder.records)))
+        os.fsync(journal.fd)
+        _fault("trailer-written")
+        if tmp is not None:
+            install_shard(layout, tmp, digest)
+        _fault("shard-installed")
+    # No directory fsync after the unlink: a journal that comes back after a power
+    # loss carries the trailer, and its recovery only removes it again.
+    os.unlink(journal.path)
+    builder.chunks.clear()
     return shard
 
 
@@ -193,9 +283,10 @@ class _Journal:
         os.write(self.fd, head)
         os.fsync(self.fd)
         self.offset = len(head)  # file size after the last complete write
-        # The committed records, kept so our own seal needs no re-read of the
-        # file; recovery of a crashed writer reads the file instead (same bytes).
-        self.records: list[bytes] = []
+        # The committed records, compressed into the future shard as they commit
+        # so sealing only ends the frame; None once compressing failed (sealing
+        # then reads the file, as recovery of a crashed writer does).
+        self.builder: ShardBuilder | None = ShardBuilder()
         self.path = layout.journals / name
         os.replace(tmp, self.path)
         fsync_dir(layout.journals)
@@ -225,6 +316,51 @@ class _Journal:
             else:
                 self.size += total
                 self.offset += total
+
+
+class _Compressor:
+    """A thread that compresses committed batches into their journal's shard builder.
+
+    The committer hands each batch over once it is written, before its fsync,
+    so compressing (which releases the GIL) overlaps the fsync and the next
+    batch instead of lengthening the committer's cycle.
+    """
+
+    def __init__(self) -> None:
+        # Bounded: a committer ahead of the compressor waits rather than holding
+        # batches in memory twice (appenders then feel the usual back-pressure).
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=4)
+        self._thread = threading.Thread(target=self._run, name="aw-pool-compress", daemon=True)
+        self._thread.start()
+
+    def submit(self, journal: _Journal, batch: list[bytes]) -> None:
+        self._queue.put((journal, batch))
+
+    def drain(self) -> None:
+        """Return once every batch submitted so far is compressed."""
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait()
+
+    def stop(self) -> None:
+        """Compress what is left, then end the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            journal, batch = item
+            builder = journal.builder
+            if builder is None:
+                continue
+            try:
+                builder.add(batch)
+            except Exception as exc:  # the file still has the records: seal from it
+                log.warning("compressing %s failed, sealing will read it: %s", journal.path, exc)
+                journal.builder = None
 
 
 class PoolWriter:
@@ -274,6 +410,7 @@ class PoolWriter:
         self.last_error: BaseException | None = None
         self.stats = {"appended": 0, "committed": 0, "commits": 0, "lost": 0, "sealed_shards": 0}
         self._sealers: list[threading.Thread] = []
+        self._compressor = _Compressor()
         self._thread = threading.Thread(target=self._run, name="aw-pool-commit", daemon=True)
         self._thread.start()
 
@@ -383,12 +520,14 @@ class PoolWriter:
     def _commit(self, batch: list[bytes], seq: int) -> None:
         try:
             self._journal.write_records(batch)
+            if self._journal.builder is not None:
+                self._compressor.submit(self._journal, batch)
             os.fsync(self._journal.fd)
-            self._journal.records.extend(batch)
             ok = True
         except OSError as exc:
             ok = False
             self.last_error = exc
+            self._journal.builder = None  # it may hold records the file lost
             log.error("pool write failed, %d records lost: %s", len(batch), exc)
             try:
                 # Cut what part of the batch reached the file: a torn line would
@@ -418,12 +557,23 @@ class PoolWriter:
             self._rotate()
 
     def _rotate(self) -> None:
+        old = self._journal
+        if old.builder is not None:
+            self._compressor.drain()
+        if old.builder is not None:
+            # End the frame now, while no batch is being compressed, so the new
+            # journal's builder can reuse the zstd compressor right away.
+            try:
+                old.builder.finish()
+            except Exception as exc:
+                log.warning("compressing %s failed, sealing will read it: %s", old.path, exc)
+                old.builder = None
         try:
             self._seq += 1
-            old = self._journal
             self._journal = _Journal(self.layout, self.writer_id, self._seq)
         except OSError as exc:
             self.last_error = exc
+            old.builder = None  # its frame is ended: more records cannot join it
             log.error("journal rotation failed, continuing in the current journal: %s", exc)
             return
         t = threading.Thread(target=self._seal, args=(old,), name="aw-pool-seal", daemon=True)
@@ -432,8 +582,8 @@ class PoolWriter:
 
     def _seal(self, journal: _Journal) -> None:
         try:
-            if self.last_error is None:
-                seal_records(self.layout, journal.path, journal.records)
+            if self.last_error is None and journal.builder is not None:
+                seal_streamed(self.layout, journal, journal.builder)
             else:
                 seal_journal(self.layout, journal.path, journal.fd)
             self.stats["sealed_shards"] += 1
@@ -452,6 +602,7 @@ class PoolWriter:
             self._closing = True
             self._cond.notify_all()
         self._thread.join()
+        self._compressor.stop()
         for t in self._sealers:
             t.join()
         self._closed = True

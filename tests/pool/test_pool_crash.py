@@ -22,10 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(60)
 
 
-def _start(pool: Pool, mode: str, count: int, commit: int, name: str = "crash") -> subprocess.Popen:
+def _start(
+    pool: Pool, mode: str, count: int, commit: int, name: str = "crash", kill_at: str = ""
+) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    extra = [kill_at] if kill_at else []
     return subprocess.Popen(
-        [sys.executable, str(HELPER), str(pool.root), mode, str(count), str(commit), name],
+        [sys.executable, str(HELPER), str(pool.root), mode, str(count), str(commit), name, *extra],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -92,6 +95,45 @@ def test_batched_writer_killed_loses_a_bounded_suffix(pool: Pool) -> None:
     # written plus the queue behind it (4 x commit_records) can be lost.
     assert len(queued) - len(stored) <= 4 * commit
     assert fsck(reopened).ok
+
+
+@pytest.mark.parametrize("kill_at", ["trailer-written", "shard-installed"])
+def test_writer_killed_while_sealing_seals_once(pool: Pool, kill_at: str) -> None:
+    """Killed after the journal's sealed trailer, before or after the shard got its
+    name: recovery seals the records again or only removes the journal, never both."""
+    proc = _start(pool, "strict", 40, 8, kill_at=kill_at)
+    acked = _read_ids(proc, 40)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert proc.stdout is not None and proc.stdout.read() == ""  # died before "closed"
+    proc.stdout.close()
+    (journal,) = pool.layout.journal_paths()
+    shards_before = pool.layout.shard_paths()
+    assert len(shards_before) == (1 if kill_at == "shard-installed" else 0)
+    reopened = Pool.open(pool.root)
+    (rec,) = reopened.recovered
+    assert rec.records == 40 and rec.shard is not None
+    if shards_before:
+        assert rec.shard == shards_before[0].name  # the writer's own shard, kept
+    assert not journal.exists()
+    assert len(reopened.layout.shard_paths()) == 1
+    stored = _stored_ids(reopened)
+    assert sorted(stored) == sorted(acked)  # every acknowledged record, none twice
+    assert fsck(reopened).ok
+    assert Pool.open(pool.root).recovered == []
+
+
+def test_fsck_reads_a_sealed_journal_as_its_shard(pool: Pool) -> None:
+    """Between the shard's rename and the journal's unlink both exist: fsck counts the
+    records once (in the shard) rather than reporting duplicates."""
+    proc = _start(pool, "strict", 10, 4, kill_at="shard-installed")
+    _read_ids(proc, 10)
+    proc.wait(timeout=30)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    assert len(pool.layout.journal_paths()) == 1 and len(pool.layout.shard_paths()) == 1
+    report = fsck(pool)
+    assert report.ok, report.problems
+    assert report.records == 20  # read in both files, cross-checked once
 
 
 def test_two_writer_processes_at_once(pool: Pool) -> None:

@@ -121,8 +121,10 @@ def test_sealing_is_deterministic(pool: Pool, tmp_path) -> None:
     assert len(pool.layout.shard_paths()) == 1
 
 
-def test_own_seal_equals_recovery_seal(pool: Pool) -> None:
-    """The writer seals from memory; recovery seals from the file: both give one shard."""
+def test_recovery_after_own_seal_does_not_seal_again(pool: Pool) -> None:
+    """Crash after the shard got its name, before the journal was unlinked: recovery
+    finds the sealed trailer naming the shard and only removes the journal."""
+    from agentworld.pool import journal as journal_mod
     from agentworld.pool.journal import recover_orphans
 
     w = pool.writer(commit_records=3)
@@ -130,13 +132,57 @@ def test_own_seal_equals_recovery_seal(pool: Pool) -> None:
         w.append(full_step("tr_same", i))
     w.flush()
     (journal,) = pool.layout.journal_paths()
-    saved = journal.read_bytes()
-    w.close()
+    saved: list[bytes] = []
+
+    def keep(point: str) -> None:
+        if point == "shard-installed":
+            saved.append(journal.read_bytes())
+
+    journal_mod.fault_hook = keep
+    try:
+        w.close()
+    finally:
+        journal_mod.fault_hook = None
     (shard,) = pool.layout.shard_paths()
-    journal.write_bytes(saved)  # as if we crashed after writing the shard, before unlinking
+    journal.write_bytes(saved[0])  # as if we crashed after writing the shard, before unlinking
     (rec,) = recover_orphans(pool.layout)
     assert rec.shard == shard.name and rec.records == 10
     assert pool.layout.shard_paths() == [shard]
+    assert pool.layout.journal_paths() == []
+
+
+def test_writer_seals_from_its_file_when_compressing_fails(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zstandard
+
+    from agentworld.pool.fsck import fsck
+    from agentworld.pool.shards import ShardBuilder
+
+    def fail(self: ShardBuilder, lines: list[bytes]) -> None:
+        raise zstandard.ZstdError("out of memory")
+
+    monkeypatch.setattr(ShardBuilder, "add", fail)
+    w = pool.writer(commit_records=3)
+    for i in range(10):
+        w.append(full_step("tr_fallback", i))
+    w.close()
+    assert pool.layout.journal_paths() == [] and len(pool.layout.shard_paths()) == 1
+    assert [r["index"] for r in pool.iter_records()] == list(range(10))
+    assert fsck(pool).ok
+
+
+def test_version_1_journal_is_recovered(pool: Pool) -> None:
+    """Journals written before the sealed trailer existed read and recover as before."""
+    from agentworld.pool.journal import frame
+
+    journal = pool.layout.journals / "w-old-0000.journal"
+    header = records.dumps({"journal": 1, "writer": "old", "created": 0.0})
+    lines = [records.encode(full_step("tr_v1", i)) for i in range(3)]
+    journal.write_bytes(frame(header) + b"".join(frame(x) for x in lines))
+    (rec,) = Pool.open(pool.root).recovered
+    assert rec.records == 3 and rec.shard is not None
+    assert [r["index"] for r in pool.iter_records()] == [0, 1, 2]
 
 
 def test_unknown_journal_version_is_left_alone(pool: Pool) -> None:
@@ -144,11 +190,11 @@ def test_unknown_journal_version_is_left_alone(pool: Pool) -> None:
     from agentworld.pool.journal import frame
 
     journal = pool.layout.journals / "w-future-0000.journal"
-    header = records.dumps({"journal": 2, "writer": "future", "created": 0.0})
+    header = records.dumps({"journal": 3, "writer": "future", "created": 0.0})
     journal.write_bytes(frame(header) + frame(records.encode(full_step("tr_f", 0))))
     reopened = Pool.open(pool.root)  # recovery skips what it cannot read
     assert reopened.recovered == [] and journal.exists()
     assert list(reopened.iter_records()) == []
     assert reopened.index().stats()["steps"] == 0
     (problem,) = fsck(reopened).problems
-    assert problem.line == 1 and "journal version 2" in problem.problem
+    assert problem.line == 1 and "journal version 3" in problem.problem
