@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,9 @@ PER_AGENT_COLUMNS = {
     "failed": 6,
     "reward": 6,
 }
+
+
+log = logging.getLogger(__name__)
 
 
 def human_bytes(n: int) -> str:
@@ -195,6 +200,10 @@ class MonitorScreen(Screen[None]):
     def _load_heavy(self) -> None:
         try:
             heavy = self.aw.data.monitor_heavy()
+        except sqlite3.Error as exc:
+            # A busy or rebuilding index is retried at the next tick, never fatal.
+            log.warning("monitor: whole-pool totals failed, retrying: %s", exc)
+            return
         finally:
             self._heavy_running = False
         self.app.call_from_thread(self.show_heavy, heavy)

@@ -150,7 +150,7 @@ class TrajectoriesScreen(CuratingScreen):
         self.reload()
         self._load_suggestions()
 
-    @work(thread=True, group="suggestions")
+    @work(thread=True, exclusive=True, group="suggestions")
     def _load_suggestions(self) -> None:
         values = {c: self.aw.data.distinct(c) for c in ("agent", "dataset", "group")}
         self.suggester.set_values(values)
@@ -216,6 +216,9 @@ class TrajectoriesScreen(CuratingScreen):
         return self._shown[table.cursor_row]["id"]
 
     def on_pool_refreshed(self, event: PoolRefreshed) -> None:
+        # New agents, datasets or groups may have arrived (or the index was still being
+        # built when the screen mounted): completions follow the pool.
+        self._load_suggestions()
         # Rebuilding a page costs a few hundred ms of UI time on a busy host, so new
         # records wait until the keyboard has been quiet for a moment.
         if self.aw.user_idle_s() >= HOLD_STILL_S:
