@@ -115,7 +115,11 @@ def build_pool(path: Path) -> Pool:
 @pytest.fixture
 def pool_path(tmp_path: Path) -> Path:
     path = tmp_path / "pool"
-    build_pool(path).close()
+    pool = build_pool(path)
+    # Index up front: the app's first refresh then finds nothing new, so no reload
+    # can move the cursor between a test's key press and its check.
+    pool.index()
+    pool.close()
     return path
 
 
