@@ -40,6 +40,22 @@ def add_continuations(
     st.registry.add_continuations(call.trajectory, prompt_key, [m for m in msgs if m])
 
 
+def add_choice_continuations(
+    st: State,
+    call: Call,
+    prompt_key: bytes | None,
+    choices: list[tuple[int, dict[str, Any], dict[str, Any]]],
+) -> None:
+    """``add_continuations`` from ``adapter.choices(body)``, before the step records exist.
+
+    Each choice of a successful body becomes an ok step, so every one continues.
+    """
+    if prompt_key is None or not call.trajectory.threaded:
+        return
+    msgs = [response.get("message") for _, response, _ in choices]
+    st.registry.add_continuations(call.trajectory, prompt_key, [m for m in msgs if m])
+
+
 def stamp(st: State, call: Call, headers: Any) -> None:
     pv = policy_from(headers)
     if pv is not None:

@@ -250,6 +250,15 @@ class ChatAdapter:
                 if injected.logprobs and "logprobs" in c:
                     c["logprobs"] = None
 
+    def stripped(self, obj: dict[str, Any], injected: Injected) -> dict[str, Any]:
+        """``strip`` on shallow copies: the parsed body stays whole for the record."""
+        out = obj.copy()
+        choices = out.get("choices")
+        if isinstance(choices, list):
+            out["choices"] = [c.copy() if isinstance(c, dict) else c for c in choices]
+        self.strip(out, injected)
+        return out
+
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
@@ -347,6 +356,15 @@ class CompletionsAdapter:
                     c.pop("prompt_token_ids", None)
                 if injected.logprobs and "logprobs" in c:
                     c["logprobs"] = None
+
+    def stripped(self, obj: dict[str, Any], injected: Injected) -> dict[str, Any]:
+        """``strip`` on shallow copies: the parsed body stays whole for the record."""
+        out = obj.copy()
+        choices = out.get("choices")
+        if isinstance(choices, list):
+            out["choices"] = [c.copy() if isinstance(c, dict) else c for c in choices]
+        self.strip(out, injected)
+        return out
 
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None

@@ -15,7 +15,7 @@ from aiohttp import web
 from agentworld.proxy.app import State, error_response
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
-    add_continuations,
+    add_choice_continuations,
     cancelled_steps,
     record_fault,
     stamp,
@@ -195,8 +195,9 @@ async def _finish_stream(
         except WRITE_ERRORS:
             pass
         return out
-    recs = ok_steps(call, body)
-    add_continuations(st, call, prompt_key, recs)
+    choices = call.adapter.choices(body)
+    recs = ok_steps(call, body, choices)
+    add_choice_continuations(st, call, prompt_key, choices)
     tail = b"data: [DONE]\n\n"
     if st.recorder.strict:
         try:
