@@ -40,20 +40,19 @@ def add_continuations(
     st.registry.add_continuations(call.trajectory, prompt_key, [m for m in msgs if m])
 
 
-def add_choice_continuations(
-    st: State,
-    call: Call,
-    prompt_key: bytes | None,
-    choices: list[tuple[int, dict[str, Any], dict[str, Any]]],
-) -> None:
-    """``add_continuations`` from ``adapter.choices(body)``, before the step records exist.
+def add_reply_continuations(
+    st: State, call: Call, prompt_key: bytes | None, body: dict[str, Any]
+) -> list[dict[str, Any]] | None:
+    """``add_continuations`` from a successful body, before its step records exist.
 
-    Each choice of a successful body becomes an ok step, so every one continues.
+    Every choice of such a body becomes an ok step, so each reply continues the
+    thread. Returns the replies (for ``ok_steps``), or None when not threaded.
     """
     if prompt_key is None or not call.trajectory.threaded:
-        return
-    msgs = [response.get("message") for _, response, _ in choices]
-    st.registry.add_continuations(call.trajectory, prompt_key, [m for m in msgs if m])
+        return None
+    replies = call.adapter.replies(body)
+    st.registry.add_continuations(call.trajectory, prompt_key, [m for m in replies if m])
+    return replies
 
 
 def stamp(st: State, call: Call, headers: Any) -> None:

@@ -29,7 +29,7 @@ from agentworld.proxy.app import (
 )
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
-    add_choice_continuations,
+    add_reply_continuations,
     cancelled_steps,
     record_fault,
     stamp,
@@ -179,15 +179,14 @@ async def _unary(
         )
         await record_fault(st, call, fault)
         return error_response(502, fault.message, "upstream_error", code=502)
-    # Everything the answer must wait for: the record's view of the choices (read before the
-    # injected fields are stripped) and the continuation points the agent's next call needs.
-    choices = call.adapter.choices(obj)
+    # The answer waits only for the continuation points the agent's next call needs; the
+    # parsed body stays whole (the agent's copy is stripped) for the records.
     if call.injected.any:
         raw = orjson.dumps(call.adapter.stripped(obj, call.injected))
     out_headers["Content-Type"] = ctype
-    add_choice_continuations(st, call, prompt_key, choices)
+    replies = add_reply_continuations(st, call, prompt_key, obj)
     if st.recorder.strict:
-        recs = ok_steps(call, obj, choices)
+        recs = ok_steps(call, obj, replies)
         try:
             await st.recorder.steps(call.trajectory, recs)
         except RecordFailed as exc:
@@ -206,7 +205,7 @@ async def _unary(
     except WRITE_ERRORS:
         gone = True
     # Batched durability: the records are built after the answer has left.
-    recs = ok_steps(call, obj, choices)
+    recs = ok_steps(call, obj, replies)
     if gone:
         for r in recs:
             r["status"] = "cancelled"

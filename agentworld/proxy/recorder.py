@@ -106,14 +106,11 @@ def _step(
 
 
 def ok_steps(
-    call: Call,
-    body: dict[str, Any],
-    choices: list[tuple[int, dict[str, Any], dict[str, Any]]] | None = None,
+    call: Call, body: dict[str, Any], replies: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
-    """One step record per choice of a successful response body (``choices``: already parsed)."""
+    """One step record per choice of a successful response body (``replies``: already made)."""
     request = call.adapter.request_record(call.sent, call.injected, call.messages)
-    if choices is None:
-        choices = call.adapter.choices(body)
+    choices = call.adapter.choices(body, replies)
     base = _base(call)
     if not choices:
         return [

@@ -15,7 +15,7 @@ from aiohttp import web
 from agentworld.proxy.app import State, error_response
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
-    add_choice_continuations,
+    add_reply_continuations,
     cancelled_steps,
     record_fault,
     stamp,
@@ -195,9 +195,8 @@ async def _finish_stream(
         except WRITE_ERRORS:
             pass
         return out
-    choices = call.adapter.choices(body)
-    recs = ok_steps(call, body, choices)
-    add_choice_continuations(st, call, prompt_key, choices)
+    replies = add_reply_continuations(st, call, prompt_key, body)
+    recs = ok_steps(call, body, replies)
     tail = b"data: [DONE]\n\n"
     if st.recorder.strict:
         try:
