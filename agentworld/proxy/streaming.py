@@ -109,6 +109,7 @@ async def _pump(
     size = 0
     strip = call.injected.any
     done = False
+    first = True  # the first event goes out on its own, ahead of the rest of its read
     try:
         async for data in resp.content.iter_any():
             if call.first_token_s is None:
@@ -142,6 +143,13 @@ async def _pump(
                     parts.append(encode_event(obj))
                 else:
                     parts.append(ev + b"\n\n")
+                if first:
+                    first = False
+                    try:
+                        await out.write(parts[0] if len(parts) == 1 else b"".join(parts))
+                    except WRITE_ERRORS:
+                        return done, True, None
+                    parts = []
             if parts:
                 try:
                     await out.write(b"".join(parts))
