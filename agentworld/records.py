@@ -49,15 +49,17 @@ _INT64_MAX: Final = 2**63 - 1
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: sortable, no look-alikes
 
 
+# Two base32 digits per lookup: 13 table reads instead of 26 divmods (ids are minted per call).
+_ID_PAIRS: Final = tuple(a + b for a in _ID_ALPHABET for b in _ID_ALPHABET)
+_ID_SHIFTS: Final = tuple(range(120, -1, -10))
+
+
 def new_id(prefix: str) -> str:
     """A sortable unique id: ``<prefix>_`` + 48-bit ms time + 80 random bits, base32."""
     ms = time.time_ns() // 1_000_000
     n = (ms << 80) | int.from_bytes(os.urandom(10), "big")
-    chars = []
-    for _ in range(26):
-        n, r = divmod(n, 32)
-        chars.append(_ID_ALPHABET[r])
-    return f"{prefix}_{''.join(reversed(chars))}"
+    pairs = _ID_PAIRS
+    return prefix + "_" + "".join([pairs[(n >> s) & 1023] for s in _ID_SHIFTS])
 
 
 def dumps(record: Mapping[str, Any]) -> bytes:

@@ -157,7 +157,9 @@ async def load(
     return out
 
 
-async def run(levels: list[int], requests: int, max_s: float, rounds: int) -> None:
+async def run(
+    levels: list[int], requests: int, max_s: float, rounds: int, proxy_args: list[str]
+) -> None:
     import aiohttp
 
     ports = {name: free_port() for name in ("fake", "bare", "proxy")}
@@ -177,6 +179,7 @@ async def run(levels: list[int], requests: int, max_s: float, rounds: int) -> No
                 up,
                 "--port",
                 str(ports["proxy"]),
+                *proxy_args,
             ]
         ),
     ]
@@ -192,7 +195,8 @@ async def run(levels: list[int], requests: int, max_s: float, rounds: int) -> No
             for u in urls.values():
                 await wait_up(session, u)
             print(
-                f"# aw proxy overhead: {os.cpu_count()} CPUs, best of {rounds} rounds, pool {pool}"
+                f"# aw proxy overhead: {os.cpu_count()} CPUs, best of {rounds} rounds, pool {pool},"
+                f" proxy args {proxy_args or 'none'}"
             )
             print(
                 f"{'mode':7} {'conc':>5} {'path':7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ttfc ms':>8}"
@@ -257,13 +261,20 @@ def main() -> None:
     ap.add_argument("--levels", default="1,32,256")
     ap.add_argument("--max-s", type=float, default=8.0, help="time bound per measurement")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--no-uvloop",
+        action="store_true",
+        help="run the proxy on asyncio's loop, like the bare pass-through (default: uvloop if installed)",
+    )
     a = ap.parse_args()
     if a.serve == "fake":
         serve_fake(a.port)
     elif a.serve == "bare":
         serve_bare(a.port, a.upstream)
     else:
-        asyncio.run(run([int(x) for x in a.levels.split(",")], a.requests, a.max_s, a.rounds))
+        levels = [int(x) for x in a.levels.split(",")]
+        proxy_args = ["--no-uvloop"] if a.no_uvloop else []
+        asyncio.run(run(levels, a.requests, a.max_s, a.rounds, proxy_args))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,21 @@ def add_continuations(
     st.registry.add_continuations(call.trajectory, prompt_key, [m for m in msgs if m])
 
 
+def add_reply_continuations(
+    st: State, call: Call, prompt_key: bytes | None, body: dict[str, Any]
+) -> list[dict[str, Any]] | None:
+    """``add_continuations`` from a successful body, before its step records exist.
+
+    Every choice of such a body becomes an ok step, so each reply continues the
+    thread. Returns the replies (for ``ok_steps``), or None when not threaded.
+    """
+    if prompt_key is None or not call.trajectory.threaded:
+        return None
+    replies = call.adapter.replies(body)
+    st.registry.add_continuations(call.trajectory, prompt_key, [m for m in replies if m])
+    return replies
+
+
 def stamp(st: State, call: Call, headers: Any) -> None:
     pv = policy_from(headers)
     if pv is not None:

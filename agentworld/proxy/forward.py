@@ -29,7 +29,7 @@ from agentworld.proxy.app import (
 )
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
-    add_continuations,
+    add_reply_continuations,
     cancelled_steps,
     record_fault,
     stamp,
@@ -179,13 +179,14 @@ async def _unary(
         )
         await record_fault(st, call, fault)
         return error_response(502, fault.message, "upstream_error", code=502)
-    recs = ok_steps(call, obj)
+    # The answer waits only for the continuation points the agent's next call needs; the
+    # parsed body stays whole (the agent's copy is stripped) for the records.
     if call.injected.any:
-        call.adapter.strip(obj, call.injected)
-        raw = orjson.dumps(obj)
+        raw = orjson.dumps(call.adapter.stripped(obj, call.injected))
     out_headers["Content-Type"] = ctype
-    add_continuations(st, call, prompt_key, recs)
+    replies = add_reply_continuations(st, call, prompt_key, obj)
     if st.recorder.strict:
+        recs = ok_steps(call, obj, replies)
         try:
             await st.recorder.steps(call.trajectory, recs)
         except RecordFailed as exc:
@@ -197,10 +198,15 @@ async def _unary(
             )
         return web.Response(body=raw, headers=out_headers)
     out = web.Response(body=raw, headers=out_headers)
+    gone = False
     try:
         await out.prepare(request)
         await out.write_eof()
     except WRITE_ERRORS:
+        gone = True
+    # Batched durability: the records are built after the answer has left.
+    recs = ok_steps(call, obj, replies)
+    if gone:
         for r in recs:
             r["status"] = "cancelled"
             r["error"] = {

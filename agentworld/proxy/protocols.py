@@ -172,13 +172,27 @@ def _tokens(prompt_ids: Any, ids: Any, logprobs: list[Any] | None) -> dict[str, 
     tokens: dict[str, Any] = {"source": "engine", "completion_ids": ids}
     if isinstance(prompt_ids, list):
         tokens["prompt_ids"] = prompt_ids
+    # Exact types: parsed JSON holds no subclasses, and bool (an int) must not pass.
     if (
         logprobs is not None
         and len(logprobs) == len(ids)
-        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in logprobs)
+        and all(x.__class__ in _NUMBER_TYPES for x in logprobs)
     ):
         tokens["completion_logprobs"] = logprobs
     return tokens
+
+
+_NUMBER_TYPES = frozenset({int, float})
+
+
+def _reply(c: dict[str, Any]) -> dict[str, Any]:
+    """A response choice's message, normalised as the record's assistant message."""
+    msg = c.get("message")
+    message = normalise_message(
+        {**msg, "role": "assistant"} if isinstance(msg, dict) else {"role": "assistant"}
+    )
+    message.setdefault("content", None)
+    return message
 
 
 class ChatAdapter:
@@ -250,6 +264,15 @@ class ChatAdapter:
                 if injected.logprobs and "logprobs" in c:
                     c["logprobs"] = None
 
+    def stripped(self, obj: dict[str, Any], injected: Injected) -> dict[str, Any]:
+        """``strip`` on shallow copies: the parsed body stays whole for the record."""
+        out = obj.copy()
+        choices = out.get("choices")
+        if isinstance(choices, list):
+            out["choices"] = [c.copy() if isinstance(c, dict) else c for c in choices]
+        self.strip(out, injected)
+        return out
+
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
@@ -268,14 +291,21 @@ class ChatAdapter:
         """The request's messages in the record shape (also what threading compares)."""
         return [normalise_message(m) for m in body["messages"]]
 
-    def choices(self, body: dict[str, Any]) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
-        """(choice index, record response, record tokens) for each choice of a response body."""
+    def replies(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The assistant message of each choice, normalised (what threading continues from)."""
+        return [_reply(c) for c in body.get("choices") or () if isinstance(c, dict)]
+
+    def choices(
+        self, body: dict[str, Any], replies: list[dict[str, Any]] | None = None
+    ) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+        """(choice index, record response, record tokens) for each choice of a response body.
+
+        ``replies``: ``self.replies(body)`` when already computed.
+        """
         out = []
         choices = [c for c in body.get("choices") or () if isinstance(c, dict)]
-        for c in choices:
-            msg = c.get("message") if isinstance(c.get("message"), dict) else {}
-            message = normalise_message({**msg, "role": "assistant"})
-            message.setdefault("content", None)
+        for i, c in enumerate(choices):
+            message = replies[i] if replies is not None else _reply(c)
             response: dict[str, Any] = {"message": message}
             if isinstance(c.get("finish_reason"), str):
                 response["finish_reason"] = c["finish_reason"]
@@ -288,7 +318,7 @@ class ChatAdapter:
             lp = c.get("logprobs")
             values = None
             if isinstance(lp, dict) and isinstance(lp.get("content"), list):
-                values = [e.get("logprob") if isinstance(e, dict) else None for e in lp["content"]]
+                values = [e.get("logprob") if e.__class__ is dict else None for e in lp["content"]]
             tokens = _tokens(body.get("prompt_token_ids"), ids, values)
             out.append(
                 (c.get("index", 0) if isinstance(c.get("index"), int) else 0, response, tokens)
@@ -348,6 +378,15 @@ class CompletionsAdapter:
                 if injected.logprobs and "logprobs" in c:
                     c["logprobs"] = None
 
+    def stripped(self, obj: dict[str, Any], injected: Injected) -> dict[str, Any]:
+        """``strip`` on shallow copies: the parsed body stays whole for the record."""
+        out = obj.copy()
+        choices = out.get("choices")
+        if isinstance(choices, list):
+            out["choices"] = [c.copy() if isinstance(c, dict) else c for c in choices]
+        self.strip(out, injected)
+        return out
+
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
@@ -367,7 +406,12 @@ class CompletionsAdapter:
             req["model"] = sent["model"]
         return req
 
-    def choices(self, body: dict[str, Any]) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    def replies(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        return []  # completions carry no messages: never threaded
+
+    def choices(
+        self, body: dict[str, Any], replies: list[dict[str, Any]] | None = None
+    ) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
         out = []
         choices = [c for c in body.get("choices") or () if isinstance(c, dict)]
         for c in choices:

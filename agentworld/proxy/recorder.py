@@ -51,46 +51,89 @@ class Call:
         return t
 
 
-def _common(call: Call) -> dict[str, Any]:
+def _base(call: Call) -> dict[str, Any]:
+    """The fields all step records of one call share (what ``records.make_step`` fills in).
+
+    Built directly rather than through ``make_step``'s keyword copies: this runs
+    once per proxied call. Absent optional fields are left out, as make_step does.
+    """
     t = call.trajectory
-    return {
-        **t.common(),
+    rec: dict[str, Any] = {
+        "kind": records.STEP,
+        "schema": records.SCHEMA_VERSION,
+        "trajectory": t.id,
         "index": call.index,
+        "agent": t.agent,
         "protocol": call.adapter.protocol,
         "policy_version": call.policy_version,
         "timings": call.timings(),
-        "metadata": call.metadata or None,
     }
+    if t.group is not None:
+        rec["group"] = t.group
+    if t.dataset is not None:
+        rec["dataset"] = t.dataset
+    if t.split is not None:
+        rec["split"] = t.split
+    if t.task is not None:
+        rec["task"] = t.task
+    if call.metadata:
+        rec["metadata"] = call.metadata
+    return rec
 
 
-def ok_steps(call: Call, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """One step record per choice of a successful response body."""
+def _step(
+    base: dict[str, Any],
+    *,
+    request: dict[str, Any],
+    response: dict[str, Any] | None,
+    tokens: dict[str, Any] | None,
+    status: str = "ok",
+    error: dict[str, Any] | None = None,
+    choice: int | None = None,
+) -> dict[str, Any]:
+    rec = base.copy()
+    rec["id"] = records.new_id("st")
+    rec["status"] = status
+    rec["request"] = request
+    if response is not None:
+        rec["response"] = response
+    rec["tokens"] = tokens or {"source": "none"}
+    if error is not None:
+        rec["error"] = error
+    if choice is not None:
+        rec["choice"] = choice
+    return rec
+
+
+def ok_steps(
+    call: Call, body: dict[str, Any], replies: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """One step record per choice of a successful response body (``replies``: already made)."""
     request = call.adapter.request_record(call.sent, call.injected, call.messages)
-    choices = call.adapter.choices(body)
-    common = _common(call)
+    choices = call.adapter.choices(body, replies)
+    base = _base(call)
     if not choices:
         return [
-            records.make_step(
-                **common,
+            _step(
+                base,
                 request=request,
                 response=None,
+                tokens=None,
                 status="error",
                 error={"type": "upstream_invalid", "message": "the response has no choices"},
             )
         ]
     multi = len(choices) > 1
-    out = []
-    for index, response, tokens in choices:
-        out.append(
-            records.make_step(
-                **common,
-                request=request,
-                response=response,
-                tokens=tokens,
-                choice=index if multi else None,
-            )
+    return [
+        _step(
+            base,
+            request=request,
+            response=response,
+            tokens=tokens,
+            choice=index if multi else None,
         )
-    return out
+        for index, response, tokens in choices
+    ]
 
 
 def failed_step(
@@ -109,8 +152,8 @@ def failed_step(
         if got:
             _, response, tokens = got[0]
     return [
-        records.make_step(
-            **_common(call),
+        _step(
+            _base(call),
             request=request,
             response=response,
             tokens=tokens,

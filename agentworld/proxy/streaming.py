@@ -15,7 +15,7 @@ from aiohttp import web
 from agentworld.proxy.app import State, error_response
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
-    add_continuations,
+    add_reply_continuations,
     cancelled_steps,
     record_fault,
     stamp,
@@ -109,6 +109,7 @@ async def _pump(
     size = 0
     strip = call.injected.any
     done = False
+    first = True  # the first event goes out on its own, ahead of the rest of its read
     try:
         async for data in resp.content.iter_any():
             if call.first_token_s is None:
@@ -142,6 +143,13 @@ async def _pump(
                     parts.append(encode_event(obj))
                 else:
                     parts.append(ev + b"\n\n")
+                if first:
+                    first = False
+                    try:
+                        await out.write(parts[0] if len(parts) == 1 else b"".join(parts))
+                    except WRITE_ERRORS:
+                        return done, True, None
+                    parts = []
             if parts:
                 try:
                     await out.write(b"".join(parts))
@@ -195,8 +203,8 @@ async def _finish_stream(
         except WRITE_ERRORS:
             pass
         return out
-    recs = ok_steps(call, body)
-    add_continuations(st, call, prompt_key, recs)
+    replies = add_reply_continuations(st, call, prompt_key, body)
+    recs = ok_steps(call, body, replies)
     tail = b"data: [DONE]\n\n"
     if st.recorder.strict:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -55,14 +56,17 @@ def classify(exc: BaseException, url: str) -> Fault:
     return Fault(502, "upstream_error", f"upstream {url}: {type(exc).__name__}: {exc}")
 
 
+@functools.lru_cache(maxsize=256)
+def _timeout(connect_s: float, read_s: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(
+        total=None, sock_connect=connect_s, connect=connect_s, sock_read=read_s
+    )
+
+
 def timeout_for(up: UpstreamConfig) -> aiohttp.ClientTimeout:
     # sock_read bounds the gap between bytes, so long streams live while stalled ones die.
-    return aiohttp.ClientTimeout(
-        total=None,
-        sock_connect=up.connect_timeout_s,
-        connect=up.connect_timeout_s,
-        sock_read=up.timeout_s,
-    )
+    # ClientTimeout is frozen, so one per setting serves every call.
+    return _timeout(up.connect_timeout_s, up.timeout_s)
 
 
 def make_session() -> aiohttp.ClientSession:
@@ -84,11 +88,12 @@ def upstream_headers(
 ) -> CIMultiDict[str]:
     """Headers for the upstream: the agent's, minus hop-by-hop, secrets and X-AW-*, plus the key."""
     out: CIMultiDict[str] = CIMultiDict()
+    keep_secrets = forward_client_auth and api_key is None
     for k, v in incoming.items():
-        lk = k.lower()
-        if lk in HOP_HEADERS or lk.startswith("x-aw-"):
-            continue
-        if lk in SECRET_HEADERS and not (forward_client_auth and api_key is None):
+        kind = _HEADER_KIND.get(k)
+        if kind is None:
+            kind = _header_kind(k)
+        if kind == _DROP or (kind == _SECRET and not keep_secrets):
             continue
         out.add(k, v)
     if api_key is not None:
@@ -96,6 +101,24 @@ def upstream_headers(
     if extra:
         out.update(extra)
     return out
+
+
+_KEEP, _DROP, _SECRET = 0, 1, 2
+_HEADER_KIND: dict[str, int] = {}  # header name as sent -> what to do with it (names repeat)
+_MAX_HEADER_NAMES = 4096
+
+
+def _header_kind(name: str) -> int:
+    lk = name.lower()
+    if lk in HOP_HEADERS or lk.startswith("x-aw-"):
+        kind = _DROP
+    elif lk in SECRET_HEADERS:
+        kind = _SECRET
+    else:
+        kind = _KEEP
+    if len(_HEADER_KIND) < _MAX_HEADER_NAMES:  # bounded: agents may send arbitrary names
+        _HEADER_KIND[name] = kind
+    return kind
 
 
 def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:

@@ -1,0 +1,128 @@
+"""The proxy's cheaper hot-path helpers keep the exact behaviour of the plain versions."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from multidict import CIMultiDict
+
+from agentworld import records
+from agentworld.proxy.command import _event_loop
+from agentworld.proxy.protocols import CHAT, COMPLETIONS, Injected
+from agentworld.proxy.upstream import upstream_headers
+
+ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def reference_id(prefix: str, ms: int, rnd: bytes) -> str:
+    """The id scheme spelt out: 48-bit ms time then 80 random bits, 26 base32 digits."""
+    n = (ms << 80) | int.from_bytes(rnd, "big")
+    digits = []
+    for _ in range(26):
+        n, r = divmod(n, 32)
+        digits.append(ALPHABET[r])
+    return prefix + "_" + "".join(reversed(digits))
+
+
+@pytest.mark.parametrize(
+    "ms, rnd",
+    [
+        (0, bytes(10)),
+        (2**48 - 1, b"\xff" * 10),
+        (1_796_035_251_123, bytes(range(10))),
+        (1_700_000_000_000, b"\x80" + bytes(9)),
+    ],
+)
+def test_new_id_digits_match_the_reference_scheme(monkeypatch, ms, rnd):
+    monkeypatch.setattr(records.time, "time_ns", lambda: ms * 1_000_000 + 999_999)
+    monkeypatch.setattr(records.os, "urandom", lambda n: rnd[:n])
+    assert records.new_id("st") == reference_id("st", ms, rnd)
+
+
+def chat_body() -> dict:
+    return {
+        "id": "c1",
+        "prompt_token_ids": [1, 2, 3],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "hi"},
+                "token_ids": [7, 8],
+                "logprobs": {"content": [{"token": "h", "logprob": -0.5}]},
+            },
+            "not a choice",
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+
+
+@pytest.mark.parametrize("adapter", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize(
+    "injected", [Injected(True, True), Injected(True, False), Injected(False, True)]
+)
+def test_stripped_equals_strip_and_leaves_the_body_whole(adapter, injected):
+    body = chat_body()
+    before = copy.deepcopy(body)
+    expected = copy.deepcopy(body)
+    adapter.strip(expected, injected)
+    assert adapter.stripped(body, injected) == expected
+    assert body == before  # the record is built from it after the answer left
+
+
+def test_replies_are_the_recorded_assistant_messages():
+    body = chat_body()
+    replies = CHAT.replies(body)
+    assert [r for _, r, _ in CHAT.choices(body)] == [{"message": replies[0], **_rest(body)}]
+    assert replies == [{"role": "assistant", "content": "hi"}]
+
+
+def _rest(body: dict) -> dict:
+    return {"id": body["id"], "usage": body["usage"]}
+
+
+def test_logprobs_kept_only_when_all_are_numbers():
+    body = chat_body()
+    ((_, _, tokens),) = CHAT.choices(body)
+    assert "completion_logprobs" not in tokens  # one log-prob for two token ids
+    body["choices"][0]["logprobs"]["content"] = [{"logprob": -1}, {"logprob": -0.25}]
+    ((_, _, tokens),) = CHAT.choices(body)
+    assert tokens["completion_logprobs"] == [-1, -0.25]
+    body["choices"][0]["logprobs"]["content"] = [{"logprob": True}, {"logprob": -0.25}]
+    ((_, _, tokens),) = CHAT.choices(body)
+    assert "completion_logprobs" not in tokens
+
+
+def test_upstream_headers_same_decision_on_every_call():
+    incoming = CIMultiDict(
+        [
+            ("Host", "h"),
+            ("Authorization", "Bearer agent"),
+            ("X-AW-Trajectory", "tr_1"),
+            ("x-aw-agent", "a"),
+            ("Connection", "keep-alive"),
+            ("X-Custom", "1"),
+            ("x-custom", "2"),
+        ]
+    )
+    for _ in range(3):  # the second and third calls hit the per-name cache
+        kept = upstream_headers(incoming, None, forward_client_auth=True)
+        assert list(kept.items()) == [
+            ("Authorization", "Bearer agent"),
+            ("X-Custom", "1"),
+            ("x-custom", "2"),
+        ]
+        keyed = upstream_headers(incoming, "k", forward_client_auth=True)
+        assert keyed.getall("Authorization") == ["Bearer k"]
+        assert "X-AW-Trajectory" not in keyed and "Connection" not in keyed
+
+
+def test_event_loop_choice():
+    assert _event_loop(False) is None
+    loop = _event_loop(True)
+    try:
+        uvloop = pytest.importorskip("uvloop")
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        if loop is not None:
+            loop.close()
