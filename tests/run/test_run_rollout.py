@@ -341,8 +341,9 @@ def test_cli_config_errors_surface_as_agentworld_errors(tmp_path):
 async def test_in_process_proxy_records_a_real_run(tmp_path):
     """With the real proxy (branch proxy) and its fake vLLM upstream: no --proxy given."""
     pytest.importorskip("agentworld.proxy.server")
-    from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
     from aiohttp.test_utils import TestServer
+
+    from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 
     upstream = TestServer(
         make_fake_app(FakeUpstream("u", reply="Final answer: 5")), host="127.0.0.1"
