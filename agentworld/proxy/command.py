@@ -107,6 +107,8 @@ def proxy(
         logging.getLogger("agentworld.proxy.access").propagate = False
     the_pool = Pool.create(pool)
     app = make_app(cfg, the_pool)
+    if port == 0:
+        port = _free_port(host)  # so the URL announced below is one agents can use
     targets = ", ".join(
         [f"{n} -> {' '.join(u.urls)}" for n, u in agents.items()]
         + ([f"default -> {default.urls[0]}"] if default else [])
@@ -117,6 +119,14 @@ def proxy(
         err=True,
     )
     web.run_app(app, host=host, port=port, access_log=None, print=None, loop=_event_loop(uvloop))
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def _event_loop(want_uvloop: bool) -> Any:
