@@ -26,7 +26,7 @@ from agentworld.pool.shards import iter_shard_lines
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 PREVIEW_CHARS = 240
 
 _SCHEMA = """
@@ -51,7 +51,8 @@ CREATE INDEX IF NOT EXISTS steps_totals ON steps (
 );
 CREATE TABLE IF NOT EXISTS ends (
     trajectory TEXT PRIMARY KEY, id TEXT, status TEXT, reward REAL, ended_at REAL, steps INTEGER,
-    error TEXT, source TEXT NOT NULL, line INTEGER NOT NULL
+    error TEXT, source TEXT NOT NULL, line INTEGER NOT NULL,
+    agent TEXT, dataset TEXT, split TEXT, task TEXT, grp TEXT, policy_version INTEGER
 );
 CREATE INDEX IF NOT EXISTS ends_source ON ends (source);
 CREATE TABLE IF NOT EXISTS trajectories (
@@ -163,11 +164,17 @@ def _end_row(rec: dict[str, Any], source: str, line: int) -> tuple[Any, ...]:
         f"{err.get('type')}: {err.get('message')}"[:500] if err else None,
         source,
         line,
+        rec.get("agent"),
+        rec.get("dataset"),
+        rec.get("split"),
+        rec.get("task"),
+        rec.get("group"),
+        rec.get("policy_version"),
     )
 
 
 _STEP_INSERT = "INSERT OR REPLACE INTO steps VALUES (" + ",".join("?" * 22) + ")"
-_END_INSERT = "INSERT OR REPLACE INTO ends VALUES (" + ",".join("?" * 9) + ")"
+_END_INSERT = "INSERT OR REPLACE INTO ends VALUES (" + ",".join("?" * 15) + ")"
 
 _SUMMARISE = """
 INSERT OR REPLACE INTO trajectories
@@ -182,6 +189,17 @@ SELECT s.trajectory,
 FROM steps s LEFT JOIN ends e ON e.trajectory = s.trajectory
 WHERE s.trajectory IN (SELECT id FROM touched)
 GROUP BY s.trajectory
+"""
+
+# A trajectory can end before its first model call (an agent that crashed at
+# start): it has an end record and no steps, and must still be listed.
+_SUMMARISE_ENDS_ONLY = """
+INSERT OR REPLACE INTO trajectories
+SELECT e.trajectory, e.agent, e.dataset, e.split, e.task, e.grp, e.status, e.reward, 0, 0,
+       e.ended_at, e.ended_at, e.policy_version, e.policy_version, 0, 0, NULL, e.error
+FROM ends e
+WHERE e.trajectory IN (SELECT id FROM touched)
+  AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.trajectory = e.trajectory)
 """
 
 
@@ -279,9 +297,11 @@ class Index:
             self._refresh_labels(force=bool(report.records or gone))
             self.db.execute(
                 "DELETE FROM trajectories WHERE id IN (SELECT id FROM touched) "
-                "AND id NOT IN (SELECT trajectory FROM steps)"
+                "AND id NOT IN (SELECT trajectory FROM steps) "
+                "AND id NOT IN (SELECT trajectory FROM ends)"
             )
             self.db.execute(_SUMMARISE)
+            self.db.execute(_SUMMARISE_ENDS_ONLY)
             self.db.execute("DELETE FROM touched")
             self.db.commit()
         except BaseException:

@@ -41,7 +41,9 @@ def test_labels_filter_and_override_reward(pool: Pool) -> None:
     with pool.writer() as w:
         for t in ("tr_x", "tr_y"):
             w.append(conversation_step(t, 0))
-            w.append(records.make_end(trajectory=t, agent="math", status="done", steps=1, reward=0.0))
+            w.append(
+                records.make_end(trajectory=t, agent="math", status="done", steps=1, reward=0.0)
+            )
     pool.labels.set(["trajectory:tr_x"], {"reward": 2.5, "quality": "good"}, author="ann")
     idx = pool.index()
     assert [t["id"] for t in idx.trajectories(Selection(min_reward=1.0))] == ["tr_x"]
@@ -59,3 +61,31 @@ def test_get_trajectory_sees_new_labels_without_full_refresh(pool: Pool) -> None
     assert pool.get_trajectory("tr_l").labels == {}
     pool.labels.set(["trajectory:tr_l"], {"quality": "bad"}, author="ann")
     assert pool.get_trajectory("tr_l").labels == {"quality": "bad"}
+
+
+def test_trajectory_ended_before_any_step_is_listed(pool: Pool) -> None:
+    with pool.writer() as w:
+        w.append(
+            records.make_end(
+                trajectory="tr_crash",
+                agent="cli",
+                status="failed",
+                steps=0,
+                dataset="arith",
+                group="g1",
+                task="t0",
+                error={"type": "exit", "message": "exit status 2"},
+            )
+        )
+    idx = pool.index()
+    row = idx.trajectory("tr_crash")
+    assert row is not None
+    assert (row["agent"], row["dataset"], row["group"], row["status"], row["n_steps"]) == (
+        "cli",
+        "arith",
+        "g1",
+        "failed",
+        0,
+    )
+    assert idx.count_trajectories(Selection(status=("failed",))) == 1
+    assert idx.stats()["trajectories_by_status"] == {"failed": 1}
