@@ -1,4 +1,4 @@
-"""Per-writer journals with group commit, rotation into shards, and crash recovery.
+"""Journals: their framing, reading, sealing into shards, and recovery after a crash.
 
 A journal is an append-only file owned by one writer, which holds an exclusive
 ``flock`` on it for its whole life. Each line is ``<crc32 as 8 hex> <json>\\n``,
@@ -6,40 +6,32 @@ so a torn or corrupt tail is detected and cut rather than read as data. A
 journal whose lock can be taken belongs to a dead writer and is recovered:
 its valid prefix is sealed into a shard and the journal is removed.
 
-A writer compresses its journal's records into the future shard as they are
-committed (``ShardBuilder``), so closing only ends the frame. Before the shard
-gets its name the journal gets a last line, the sealed trailer, naming it: a
-crash after that point never seals the records a second time.
+The writer that owns a journal (``writer.py``) compresses its records into the
+future shard as they are committed, so closing only ends the frame. Before the
+shard gets its name the journal gets a last line, the sealed trailer, naming
+it: a crash after that point never seals the records a second time.
 """
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import logging
 import os
-import queue
-import re
-import socket
-import threading
-import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from agentworld import records
-from agentworld.errors import PoolError, PoolFormatError
-from agentworld.pool.layout import JOURNAL_SUFFIX, Layout, fsync_dir
-from agentworld.pool.shards import ShardBuilder, install_shard, stage_shard, write_shard
+from agentworld.errors import PoolFormatError
+from agentworld.pool.layout import Layout, fsync_dir
+from agentworld.pool.shards import write_shard
 
 log = logging.getLogger(__name__)
 
-Durability = Literal["batched", "strict"]
 
 
-_IOV_RECORDS = 341  # three buffers a record, under the usual IOV_MAX of 1024
 
 
 def frame(data: bytes) -> bytes:
@@ -170,7 +162,8 @@ def journal_records(scan: JournalScan) -> list[bytes]:
 fault_hook: Callable[[str], None] | None = None
 
 
-def _fault(point: str) -> None:
+def fault_point(point: str) -> None:
+    """Where tests kill the process to prove a crash there is safe (``fault_hook``)."""
     if fault_hook is not None:
         fault_hook(point)
 
@@ -215,33 +208,6 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
     )
 
 
-def seal_streamed(layout: Layout, journal: _Journal, builder: ShardBuilder) -> Path | None:
-    """Seal a journal whose records its own writer compressed as they were committed.
-
-    The order makes every crash safe: the shard is staged under a temporary
-    name, the journal gets its fsynced sealed trailer naming the shard, the
-    shard is renamed to that name, and only then the journal is unlinked.
-    Recovery of a journal with a trailer only unlinks it when the named shard
-    exists, and seals its records again when it does not.
-    """
-    shard = None
-    if builder.records:
-        digest = builder.finish()
-        shard = layout.shard_path(digest)
-        tmp = None if shard.exists() else stage_shard(layout, digest, builder.chunks)
-        journal.write(frame(trailer_line(digest, builder.records)))
-        os.fsync(journal.fd)
-        _fault("trailer-written")
-        if tmp is not None:
-            install_shard(layout, tmp, digest)
-        _fault("shard-installed")
-    # No directory fsync after the unlink: a journal that comes back after a power
-    # loss carries the trailer, and its recovery only removes it again.
-    os.unlink(journal.path)
-    builder.chunks.clear()
-    return shard
-
-
 def recover_orphans(layout: Layout) -> list[Recovery]:
     """Seal every journal whose writer is gone (its lock is free). Safe with live writers."""
     out = []
@@ -265,363 +231,3 @@ def recover_orphans(layout: Layout) -> list[Recovery]:
         finally:
             os.close(fd)
     return out
-
-
-class _Journal:
-    """One open journal file, created under lock so no recoverer can take it from us."""
-
-    def __init__(self, layout: Layout, writer_id: str, seq: int) -> None:
-        layout.journals.mkdir(parents=True, exist_ok=True)
-        name = f"{writer_id}-{seq:04d}{JOURNAL_SUFFIX}"
-        tmp = layout.journals / f".{name}"
-        self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        header = records.dumps(
-            {"journal": JOURNAL_VERSION, "writer": writer_id, "created": time.time()}
-        )
-        head = frame(header)
-        os.write(self.fd, head)
-        os.fsync(self.fd)
-        self.offset = len(head)  # file size after the last complete write
-        # The committed records, compressed into the future shard as they commit
-        # so sealing only ends the frame; None once compressing failed (sealing
-        # then reads the file, as recovery of a crashed writer does).
-        self.builder: ShardBuilder | None = ShardBuilder()
-        self.path = layout.journals / name
-        os.replace(tmp, self.path)
-        fsync_dir(layout.journals)
-        self.size = 0
-
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
-        self.size += len(data)
-        self.offset += len(data)
-
-    def write_records(self, batch: list[bytes]) -> None:
-        """Frame and append records with gathered writes (no joined copy of the batch)."""
-        crc32 = zlib.crc32
-        for start in range(0, len(batch), _IOV_RECORDS):
-            iov: list[bytes] = []
-            for data in batch[start : start + _IOV_RECORDS]:
-                iov += (b"%08x " % crc32(data), data, b"\n")
-            total = sum(map(len, iov))
-            n = os.writev(self.fd, iov)
-            if n < total:  # a short write: finish the rest the plain way
-                self.size += n
-                self.offset += n
-                self.write(b"".join(iov)[n:])
-            else:
-                self.size += total
-                self.offset += total
-
-
-class _Compressor:
-    """A thread that compresses committed batches into their journal's shard builder.
-
-    The committer hands each batch over once it is written, before its fsync,
-    so compressing (which releases the GIL) overlaps the fsync and the next
-    batch instead of lengthening the committer's cycle.
-    """
-
-    def __init__(self) -> None:
-        # Bounded: a committer ahead of the compressor waits rather than holding
-        # batches in memory twice (appenders then feel the usual back-pressure).
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=4)
-        self._thread = threading.Thread(target=self._run, name="aw-pool-compress", daemon=True)
-        self._thread.start()
-
-    def submit(self, journal: _Journal, batch: list[bytes]) -> None:
-        self._queue.put((journal, batch))
-
-    def drain(self) -> None:
-        """Return once every batch submitted so far is compressed."""
-        done = threading.Event()
-        self._queue.put(done)
-        done.wait()
-
-    def stop(self) -> None:
-        """Compress what is left, then end the thread."""
-        self._queue.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            journal, batch = item
-            builder = journal.builder
-            if builder is None:
-                continue
-            try:
-                builder.add(batch)
-            except Exception as exc:  # the file still has the records: seal from it
-                log.warning("compressing %s failed, sealing will read it: %s", journal.path, exc)
-                journal.builder = None
-
-
-class PoolWriter:
-    """Appends records to this process's own journal with group commit.
-
-    ``batched``: ``append`` returns once the record is queued; a committer thread
-    writes and fsyncs every ``commit_records`` records or ``commit_interval_s``,
-    whichever comes first, so a crash loses at most that window.
-    ``strict``: ``append`` returns only after the record is fsynced; concurrent
-    appenders share one fsync (group commit).
-    """
-
-    def __init__(
-        self,
-        layout: Layout,
-        *,
-        durability: Durability = "batched",
-        commit_records: int = 512,
-        commit_interval_s: float = 0.05,
-        rotate_bytes: int = 64 * 1024 * 1024,
-        name: str = "w",
-    ) -> None:
-        if durability not in ("batched", "strict"):
-            raise PoolError(f"durability must be 'batched' or 'strict', got {durability!r}")
-        if commit_records < 1 or commit_interval_s <= 0 or rotate_bytes < 1024:
-            raise PoolError("commit_records >= 1, commit_interval_s > 0, rotate_bytes >= 1024")
-        self.layout = layout
-        self.durability = durability
-        self.commit_records = commit_records
-        self.commit_interval_s = commit_interval_s
-        self.rotate_bytes = rotate_bytes
-        self.max_pending = 2 * commit_records
-        name = re.sub(r"[^A-Za-z0-9_]+", "_", name)[:32] or "w"
-        host = re.sub(r"[^A-Za-z0-9_]+", "_", socket.gethostname())[:32] or "host"
-        self.writer_id = f"{name}-{host}-{os.getpid()}-{os.urandom(3).hex()}"
-        self._seq = 0
-        self._journal = _Journal(layout, self.writer_id, self._seq)
-        self._cond = threading.Condition()
-        self._pending: list[bytes] = []
-        self._appended = 0  # sequence number of the last queued record
-        self._durable = 0  # sequence number of the last fsynced record
-        self._failed_upto = 0  # records up to here were lost to a write error
-        self._async_waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._strict_waiting = 0
-        self._closing = False
-        self._closed = False
-        self.last_error: BaseException | None = None
-        self.stats = {"appended": 0, "committed": 0, "commits": 0, "lost": 0, "sealed_shards": 0}
-        self._sealers: list[threading.Thread] = []
-        self._compressor = _Compressor()
-        self._thread = threading.Thread(target=self._run, name="aw-pool-commit", daemon=True)
-        self._thread.start()
-
-    # -- appending ----------------------------------------------------------------
-
-    def _enqueue(self, record: Mapping[str, Any]) -> int:
-        line = records.encode(record)  # framed by the committer thread
-        with self._cond:
-            # Back-pressure bounds memory and what a crash can lose in batched
-            # mode: at most the batch being written plus this many queued.
-            while len(self._pending) >= self.max_pending and not self._closing:
-                self._cond.notify_all()
-                self._cond.wait()
-            if self._closing:
-                raise PoolError("writer is closed")
-            self._pending.append(line)
-            self._appended += 1
-            seq = self._appended
-            self.stats["appended"] += 1
-            if self.durability == "strict" or len(self._pending) >= self.commit_records:
-                self._cond.notify_all()
-            return seq
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        """Validate and append one record (RecordError names a bad field)."""
-        seq = self._enqueue(record)
-        if self.durability == "strict":
-            self._wait(seq)
-
-    def append_many(self, recs: list[Mapping[str, Any]]) -> None:
-        """Append several records; in strict mode wait once for all of them."""
-        seq = 0
-        for rec in recs:
-            seq = self._enqueue(rec)
-        if self.durability == "strict" and seq:
-            self._wait(seq)
-
-    async def append_async(self, record: Mapping[str, Any]) -> None:
-        """Like ``append`` but awaits durability without blocking the event loop."""
-        line = records.encode(record)
-        loop = asyncio.get_running_loop()
-        with self._cond:
-            if self._closing:
-                raise PoolError("writer is closed")
-            self._pending.append(line)
-            self._appended += 1
-            self.stats["appended"] += 1
-            seq = self._appended
-            fut: asyncio.Future[None] | None = None
-            if self.durability == "strict" or len(self._pending) > self.max_pending:
-                # Strict: wait for the fsync. Batched but backlogged: wait too,
-                # without blocking the event loop, so the backlog stays bounded.
-                fut = loop.create_future()
-                self._async_waiters.append((seq, loop, fut))
-                self._cond.notify_all()
-            elif len(self._pending) >= self.commit_records:
-                self._cond.notify_all()
-        if fut is not None:
-            await fut
-
-    def _wait(self, seq: int) -> None:
-        with self._cond:
-            self._strict_waiting += 1
-            self._cond.notify_all()
-            try:
-                while self._durable < seq and self._failed_upto < seq:
-                    self._cond.wait()
-            finally:
-                self._strict_waiting -= 1
-            if self._durable < seq:
-                raise PoolError(f"pool write failed: {self.last_error}")
-
-    def flush(self) -> None:
-        """Write and fsync everything appended so far."""
-        with self._cond:
-            seq = self._appended
-        if seq:
-            self._wait(seq)
-
-    # -- the committer ---------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                deadline = time.monotonic() + self.commit_interval_s
-                while not self._closing:
-                    if self._pending and (
-                        self._strict_waiting
-                        or self._async_waiters
-                        or len(self._pending) >= self.commit_records
-                    ):
-                        break
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                batch, self._pending = self._pending, []
-                seq = self._appended
-                closing = self._closing
-            if batch:
-                self._commit(batch, seq)
-            if closing:
-                with self._cond:
-                    if not self._pending:
-                        return
-
-    def _commit(self, batch: list[bytes], seq: int) -> None:
-        try:
-            self._journal.write_records(batch)
-            if self._journal.builder is not None:
-                self._compressor.submit(self._journal, batch)
-            os.fsync(self._journal.fd)
-            ok = True
-        except OSError as exc:
-            ok = False
-            self.last_error = exc
-            self._journal.builder = None  # it may hold records the file lost
-            log.error("pool write failed, %d records lost: %s", len(batch), exc)
-            try:
-                # Cut what part of the batch reached the file: a torn line would
-                # hide every later (acknowledged) record behind it.
-                os.ftruncate(self._journal.fd, self._journal.offset)
-            except OSError:
-                log.error(
-                    "could not cut %s back; later records may be unreadable", self._journal.path
-                )
-        with self._cond:
-            if ok:
-                self._durable = seq
-                self.stats["committed"] += len(batch)
-                self.stats["commits"] += 1
-            else:
-                self._failed_upto = seq
-                self.stats["lost"] += len(batch)
-            waiters, self._async_waiters = self._async_waiters, []
-            self._cond.notify_all()
-        for wseq, loop, fut in waiters:
-            if wseq <= seq:
-                loop.call_soon_threadsafe(_settle, fut, None if ok else self.last_error)
-            else:
-                with self._cond:
-                    self._async_waiters.append((wseq, loop, fut))
-        if ok and self._journal.size >= self.rotate_bytes:
-            self._rotate()
-
-    def _rotate(self) -> None:
-        old = self._journal
-        if old.builder is not None:
-            self._compressor.drain()
-        if old.builder is not None:
-            # End the frame now, while no batch is being compressed, so the new
-            # journal's builder can reuse the zstd compressor right away.
-            try:
-                old.builder.finish()
-            except Exception as exc:
-                log.warning("compressing %s failed, sealing will read it: %s", old.path, exc)
-                old.builder = None
-        try:
-            self._seq += 1
-            self._journal = _Journal(self.layout, self.writer_id, self._seq)
-        except OSError as exc:
-            self.last_error = exc
-            old.builder = None  # its frame is ended: more records cannot join it
-            log.error("journal rotation failed, continuing in the current journal: %s", exc)
-            return
-        t = threading.Thread(target=self._seal, args=(old,), name="aw-pool-seal", daemon=True)
-        self._sealers.append(t)
-        t.start()
-
-    def _seal(self, journal: _Journal) -> None:
-        try:
-            if self.last_error is None and journal.builder is not None:
-                seal_streamed(self.layout, journal, journal.builder)
-            else:
-                seal_journal(self.layout, journal.path, journal.fd)
-            self.stats["sealed_shards"] += 1
-        except OSError as exc:
-            # The journal stays on disk, locked until we exit, then recovered.
-            self.last_error = exc
-            log.error("sealing %s failed, it will be recovered later: %s", journal.path, exc)
-            return
-        os.close(journal.fd)
-
-    def close(self, *, seal: bool = True) -> None:
-        """Commit what is pending, then seal the journal into a shard."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closing = True
-            self._cond.notify_all()
-        self._thread.join()
-        self._compressor.stop()
-        for t in self._sealers:
-            t.join()
-        self._closed = True
-        if seal and self.last_error is None:
-            self._seal(self._journal)
-        else:
-            os.close(self._journal.fd)
-
-    def __enter__(self) -> PoolWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _settle(fut: asyncio.Future[None], error: BaseException | None) -> None:
-    if fut.done():
-        return
-    if error is None:
-        fut.set_result(None)
-    else:
-        fut.set_exception(PoolError(f"pool write failed: {error}"))
