@@ -14,11 +14,11 @@ from typing import Any
 from agentworld.errors import NotFoundError
 from agentworld.pool.index import Index
 from agentworld.pool.journal import Recovery, recover_orphans
-from agentworld.pool.writer import Durability, PoolWriter
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, check_version, init_pool
 from agentworld.pool.reader import RecordFetcher, Trajectory, iter_records, iter_trajectories
 from agentworld.pool.selection import Selection
+from agentworld.pool.writer import Durability, PoolWriter
 
 __all__ = ["Pool", "PoolWriter", "Recovery", "Selection", "Trajectory"]
 

@@ -110,10 +110,12 @@ def stats(
     r = s["reward"]
     if r["count"]:
         head.add_row(
-            "reward", f"mean {r['mean']:.3f}  min {r['min']:.3g}  max {r['max']:.3g}  n {r['count']}"
+            "reward",
+            f"mean {r['mean']:.3f}  min {r['min']:.3g}  max {r['max']:.3g}  n {r['count']}",
         )
     head.add_row(
-        "policy versions", "  ".join(f"v{k}: {v:,}" for k, v in sorted(s["policy_versions"].items()))
+        "policy versions",
+        "  ".join(f"v{k}: {v:,}" for k, v in sorted(s["policy_versions"].items())),
     )
     head.add_row(
         "disk",
@@ -124,7 +126,16 @@ def stats(
     console.print(head)
     if s["per_agent"]:
         t = Table(title="per agent and dataset")
-        for col in ("agent", "dataset", "trajectories", "steps", "open", "done", "failed", "reward"):
+        for col in (
+            "agent",
+            "dataset",
+            "trajectories",
+            "steps",
+            "open",
+            "done",
+            "failed",
+            "reward",
+        ):
             t.add_column(col, justify="right" if col not in ("agent", "dataset") else "left")
         for row in s["per_agent"]:
             t.add_row(
@@ -165,7 +176,7 @@ def ls(
 ) -> None:
     """List trajectories (or the steps of one with --trajectory), filtered and sorted."""
     from agentworld.errors import ConfigError
-    from agentworld.pool.index import TRAJECTORY_SORTS
+    from agentworld.pool.index_queries import TRAJECTORY_SORTS
 
     if sort not in TRAJECTORY_SORTS:
         raise ConfigError(f"--sort: unknown key {sort!r}; known: {', '.join(TRAJECTORY_SORTS)}")
@@ -198,7 +209,17 @@ def ls(
     from rich.text import Text
 
     t = Table(caption=f"{len(rows)} of {total:,} trajectories", caption_justify="left")
-    for col in ("trajectory", "agent", "dataset", "task", "status", "steps", "reward", "labels", "last"):
+    for col in (
+        "trajectory",
+        "agent",
+        "dataset",
+        "task",
+        "status",
+        "steps",
+        "reward",
+        "labels",
+        "last",
+    ):
         t.add_column(col, no_wrap=col in ("trajectory", "last"))
     for r in rows:
         labels = " ".join(

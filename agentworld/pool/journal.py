@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from agentworld import records
 from agentworld.errors import PoolFormatError
@@ -29,9 +29,6 @@ from agentworld.pool.layout import Layout, fsync_dir
 from agentworld.pool.shards import write_shard
 
 log = logging.getLogger(__name__)
-
-
-
 
 
 def frame(data: bytes) -> bytes:

@@ -56,7 +56,12 @@ def _message_panel(m: dict[str, Any], title_extra: str = "") -> Panel:
         title.append(f" ← {m['tool_call_id']}", style="dim")
     if title_extra:
         title.append(f"  {title_extra}", style="dim")
-    return Panel(message_text(m), title=title, title_align="left", border_style=ROLE_STYLES.get(role, "white"))
+    return Panel(
+        message_text(m),
+        title=title,
+        title_align="left",
+        border_style=ROLE_STYLES.get(role, "white"),
+    )
 
 
 def step_meta(step: dict[str, Any]) -> Text:

@@ -21,7 +21,9 @@ def conversation_step(
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [{"id": f"call_{i}", "name": "calc", "arguments": f'{{"e": "{i}+40"}}'}],
+                "tool_calls": [
+                    {"id": f"call_{i}", "name": "calc", "arguments": f'{{"e": "{i}+40"}}'}
+                ],
             }
         )
         msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": str(i + 40)})
@@ -56,8 +58,13 @@ def fill_pool(pool: Pool, trajectories: int = 4, steps: int = 3, **kw: Any) -> l
                 w.append(conversation_step(tid, i, dataset="arith", group=f"g{t // 2}", **kw))
             w.append(
                 records.make_end(
-                    trajectory=tid, agent="math", status="done", steps=steps, reward=float(t % 2),
-                    dataset="arith", group=f"g{t // 2}",
+                    trajectory=tid,
+                    agent="math",
+                    status="done",
+                    steps=steps,
+                    reward=float(t % 2),
+                    dataset="arith",
+                    group=f"g{t // 2}",
                 )
             )
     return ids

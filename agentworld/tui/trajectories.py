@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from agentworld.errors import ConfigError
 from agentworld.pool import Selection
-from agentworld.pool.index import TRAJECTORY_SORTS
+from agentworld.pool.index_queries import TRAJECTORY_SORTS
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.data import Page
 from agentworld.tui.filters import FILTER_HELP, parse_filter
