@@ -109,6 +109,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-seed", type=int, default=2)
     p.add_argument("--tag", default="full", help="names the results file")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test in minutes")
+    p.add_argument(
+        "--render",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: merge these results files into one table in --doc",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.eval_tasks, args.train_tasks, args.n, args.steps = 6, 3, 4, 2
@@ -317,6 +324,8 @@ def table(data: dict[str, Any]) -> str:
         ev = cell["eval"].get(which)
         if ev is None:
             err = cell["train"].get(which, {}).get("error")
+            if err and "nothing to train on" in err:
+                return "not trained: no rollout reached the threshold"
             return f"not trained ({err})" if err else "—"
         n = len(ev["results"])
         hits = sum(1 for r in ev["results"] if (r["reward"] or 0.0) >= 1.0)
@@ -351,6 +360,16 @@ def write_doc(doc: Path, md: str, data: dict[str, Any], tag: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        parts = [json.loads(p.read_text()) for p in args.render]
+        merged = {
+            "wall_s": sum(d["wall_s"] for d in parts),
+            "cells": {k: c for d in parts for k, c in d["cells"].items()},
+        }
+        md = table(merged)
+        write_doc(args.doc, md, merged, "+".join(p.stem for p in args.render))
+        print(md)
+        return 0
     data = asyncio.run(run(args))
     args.results.mkdir(parents=True, exist_ok=True)
     out = args.results / f"cpu_loop-{args.tag}.json"
