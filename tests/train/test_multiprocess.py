@@ -39,6 +39,7 @@ def launch(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two torchrun launches of two processes each: ~100 s when idle
 def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_path: Path) -> None:
     for _ in range(4):
         builder.group([1.0, 0.0], turns=2)
