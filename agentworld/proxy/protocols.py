@@ -195,7 +195,23 @@ def _reply(c: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-class ChatAdapter:
+class _OpenAIAdapter:
+    """What the two OpenAI adapters share: stripping injected fields off a copy."""
+
+    def strip(self, obj: dict[str, Any], injected: Injected) -> None:
+        raise NotImplementedError
+
+    def stripped(self, obj: dict[str, Any], injected: Injected) -> dict[str, Any]:
+        """``strip`` on shallow copies: the parsed body stays whole for the record."""
+        out = obj.copy()
+        choices = out.get("choices")
+        if isinstance(choices, list):
+            out["choices"] = [c.copy() if isinstance(c, dict) else c for c in choices]
+        self.strip(out, injected)
+        return out
+
+
+class ChatAdapter(_OpenAIAdapter):
     """OpenAI ``POST /v1/chat/completions`` (vLLM extensions for token ids)."""
 
     protocol = "openai.chat"
@@ -264,15 +280,6 @@ class ChatAdapter:
                 if injected.logprobs and "logprobs" in c:
                     c["logprobs"] = None
 
-    def stripped(self, obj: dict[str, Any], injected: Injected) -> dict[str, Any]:
-        """``strip`` on shallow copies: the parsed body stays whole for the record."""
-        out = obj.copy()
-        choices = out.get("choices")
-        if isinstance(choices, list):
-            out["choices"] = [c.copy() if isinstance(c, dict) else c for c in choices]
-        self.strip(out, injected)
-        return out
-
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
@@ -326,7 +333,7 @@ class ChatAdapter:
         return out
 
 
-class CompletionsAdapter:
+class CompletionsAdapter(_OpenAIAdapter):
     """OpenAI legacy ``POST /v1/completions`` (vLLM puts prompt ids on each choice)."""
 
     protocol = "openai.completions"
@@ -377,15 +384,6 @@ class CompletionsAdapter:
                     c.pop("prompt_token_ids", None)
                 if injected.logprobs and "logprobs" in c:
                     c["logprobs"] = None
-
-    def stripped(self, obj: dict[str, Any], injected: Injected) -> dict[str, Any]:
-        """``strip`` on shallow copies: the parsed body stays whole for the record."""
-        out = obj.copy()
-        choices = out.get("choices")
-        if isinstance(choices, list):
-            out["choices"] = [c.copy() if isinstance(c, dict) else c for c in choices]
-        self.strip(out, injected)
-        return out
 
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
