@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from agentworld.cli import app
 from agentworld.errors import ConfigError, PoolError
 from agentworld.pool import Pool
-from agentworld.pool.synth import fill_pool
+from tests.synth import fill_pool
 
 runner = CliRunner()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentworld import records
 from agentworld.pool import Pool, Selection
-from agentworld.pool.synth import conversation_step
+from tests.synth import conversation_step
 
 
 def test_index_tails_live_journal_then_follows_seal(pool: Pool) -> None:

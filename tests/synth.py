@@ -1,4 +1,4 @@
-"""Synthetic multi-turn trajectories in the shape the proxy records: for tests, benchmarks and demos."""
+"""Synthetic multi-turn trajectories in the shape the proxy records, for the tests."""
 
 from __future__ import annotations
 
