@@ -28,8 +28,7 @@ from agentworld.proxy.bridge_calls import (
     record_fault,
 )
 from agentworld.proxy.bridge_stream import stream
-from agentworld.proxy.calls import stamp, upstream_error_message
-from agentworld.proxy.forward import _thread
+from agentworld.proxy.calls import post_upstream, thread_call, upstream_error_message
 from agentworld.proxy.protocol_adapters import (
     MESSAGES,
     PASSTHROUGH,
@@ -40,7 +39,7 @@ from agentworld.proxy.protocol_adapters import (
 from agentworld.proxy.protocols import CHAT, BadRequest, Injected
 from agentworld.proxy.recorder import Call
 from agentworld.proxy.response_chains import ResponseChains
-from agentworld.proxy.upstream import Fault, classify, read_limited, timeout_for, upstream_headers
+from agentworld.proxy.upstream import Fault, classify, upstream_headers
 
 CHAINS: web.AppKey[ResponseChains] = web.AppKey("agentworld_response_chains", ResponseChains)
 
@@ -93,7 +92,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         )
         prompt_key = None
         if t is None:
-            t, prompt_key = _thread(st, ident, agent, messages)
+            t, prompt_key = thread_call(st, ident, agent, messages)
     except BadRequest as exc:
         st.stats.error("bad_request")
         st.stats.request(adapter.protocol, exc.status)
@@ -181,12 +180,7 @@ async def _unary(
     assert st.session is not None and st.recorder is not None
     t_up = time.perf_counter()
     try:
-        async with st.session.post(
-            url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
-        ) as resp:
-            raw = await read_limited(resp, st.config.max_response_bytes)
-            status, ctype = resp.status, resp.headers.get("Content-Type", "application/json")
-            stamp(st, call, resp.headers)
+        raw, status, ctype = await post_upstream(st, call, url, up, headers)
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_step(ctx))
         raise

@@ -1,5 +1,5 @@
-"""What the proxy does around every generation call: stamping the policy version, threading
-continuations, and recording failures and cancellations."""
+"""What the proxy does around every generation call: threading it into a trajectory, the
+upstream POST, stamping the policy version, and recording failures and cancellations."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 import orjson
 
 from agentworld.proxy.app import State
+from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
-from agentworld.proxy.upstream import Fault, policy_from
+from agentworld.proxy.trajectories import Trajectory, prefix_keys
+from agentworld.proxy.upstream import Fault, policy_from, read_limited, timeout_for
 
 # Writing to an agent that went away raises one of these (aiohttp's reset error is both).
 WRITE_ERRORS = (ConnectionResetError, ConnectionError)
@@ -53,6 +55,44 @@ def add_reply_continuations(
     replies = call.adapter.replies(body)
     st.registry.add_continuations(call.trajectory, prompt_key, [m for m in replies if m])
     return replies
+
+
+def thread_call(
+    st: State, ident: Any, agent: str, messages: list[dict[str, Any]] | None
+) -> tuple[Trajectory, bytes | None]:
+    """Join the open trajectory this conversation continues, or start one."""
+    keys = prefix_keys(agent, messages) if messages is not None else None
+    t = st.registry.find_thread(keys) if keys else None
+    if t is not None:
+        st.registry.continue_thread(t)
+    else:
+        t = st.registry.create(
+            agent,
+            group=ident.group,
+            task=ident.task,
+            dataset=ident.dataset,
+            split=ident.split,
+            threaded=messages is not None,
+            policy_version=st.policy_version,
+        )
+    return t, keys[-1] if keys else None
+
+
+async def post_upstream(
+    st: State, call: Call, url: str, up: UpstreamConfig, headers: Any
+) -> tuple[bytes, int, str]:
+    """POST the call's body upstream; (body, status, content type), the policy version stamped.
+
+    Network failures propagate: each caller answers them in its own protocol's shape.
+    """
+    assert st.session is not None
+    async with st.session.post(
+        url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
+    ) as resp:
+        raw = await read_limited(resp, st.config.max_response_bytes)
+        status, ctype = resp.status, resp.headers.get("Content-Type", "application/json")
+        stamp(st, call, resp.headers)
+    return raw, status, ctype
 
 
 def stamp(st: State, call: Call, headers: Any) -> None:

@@ -31,19 +31,17 @@ from agentworld.proxy.calls import (
     WRITE_ERRORS,
     add_reply_continuations,
     cancelled_steps,
+    post_upstream,
     record_fault,
-    stamp,
+    thread_call,
     upstream_error_message,
 )
 from agentworld.proxy.protocols import Adapter
 from agentworld.proxy.recorder import Call, RecordFailed, ok_steps
 from agentworld.proxy.streaming import stream
-from agentworld.proxy.trajectories import Trajectory, prefix_keys
 from agentworld.proxy.upstream import (
     Fault,
     classify,
-    read_limited,
-    timeout_for,
     upstream_headers,
 )
 
@@ -63,7 +61,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
         else:
             agent = agent_for(st, ident, body.get("model"))
             upstream_of(st, agent)  # fail before opening a trajectory
-            t, prompt_key = _thread(st, ident, agent, messages)
+            t, prompt_key = thread_call(st, ident, agent, messages)
         up, api_key = upstream_of(st, t.agent)
     except BadRequest as exc:
         st.stats.error("bad_request")
@@ -117,27 +115,6 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
     return resp
 
 
-def _thread(
-    st: State, ident: Any, agent: str, messages: list[dict[str, Any]] | None
-) -> tuple[Trajectory, bytes | None]:
-    """Join the open trajectory this conversation continues, or start one."""
-    keys = prefix_keys(agent, messages) if messages is not None else None
-    t = st.registry.find_thread(keys) if keys else None
-    if t is not None:
-        st.registry.continue_thread(t)
-    else:
-        t = st.registry.create(
-            agent,
-            group=ident.group,
-            task=ident.task,
-            dataset=ident.dataset,
-            split=ident.split,
-            threaded=messages is not None,
-            policy_version=st.policy_version,
-        )
-    return t, keys[-1] if keys else None
-
-
 async def _unary(
     request: web.Request,
     st: State,
@@ -151,12 +128,7 @@ async def _unary(
     assert st.session is not None and st.recorder is not None
     t_up = time.perf_counter()
     try:
-        async with st.session.post(
-            url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
-        ) as resp:
-            raw = await read_limited(resp, st.config.max_response_bytes)
-            status, ctype = resp.status, resp.headers.get("Content-Type", "application/json")
-            stamp(st, call, resp.headers)
+        raw, status, ctype = await post_upstream(st, call, url, up, headers)
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_steps(call))
         raise
