@@ -64,14 +64,25 @@ def _opt_text(v: Any, max_bytes: int = MAX_STRING_BYTES) -> bool:
     return v is None or _text(v, max_bytes)
 
 
+# Identifiers seen valid: trajectory, agent and dataset names recur on every step, and
+# a str cannot change after it was checked. Bounded; cleared when full.
+_GOOD_IDS: set[str] = set()
+_GOOD_IDS_MAX = 4096
+
+
 def _ident(v: Any) -> bool:
-    return (
-        type(v) is str
-        and 0 < len(v) <= MAX_ID_CHARS
-        and v.isascii()
-        and v.strip() == v
-        and _BAD_ID.search(v) is None
-    )
+    if type(v) is not str:
+        return False
+    if v in _GOOD_IDS:
+        return True
+    if not (
+        0 < len(v) <= MAX_ID_CHARS and v.isascii() and v.strip() == v and _BAD_ID.search(v) is None
+    ):
+        return False
+    if len(_GOOD_IDS) >= _GOOD_IDS_MAX:
+        _GOOD_IDS.clear()
+    _GOOD_IDS.add(v)
+    return True
 
 
 def _member(v: Any, values: frozenset[str]) -> bool:
@@ -193,19 +204,46 @@ def _token_ids(v: Any) -> bool:
     return not v or max(v) <= _TOKEN_MAX
 
 
+def _logprobs_data(data: bytes, n: int) -> bool:
+    """orjson's rendering of ``n`` log-probs (it writes NaN and infinities as null):
+    only number characters may remain, and every number is negative (or -0.0)."""
+    if data.translate(None, b"0123456789-.e+,") != b"[]":
+        return False
+    # Every number starts with a minus sign. Without exponents that is one "-" per
+    # number (a one-byte count is much cheaper than a two-byte one); with them, a
+    # minus after "[" and after each of the n-1 commas.
+    if b"e" not in data:
+        return data.count(b"-") == n
+    return data.count(b",-") + data.startswith(b"[-") == n
+
+
 def _logprobs(v: Any) -> bool:
-    """Finite numbers <= 0, checked on orjson's rendering (it writes NaN and infinities as
-    null): only number characters may remain, and every number is negative (or -0.0)."""
     if type(v) is not list or len(v) > MAX_TOKENS:
         return False
     try:
         data = orjson.dumps(v)
     except orjson.JSONEncodeError:
         return False
-    # Every number starts with a minus sign: after "[" and after each of the len-1 commas.
-    return data.translate(None, b"0123456789-.e+,") == b"[]" and (
-        not v or data.count(b",-") + data.startswith(b"[-") == len(v)
-    )
+    return _logprobs_data(data, len(v))
+
+
+def _engine_tokens(prompt: list[Any], ids: list[Any], lps: list[Any]) -> bool:
+    """The usual engine triple in one rendering: ``[[prompt],[ids],[log-probs]]``.
+
+    The ids' digits and commas are checked in one pass over both id lists, and
+    the split points are the only two "],[" (numbers hold no brackets)."""
+    if len(prompt) > MAX_TOKENS or len(ids) > MAX_TOKENS or len(ids) != len(lps):
+        return False
+    try:
+        data = orjson.dumps((prompt, ids, lps))
+    except orjson.JSONEncodeError:
+        return False
+    cut = data.rfind(b"],[")
+    if cut < 0 or data[:cut].translate(None, b"0123456789,") != b"[[][":
+        return False
+    if not _logprobs_data(data[cut + 2 : -1], len(lps)):
+        return False
+    return (not prompt or max(prompt) <= _TOKEN_MAX) and (not ids or max(ids) <= _TOKEN_MAX)
 
 
 def _tokens(v: Any) -> bool:
@@ -215,6 +253,8 @@ def _tokens(v: Any) -> bool:
     if not _member(source, TOKEN_SOURCES):
         return False
     prompt, ids, lps = v.get("prompt_ids"), v.get("completion_ids"), v.get("completion_logprobs")
+    if source != "none" and type(prompt) is list and type(ids) is list and type(lps) is list:
+        return _engine_tokens(prompt, ids, lps)
     if prompt is not None and not _token_ids(prompt):
         return False
     if ids is not None and not _token_ids(ids):
@@ -270,7 +310,13 @@ def _response(v: Any) -> bool:
 def _timings(v: Any) -> bool:
     if type(v) is not dict or not _TIMING_KEYS.issuperset(v) or "started_at" not in v:
         return False
-    return all(x is None or _number(x) for x in v.values())
+    for x in v.values():
+        if type(x) is float:
+            if not _isfinite(x):
+                return False
+        elif x is not None and not _number(x):
+            return False
+    return True
 
 
 def _error(v: Any) -> bool:

@@ -165,6 +165,43 @@ def test_fast_check_accepts_ordinary_records() -> None:
     assert records.validate(odd) is odd
 
 
+@pytest.mark.parametrize(
+    ("prompt", "ids", "logprobs"),
+    [
+        ([1, -2], [3], [-0.1]),
+        ([1, 2], [3.0], [-0.1]),
+        ([[1], 2], [3], [-0.1]),
+        ([1, 2], [2**31], [-0.1]),
+        ([1, 2], [3], [2e-05]),
+        ([1, 2], [3, 4], [-1e-05, 1e-05]),
+        ([1, 2], [3, 4], [-0.5, 0.5]),
+        ([1, 2], [3], [math.nan]),
+        ([1, 2], [3], [-math.inf]),
+        ([1, 2], [3], ["-1"]),
+        ([1, 2], [3, 4], [-0.5]),
+        ([1, 2], [True], [-0.5]),
+    ],
+)
+def test_engine_token_lists_checked_in_one_rendering_refuse_what_the_full_check_does(
+    prompt: list[Any], ids: list[Any], logprobs: list[Any]
+) -> None:
+    tokens = {"source": "engine", "prompt_ids": prompt, "completion_ids": ids}
+    rec = _set(step(), "tokens", {**tokens, "completion_logprobs": logprobs})
+    assert not accepts(rec)
+    with pytest.raises(RecordError) as info:
+        records.validate(rec)
+    assert info.value.field.startswith("tokens.")
+
+
+def test_engine_token_lists_with_exponents_and_empty_lists_pass_the_fast_check() -> None:
+    for tokens in (
+        {"prompt_ids": [1, 2], "completion_ids": [3, 4], "completion_logprobs": [-1e-07, -2.5]},
+        {"prompt_ids": [], "completion_ids": [], "completion_logprobs": []},
+        {"prompt_ids": [2**31 - 1], "completion_ids": [0], "completion_logprobs": [-0.0]},
+    ):
+        assert accepts(_set(step(), "tokens", {"source": "engine", **tokens})), tokens
+
+
 _TOOL = {"role": "tool", "content": "done", "tool_call_id": "call_1"}
 
 

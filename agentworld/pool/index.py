@@ -19,7 +19,7 @@ import orjson
 
 from agentworld.errors import CorruptDataError, PoolFormatError
 from agentworld.pool.index_queries import IndexQueries
-from agentworld.pool.journal import journal_records, scan_journal, split_trailer
+from agentworld.pool.journal import parse_journal, scan_journal, split_trailer
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, hidden_shards
 from agentworld.pool.shards import iter_shard_lines
@@ -343,13 +343,35 @@ class Index(IndexQueries):
         except FileNotFoundError:
             return 0
         scan = scan_journal(path, data)
-        lines = journal_records(scan) if offset == 0 else split_trailer(scan.lines)[0]
+        lines, trailer = parse_journal(scan) if offset == 0 else split_trailer(scan.lines)
+        if trailer is not None and self._index_sealed(rel, trailer["sealed"]):
+            # Remember how far it was read (no rows, and not a live journal in the
+            # stats): the next refresh skips it.
+            self.db.execute(
+                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",
+                (rel, "sealed journal", offset + scan.valid_bytes, 0),
+            )
+            return 0
         count = self._index_lines(rel, lines, first_line)
         self.db.execute(
             "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",
             (rel, "journal", offset + scan.valid_bytes, first_line + count),
         )
         return count
+
+    def _index_sealed(self, rel: str, digest: str) -> bool:
+        """Point a sealed journal's rows at its shard, if the shard is installed.
+
+        Between its trailer and its removal a journal and its shard hold the same
+        records: rows left pointing at the journal would vanish with it while the
+        shard, already indexed, is not read again.
+        """
+        shard = self.layout.shard_path(digest)
+        if not shard.is_file():
+            return False  # crashed before installing it: the journal stays the source
+        self._forget(rel)
+        self._index_source(self._rel(shard), "shard", shard)
+        return True
 
     def _index_lines(self, rel: str, lines: Iterable[bytes], first_line: int) -> int:
         steps: list[tuple[Any, ...]] = []

@@ -89,3 +89,38 @@ def test_trajectory_ended_before_any_step_is_listed(pool: Pool) -> None:
     )
     assert idx.count_trajectories(Selection(status=("failed",))) == 1
     assert idx.stats()["trajectories_by_status"] == {"failed": 1}
+
+
+def test_refresh_beside_a_sealed_journal_keeps_rows_on_its_shard(pool: Pool) -> None:
+    """Between its sealed trailer and its removal, a journal and its shard hold the same
+    records. A refresh in that window must leave the rows on the shard, or they vanish
+    from the index with the journal."""
+    from agentworld.pool import journal as journal_mod
+
+    w = pool.writer()
+    for i in range(3):
+        w.append(conversation_step("tr_w", i))
+    w.flush()
+    idx = pool.index()  # rows on the live journal
+    (journal,) = pool.layout.journal_paths()
+    w.append(conversation_step("tr_w", 3))
+    saved: list[bytes] = []
+
+    def keep(point: str) -> None:
+        if point == "shard-installed":
+            saved.append(journal.read_bytes())
+
+    journal_mod.fault_hook = keep
+    try:
+        w.close()
+    finally:
+        journal_mod.fault_hook = None
+    idx.refresh()
+    journal.write_bytes(saved[0])  # the window: the sealed journal beside its shard
+    idx.refresh()
+    assert idx.stats()["journals"] == 0
+    journal.unlink()
+    idx.refresh()
+    rows = idx.steps("tr_w")
+    assert [s["idx"] for s in rows] == [0, 1, 2, 3]
+    assert all(r["source"].startswith("objects/") for r in rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -198,3 +199,28 @@ def test_unknown_journal_version_is_left_alone(pool: Pool) -> None:
     assert reopened.index().stats()["steps"] == 0
     (problem,) = fsck(reopened).problems
     assert problem.line == 1 and "journal version 3" in problem.problem
+
+
+@pytest.mark.parametrize("size", [0, 1, 5 * 1024, 5 * 1024 + 1, 12_345, 1 << 20])
+def test_journal_checksum_in_pieces_equals_zlib_crc32(size: int) -> None:
+    import zlib
+
+    from agentworld.pool.journal import crc32
+
+    data = os.urandom(size)
+    assert crc32(data) == zlib.crc32(data)
+
+
+def test_closed_writer_leaves_no_journal_and_deletes_the_sealed_one(pool: Pool) -> None:
+    import threading
+
+    w = pool.writer()
+    for i in range(5):
+        w.append(full_step("tr_gone", i))
+    w.close()
+    assert pool.layout.journal_paths() == []  # gone for readers and recovery at once
+    for t in threading.enumerate():
+        if t.name == "aw-pool-unlink":
+            t.join()
+    assert list(pool.layout.tmp.iterdir()) == []
+    assert [r["index"] for r in pool.iter_records()] == list(range(5))
