@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ def serve_fake(port: int) -> None:
     from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 
     web.run_app(
-        make_fake_app(FakeUpstream("bench", reply=REPLY)),
+        make_fake_app(FakeUpstream("bench", reply=REPLY, history=64)),
         host="127.0.0.1",
         port=port,
         access_log=None,
@@ -195,7 +196,7 @@ async def run(
             for u in urls.values():
                 await wait_up(session, u)
             print(
-                f"# aw proxy overhead: {os.cpu_count()} CPUs, best of {rounds} rounds, pool {pool},"
+                f"# aw proxy overhead: {os.cpu_count()} CPUs, medians of {rounds} rounds, pool {pool},"
                 f" proxy args {proxy_args or 'none'}"
             )
             print(
@@ -204,8 +205,9 @@ async def run(
             )
             for stream in (False, True):
                 for c in levels:
-                    best: dict[str, dict] = {}
+                    rounds_: list[dict[str, dict]] = []
                     for _ in range(rounds):
+                        got: dict[str, dict] = {}
                         for name, u in urls.items():  # interleaved, so drift hits all three
                             n = requests if c > 1 else max(200, requests // 5)
                             cpu0 = cpu_s(pids[name])
@@ -214,26 +216,39 @@ async def run(
                             )
                             # The hop's own CPU per request (upstream excluded for bare/proxy).
                             r["cpu_us"] = (cpu_s(pids[name]) - cpu0) / r["n"] * 1e6
-                            if name not in best or r["p50"] < best[name]["p50"]:
-                                best[name] = r
+                            got[name] = r
+                        rounds_.append(got)
                     mode = "stream" if stream else "unary"
-                    for name, r in best.items():
+                    for name in urls:
+                        # The median round of each path, for the table.
+                        r = sorted((g[name] for g in rounds_), key=lambda x: x["rps"])[
+                            len(rounds_) // 2
+                        ]
                         ttfc = f"{r['ttfc50'] * 1000:8.3f}" if "ttfc50" in r else f"{'':8}"
                         print(
                             f"{mode:7} {c:5d} {name:7} {r['rps']:9.0f} {r['p50'] * 1000:8.3f}"
                             f" {r['p99'] * 1000:8.3f} {ttfc} {r['cpu_us']:15.0f}"
                         )
-                    added = (best["proxy"]["p50"] - best["direct"]["p50"]) * 1000
-                    added99 = (best["proxy"]["p99"] - best["direct"]["p99"]) * 1000
-                    ratio = best["proxy"]["rps"] / best["bare"]["rps"]
-                    cpu = best["bare"]["cpu_us"] / best["proxy"]["cpu_us"]
+
+                    # Each figure is the median over rounds of what that round measured side
+                    # by side: this machine's speed drifts between rounds.
+                    def med(f: Callable[[dict[str, dict]], float], rs: list = rounds_) -> float:
+                        return statistics.median(f(g) for g in rs)
+
+                    added = med(lambda g: g["proxy"]["p50"] - g["direct"]["p50"]) * 1000
+                    added99 = med(lambda g: g["proxy"]["p99"] - g["direct"]["p99"]) * 1000
+                    ratio = med(lambda g: g["proxy"]["rps"] / g["bare"]["rps"])
+                    cpu = med(lambda g: g["bare"]["cpu_us"] / g["proxy"]["cpu_us"])
+                    hop = med(lambda g: g["bare"]["p50"] - g["direct"]["p50"]) * 1000
                     line = (
-                        f"  -> proxy adds p50 {added:+.3f} ms, p99 {added99:+.3f} ms; throughput"
-                        f" proxy/bare = {ratio:.2f} (by CPU per request: {cpu:.2f})"
+                        f"  -> proxy adds p50 {added:+.3f} ms (a bare hop adds {hop:+.3f}),"
+                        f" p99 {added99:+.3f} ms; throughput proxy/bare = {ratio:.2f}"
+                        f" (by CPU per request: {cpu:.2f})"
                     )
                     if stream:
-                        ttfc = (best["proxy"]["ttfc50"] - best["direct"]["ttfc50"]) * 1000
-                        line += f"; added time to first chunk {ttfc:+.3f} ms"
+                        ttfc = med(lambda g: g["proxy"]["ttfc50"] - g["direct"]["ttfc50"]) * 1000
+                        hop1 = med(lambda g: g["bare"]["ttfc50"] - g["direct"]["ttfc50"]) * 1000
+                        line += f"; added time to first chunk {ttfc:+.3f} ms (bare hop {hop1:+.3f})"
                     print(line, flush=True)
     finally:
         for p in procs:
@@ -260,7 +275,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2000, help="requests per measurement (bounded)")
     ap.add_argument("--levels", default="1,32,256")
     ap.add_argument("--max-s", type=float, default=8.0, help="time bound per measurement")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument(
         "--no-uvloop",
         action="store_true",

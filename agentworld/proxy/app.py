@@ -117,8 +117,21 @@ class Ident:
     split: str | None
 
 
+_NO_IDENT = Ident(None, None, None, None, None, None)
+_IDENT_HEADERS = (
+    "X-AW-Trajectory",
+    "X-AW-Group",
+    "X-AW-Agent",
+    "X-AW-Task",
+    "X-AW-Dataset",
+    "X-AW-Split",
+)
+
+
 def identify(request: web.Request) -> Ident:
     mi, q, h = request.match_info, request.query, request.headers
+    if not mi and not request.query_string and all(x not in h for x in _IDENT_HEADERS):
+        return _NO_IDENT  # an agent that says nothing about itself: threading decides
 
     def pick(key: str, header: str) -> str | None:
         return mi.get(key) or q.get(key) or h.get(header) or None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from typing import Any
 
 import orjson
@@ -42,17 +43,43 @@ def logprob(i: int) -> float:
     return -round(0.01 * (i % 50 + 1), 6)
 
 
+_LOGPROB_ENTRIES: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def logprob_entry(token: str, i: int) -> dict[str, Any]:
+    """A chat ``logprobs.content`` entry (shared and never mutated: the same few recur)."""
+    key = (token, i % 50)
+    entry = _LOGPROB_ENTRIES.get(key)
+    if entry is None:
+        entry = {
+            "token": token,
+            "logprob": logprob(i),
+            "bytes": list(token.encode()),
+            "top_logprobs": [],
+        }
+        if len(_LOGPROB_ENTRIES) < 65536:
+            _LOGPROB_ENTRIES[key] = entry
+    return entry
+
+
 class FakeUpstream:
     """State and handlers of one fake server (``name`` tells servers apart in affinity tests)."""
 
     def __init__(
-        self, name: str = "fake", *, reply: str | None = None, policy_version: int | None = None
+        self,
+        name: str = "fake",
+        *,
+        reply: str | None = None,
+        policy_version: int | None = None,
+        history: int | None = None,
     ) -> None:
         self.name = name
         self.reply = reply
         self.policy_version = policy_version
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
+        # Every request's body and headers, for tests to look at; ``history`` keeps only
+        # the last so many (a benchmark's millions of calls would otherwise pile up).
+        self.requests: deque[dict[str, Any]] = deque(maxlen=history)
+        self.headers: deque[dict[str, str]] = deque(maxlen=history)
         self.started = 0
         self.finished = 0
         self.hang_s = 30.0  # how long "hang" hangs
@@ -171,6 +198,7 @@ class FakeUpstream:
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         self.started += 1
+        number = self.started
         fault = await self._fault(request, body)
         if fault is not None:
             return fault
@@ -187,7 +215,7 @@ class FakeUpstream:
         if self.policy_version is not None:
             headers["X-AW-Policy-Version"] = str(self.policy_version)
         if body.get("stream"):
-            return await self._stream(request, body, chat, prompt_ids, choices, headers)
+            return await self._stream(request, body, chat, prompt_ids, choices, headers, number)
         out_choices = []
         completion_tokens = 0
         for i, c in enumerate(choices):
@@ -211,17 +239,7 @@ class FakeUpstream:
                     msg["tool_calls"] = c["calls"]
                 choice["message"] = msg
                 if body.get("logprobs"):
-                    lp = {
-                        "content": [
-                            {
-                                "token": ch,
-                                "logprob": logprob(k),
-                                "bytes": list(ch.encode()),
-                                "top_logprobs": [],
-                            }
-                            for k, ch in enumerate(toks)
-                        ]
-                    }
+                    lp = {"content": [logprob_entry(ch, k) for k, ch in enumerate(toks)]}
             else:
                 choice["text"] = c["content"]
                 if body.get("logprobs") is not None:
@@ -240,7 +258,7 @@ class FakeUpstream:
                 choice["token_ids"] = None
             out_choices.append(choice)
         resp: dict[str, Any] = {
-            "id": f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{len(self.requests)}",
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{number}",
             "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": body.get("model") or MODEL,
@@ -268,12 +286,13 @@ class FakeUpstream:
         prompt_ids: list[int],
         choices: list[dict[str, Any]],
         headers: dict[str, str],
+        number: int,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
         )
         await resp.prepare(request)
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{len(self.requests)}"
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self.name}-{number}"
         obj = "chat.completion.chunk" if chat else "text_completion"
         created = int(time.time())
         want_ids = bool(body.get("return_token_ids"))
@@ -338,15 +357,7 @@ class FakeUpstream:
                             ch["delta"] = {"content": piece}
                         if body.get("logprobs"):
                             ch["logprobs"] = {
-                                "content": [
-                                    {
-                                        "token": x,
-                                        "logprob": logprob(k + q),
-                                        "bytes": list(x.encode()),
-                                        "top_logprobs": [],
-                                    }
-                                    for q, x in enumerate(piece)
-                                ]
+                                "content": [logprob_entry(x, k + q) for q, x in enumerate(piece)]
                             }
                     else:
                         ch["text"] = piece

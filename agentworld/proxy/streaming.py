@@ -80,12 +80,12 @@ async def stream(
         except WRITE_ERRORS:
             await st.recorder.steps(call.trajectory, cancelled_steps(call))
             return out
-        done, cancelled, fault = await _pump(
+        done, cancelled, fault, held = await _pump(
             resp, out, call, asm, url, st.config.max_response_bytes
         )
         clean = done and not cancelled and fault is None
         call.upstream_s = time.perf_counter() - t_up
-        return await _finish_stream(st, call, out, asm, done, cancelled, fault, prompt_key)
+        return await _finish_stream(st, call, out, asm, done, cancelled, fault, prompt_key, held)
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_steps(call, asm.result()))
         raise
@@ -103,16 +103,27 @@ async def _pump(
     asm: StreamAssembler,
     url: str,
     limit_bytes: int,
-) -> tuple[bool, bool, Fault | None]:
-    """Forward events as they arrive, feeding the assembler; hold back [DONE]."""
+) -> tuple[bool, bool, Fault | None, bytes]:
+    """Forward events as they arrive, feeding the assembler; hold back [DONE].
+
+    Returns (saw [DONE], agent gone, fault, held): ``held`` is what the read that
+    carried [DONE] had before it, sent by ``_finish_stream`` in one write with
+    [DONE] and the end of the body (the agent sees it no later: [DONE] waits for
+    the step to be registered anyway). The first event goes out on its own,
+    ahead of the rest of its read, so the first token is not held up by them.
+    """
     splitter = EventSplitter()
     size = 0
     strip = call.injected.any
+    adapter = call.adapter
+    injected = call.injected
+    add = asm.add
+    loads = orjson.loads
     done = False
-    first = True  # the first event goes out on its own, ahead of the rest of its read
+    first = True
     try:
         async for data in resp.content.iter_any():
-            if call.first_token_s is None:
+            if first and call.first_token_s is None:
                 call.first_token_s = time.perf_counter() - call.t0
             size += len(data)
             if size > limit_bytes:  # an endless stream must not grow the assembler without bound
@@ -122,50 +133,58 @@ async def _pump(
                     Fault(
                         502, "upstream_invalid", f"upstream {url}: stream over {limit_bytes} bytes"
                     ),
+                    b"",
                 )
-            parts = []
-            for ev in splitter.feed(data):
-                payload = event_data(ev)
+            parts: list[bytes] = []
+            for ev in splitter.split(data):
+                if ev.startswith(b"data: ") and b"\n" not in ev:
+                    payload: bytes | None = ev[6:]  # the usual one-line event
+                else:
+                    payload = event_data(ev)
                 if payload is None:
                     parts.append(ev + b"\n\n")
-                    continue
-                if payload.strip() == b"[DONE]":
+                elif payload == b"[DONE]" or payload.strip() == b"[DONE]":
                     done = True  # released after the step is registered (and durable, if strict)
                     continue
-                try:
-                    obj = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    parts.append(ev + b"\n\n")
-                    continue
-                asm.add(obj)
-                if strip and isinstance(obj, dict):
-                    call.adapter.strip(obj, call.injected)
-                    parts.append(encode_event(obj))
                 else:
-                    parts.append(ev + b"\n\n")
+                    try:
+                        obj = loads(payload)
+                    except orjson.JSONDecodeError:
+                        obj = None
+                        parts.append(ev + b"\n\n")
+                    else:
+                        add(obj)
+                        if strip and obj.__class__ is dict:
+                            adapter.strip(obj, injected)
+                            parts.append(b"data: " + orjson.dumps(obj) + b"\n\n")
+                        else:
+                            parts.append(ev + b"\n\n")
                 if first:
                     first = False
                     try:
-                        await out.write(parts[0] if len(parts) == 1 else b"".join(parts))
+                        await out.write(b"".join(parts))
                     except WRITE_ERRORS:
-                        return done, True, None
+                        return done, True, None, b""
                     parts = []
+            if done:
+                return done, False, None, b"".join(parts)
             if parts:
                 try:
-                    await out.write(b"".join(parts))
+                    await out.write(parts[0] if len(parts) == 1 else b"".join(parts))
                 except WRITE_ERRORS:
-                    return done, True, None
+                    return done, True, None, b""
     except SSEError as exc:
-        return done, False, Fault(502, "upstream_invalid", f"upstream {url}: {exc}")
+        return done, False, Fault(502, "upstream_invalid", f"upstream {url}: {exc}"), b""
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        return done, False, classify(exc, url)
+        return done, False, classify(exc, url), b""
     if not done and asm.error is None:
         return (
             done,
             False,
             Fault(502, "upstream_disconnected", f"upstream {url} ended the stream before [DONE]"),
+            b"",
         )
-    return done, False, None
+    return done, False, None, b""
 
 
 async def _finish_stream(
@@ -177,6 +196,7 @@ async def _finish_stream(
     cancelled: bool,
     fault: Fault | None,
     prompt_key: bytes | None,
+    held: bytes = b"",
 ) -> web.StreamResponse:
     assert st.recorder is not None
     body = asm.result()
@@ -191,17 +211,15 @@ async def _finish_stream(
                 "upstream_stream_error",
                 str(err.get("message") or err)[:4000],
             )
+            tail = b""
         else:
-            try:
-                error = {"message": fault.message, "type": "upstream_error", "code": fault.status}
-                await out.write(encode_event({"error": error}))
-            except WRITE_ERRORS:
-                pass
-        await record_fault(st, call, fault, partial=body)
+            error = {"message": fault.message, "type": "upstream_error", "code": fault.status}
+            tail = encode_event({"error": error})
         try:
-            await out.write_eof()
+            await out.write_eof(held + tail)
         except WRITE_ERRORS:
             pass
+        await record_fault(st, call, fault, partial=body)
         return out
     replies = add_reply_continuations(st, call, prompt_key, body)
     recs = ok_steps(call, body, replies)
@@ -217,8 +235,7 @@ async def _finish_stream(
             }
             tail = encode_event({"error": error})
     try:
-        await out.write(tail)
-        await out.write_eof()
+        await out.write_eof(held + tail)  # one write: the held events, [DONE], the body's end
     except WRITE_ERRORS:
         for r in recs:
             r["status"] = "cancelled"

@@ -6,6 +6,7 @@ a restart ``restore`` rebuilds this registry from the pool index.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -73,9 +74,14 @@ def _chain(prev: bytes, message: dict[str, Any]) -> bytes:
     return hashlib.blake2b(prev + data, digest_size=16).digest()
 
 
+@functools.lru_cache(maxsize=1024)
+def _root_key(agent: str) -> bytes:
+    return hashlib.blake2b(agent.encode(), digest_size=16).digest()
+
+
 def prefix_keys(agent: str, messages: Sequence[dict[str, Any]]) -> list[bytes]:
     """keys[i] identifies the conversation messages[:i] of this agent."""
-    keys = [hashlib.blake2b(agent.encode(), digest_size=16).digest()]
+    keys = [_root_key(agent)]
     for m in messages:
         keys.append(_chain(keys[-1], m))
     return keys
