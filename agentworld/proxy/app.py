@@ -21,6 +21,7 @@ from agentworld.proxy.protocols import CHAT, COMPLETIONS, Adapter, BadRequest
 from agentworld.proxy.recorder import Recorder
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import Registry, Trajectory, UnknownTrajectory
+from agentworld.proxy.upstream_http import UpstreamClient
 
 log = logging.getLogger("agentworld.proxy")
 access_log = logging.getLogger("agentworld.proxy.access")
@@ -44,7 +45,8 @@ class State:
     registry: Registry
     writer: Any = None
     recorder: Recorder | None = None
-    session: aiohttp.ClientSession | None = None
+    session: aiohttp.ClientSession | None = None  # pass-through routes
+    upstream: UpstreamClient | None = None  # generation calls
     policy_version: int = 0
     own_writer: bool = True
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)

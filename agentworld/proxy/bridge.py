@@ -177,7 +177,7 @@ async def _unary(
     out_headers: dict[str, str],
 ) -> web.StreamResponse:
     st, call, adapter = ctx.st, ctx.call, ctx.adapter
-    assert st.session is not None and st.recorder is not None
+    assert st.upstream is not None and st.recorder is not None
     t_up = time.perf_counter()
     try:
         raw, status, ctype = await post_upstream(st, call, url, up, headers)

@@ -24,7 +24,7 @@ from agentworld.proxy.calls import WRITE_ERRORS, stamp, upstream_error_message
 from agentworld.proxy.chat_form import chat_usage
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, event_data
-from agentworld.proxy.upstream import Fault, classify, read_limited, timeout_for
+from agentworld.proxy.upstream import Fault, classify, read_limited
 
 
 async def stream(
@@ -36,11 +36,15 @@ async def stream(
     out_headers: dict[str, str],
 ) -> web.StreamResponse:
     st, call, adapter = ctx.st, ctx.call, ctx.adapter
-    assert st.session is not None and st.recorder is not None
+    assert st.upstream is not None and st.recorder is not None
     t_up = time.perf_counter()
     try:
-        resp = await st.session.post(
-            url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
+        resp = await st.upstream.post(
+            url,
+            orjson.dumps(call.sent),
+            headers,
+            connect_timeout_s=up.connect_timeout_s,
+            read_timeout_s=up.timeout_s,
         )
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_step(ctx))

@@ -11,7 +11,7 @@ from agentworld.proxy.app import State
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
-from agentworld.proxy.upstream import Fault, policy_from, read_limited, timeout_for
+from agentworld.proxy.upstream import Fault, policy_from, read_limited
 
 # Writing to an agent that went away raises one of these (aiohttp's reset error is both).
 WRITE_ERRORS = (ConnectionResetError, ConnectionError)
@@ -85,10 +85,15 @@ async def post_upstream(
 
     Network failures propagate: each caller answers them in its own protocol's shape.
     """
-    assert st.session is not None
-    async with st.session.post(
-        url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
-    ) as resp:
+    assert st.upstream is not None
+    resp = await st.upstream.post(
+        url,
+        orjson.dumps(call.sent),
+        headers,
+        connect_timeout_s=up.connect_timeout_s,
+        read_timeout_s=up.timeout_s,
+    )
+    async with resp:
         raw = await read_limited(resp, st.config.max_response_bytes)
         status, ctype = resp.status, resp.headers.get("Content-Type", "application/json")
         stamp(st, call, resp.headers)

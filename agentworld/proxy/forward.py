@@ -125,7 +125,7 @@ async def _unary(
     out_headers: dict[str, str],
     prompt_key: bytes | None,
 ) -> web.StreamResponse:
-    assert st.session is not None and st.recorder is not None
+    assert st.upstream is not None and st.recorder is not None
     t_up = time.perf_counter()
     try:
         raw, status, ctype = await post_upstream(st, call, url, up, headers)

@@ -15,6 +15,7 @@ from agentworld.proxy.lifecycle import end_trajectory
 from agentworld.proxy.recorder import Recorder, RecordFailed
 from agentworld.proxy.trajectories import restore
 from agentworld.proxy.upstream import make_session
+from agentworld.proxy.upstream_http import UpstreamClient
 
 log = logging.getLogger("agentworld.proxy")
 
@@ -45,6 +46,7 @@ async def running(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx: open the upstream session and the writer, restore trajectories, sweep."""
     st = app[STATE]
     st.session = make_session()
+    st.upstream = UpstreamClient()
     if st.writer is None:
         st.writer = await asyncio.to_thread(
             st.pool.writer,
@@ -71,5 +73,6 @@ async def running(app: web.Application) -> AsyncIterator[None]:
             pass
         await st.recorder.drain()
         await st.session.close()
+        await st.upstream.close()
         if st.own_writer:
             await asyncio.to_thread(st.writer.close)

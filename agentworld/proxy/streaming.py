@@ -23,7 +23,7 @@ from agentworld.proxy.calls import (
 )
 from agentworld.proxy.recorder import Call, RecordFailed, ok_steps
 from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, encode_event, event_data
-from agentworld.proxy.upstream import Fault, classify, read_limited, timeout_for
+from agentworld.proxy.upstream import Fault, classify, read_limited
 
 
 async def stream(
@@ -36,11 +36,15 @@ async def stream(
     out_headers: dict[str, str],
     prompt_key: bytes | None,
 ) -> web.StreamResponse:
-    assert st.session is not None and st.recorder is not None
+    assert st.upstream is not None and st.recorder is not None
     t_up = time.perf_counter()
     try:
-        resp = await st.session.post(
-            url, data=orjson.dumps(call.sent), headers=headers, timeout=timeout_for(up)
+        resp = await st.upstream.post(
+            url,
+            orjson.dumps(call.sent),
+            headers,
+            connect_timeout_s=up.connect_timeout_s,
+            read_timeout_s=up.timeout_s,
         )
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_steps(call))

@@ -1,16 +1,19 @@
-"""Talking to upstream model servers: one shared ClientSession, headers, timeouts, fault mapping."""
+"""Talking to upstream model servers: headers, fault mapping, and the pass-through session."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import aiohttp
 from multidict import CIMultiDict
 
-from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.upstream_http import (
+    UpstreamConnectError,
+    UpstreamDisconnected,
+    UpstreamProtocolError,
+)
 
 POLICY_HEADER = "X-AW-Policy-Version"
 
@@ -47,26 +50,17 @@ def classify(exc: BaseException, url: str) -> Fault:
     """Map a client exception to 502/504 and an error type for the step record."""
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
         return Fault(504, "upstream_timeout", f"upstream {url} timed out")
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, aiohttp.ClientConnectorError | UpstreamConnectError):
         return Fault(502, "upstream_unreachable", f"upstream {url} refused the connection: {exc}")
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+    if isinstance(
+        exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | UpstreamDisconnected
+    ):
         return Fault(502, "upstream_disconnected", f"upstream {url} closed the connection: {exc}")
+    if isinstance(exc, UpstreamProtocolError):
+        return Fault(502, "upstream_invalid", f"upstream {url} sent invalid HTTP: {exc}")
     if isinstance(exc, aiohttp.ClientError | ConnectionError | OSError):
         return Fault(502, "upstream_error", f"upstream {url} failed: {type(exc).__name__}: {exc}")
     return Fault(502, "upstream_error", f"upstream {url}: {type(exc).__name__}: {exc}")
-
-
-@functools.lru_cache(maxsize=256)
-def _timeout(connect_s: float, read_s: float) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(
-        total=None, sock_connect=connect_s, connect=connect_s, sock_read=read_s
-    )
-
-
-def timeout_for(up: UpstreamConfig) -> aiohttp.ClientTimeout:
-    # sock_read bounds the gap between bytes, so long streams live while stalled ones die.
-    # ClientTimeout is frozen, so one per setting serves every call.
-    return _timeout(up.connect_timeout_s, up.timeout_s)
 
 
 def make_session() -> aiohttp.ClientSession:

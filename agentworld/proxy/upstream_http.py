@@ -1,0 +1,425 @@
+"""A lean HTTP/1.1 client for generation calls: keep-alive connections to the upstreams.
+
+Each proxied call is one POST to a model server. aiohttp's ClientSession spent
+about 300 us of CPU on that (request and response objects, URL parsing, timer
+rescheduling on every read); this client writes the request in one
+``transport.write`` and parses the response with a few ``bytes`` operations,
+for about 90 us (measured against the fake upstream, ``bench/proxy_overhead.py``).
+It speaks what model servers answer: ``Content-Length`` or ``chunked`` bodies,
+or a body ended by closing the connection; 1xx interim responses are skipped.
+
+The response mimics the part of ``aiohttp.ClientResponse`` the proxy uses
+(``status``, ``headers``, ``content.iter_any()``, ``release``, ``close``), and
+failures are ``aiohttp.ClientError`` subclasses, so ``upstream.classify`` maps
+them to the agent's 502/504 as before. Other upstream traffic (pass-through
+routes) still goes through the aiohttp session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+from multidict import CIMultiDict
+
+MAX_HEAD_BYTES = 64 * 1024
+_HIGH_WATER = 4 * 1024 * 1024  # pause reading beyond this much unread body
+# Idle connections older than this are closed instead of reused: under uvicorn's
+# 5 s keep-alive (vLLM), so we never write into a connection the server is closing.
+_IDLE_S = 4.0
+_MAX_IDLE = 256  # per upstream host
+
+
+class UpstreamConnectError(aiohttp.ClientError):
+    """The upstream could not be reached (refused, unreachable, TLS failure)."""
+
+
+class UpstreamDisconnected(aiohttp.ClientError):
+    """The upstream closed the connection before the response was complete."""
+
+
+class UpstreamProtocolError(aiohttp.ClientError):
+    """The upstream's answer is not valid HTTP/1.1."""
+
+
+class _Conn(asyncio.Protocol):
+    """One connection: buffers what arrives and wakes the reader."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.waiter: asyncio.Future[None] | None = None
+        self.done = False  # EOF or connection lost
+        self.error: BaseException | None = None
+        self.paused = False
+        self.idle_since = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if len(self.buf) > _HIGH_WATER and not self.paused and self.transport is not None:
+            self.transport.pause_reading()
+            self.paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.done = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.done = True
+        self.error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def wait(self, timeout_s: float | None) -> None:
+        """Until more bytes arrive or the connection ends; TimeoutError after ``timeout_s``."""
+        if self.done:
+            raise UpstreamDisconnected(
+                "the upstream closed the connection" + (f": {self.error}" if self.error else "")
+            )
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        loop = asyncio.get_running_loop()
+        fut = self.waiter = loop.create_future()
+        timer = loop.call_later(timeout_s, _expire, fut) if timeout_s else None
+        try:
+            await fut
+        finally:
+            self.waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    @property
+    def reusable(self) -> bool:
+        return not self.done and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        self.done = True
+
+
+def _expire(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError("no bytes from the upstream in time"))
+
+
+class UpstreamResponse:
+    """A response being read: status and headers now, the body as it arrives."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        key: tuple[str, str, int],
+        conn: _Conn,
+        status: int,
+        reason: str,
+        headers: CIMultiDict[str],
+        framing: str,
+        length: int,
+        keep_alive: bool,
+        read_timeout_s: float | None,
+    ) -> None:
+        self._client = client
+        self._key = key
+        self._conn: _Conn | None = conn
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self._framing = framing  # "length", "chunked" or "close"
+        self._left = length  # body bytes left ("length"), or of the current chunk ("chunked")
+        self._keep_alive = keep_alive
+        self._timeout = read_timeout_s
+        self.complete = framing == "length" and length == 0
+
+    @property
+    def content(self) -> UpstreamResponse:
+        """aiohttp's ``resp.content.iter_any()`` spelling."""
+        return self
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        """The body in pieces as they arrive (chunked framing removed)."""
+        while not self.complete:
+            piece = await self._next()
+            if piece:
+                yield piece
+
+    async def read(self) -> bytes:
+        return b"".join([p async for p in self.iter_any()])
+
+    async def _next(self) -> bytes:
+        conn = self._conn
+        if conn is None:
+            raise UpstreamDisconnected("the response was closed")
+        buf = conn.buf
+        if self._framing == "length":
+            if not buf:
+                await conn.wait(self._timeout)
+            n = min(len(buf), self._left)
+            piece = bytes(buf[:n])
+            del buf[:n]
+            self._left -= n
+            if not self._left:
+                self.complete = True
+            return piece
+        if self._framing == "close":
+            if not buf:
+                if conn.done:
+                    if conn.error is not None:
+                        raise UpstreamDisconnected(f"the upstream connection broke: {conn.error}")
+                    self.complete = True
+                    return b""
+                await _wait_or_eof(conn, self._timeout)
+            piece = bytes(buf)
+            buf.clear()
+            return piece
+        return await self._next_chunk(conn, buf)
+
+    async def _next_chunk(self, conn: _Conn, buf: bytearray) -> bytes:
+        """All the chunked body that has arrived (several chunks in one piece), waiting
+        only when none has: a stream's events reach the caller in the reads they came in."""
+        while True:
+            piece = self._decode_chunks(buf)
+            if piece or self.complete:
+                return piece
+            await conn.wait(self._timeout)
+
+    def _decode_chunks(self, buf: bytearray) -> bytes:
+        """Consume complete chunk framing and any data from ``buf``; never waits."""
+        out: list[bytes] = []
+        while True:
+            if self._left == 0:  # at a chunk-size line
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    if len(buf) > 4096:
+                        raise UpstreamProtocolError("a chunk-size line is too long")
+                    break
+                size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise UpstreamProtocolError(f"bad chunk size {size_text[:40]!r}") from None
+                if size < 0:
+                    raise UpstreamProtocolError(f"bad chunk size {size_text[:40]!r}")
+                if size == 0:  # the last chunk; trailer lines, if any, end at an empty line
+                    tail = buf.find(b"\r\n\r\n", end)
+                    if tail < 0:
+                        break  # re-read from the size line once more has arrived
+                    del buf[: tail + 4]
+                    self.complete = True
+                    break
+                del buf[: end + 2]
+                self._left = size + 2  # the data and its CRLF
+            if not buf:
+                break
+            data_left = self._left - 2
+            if data_left > 0:
+                n = min(len(buf), data_left)
+                out.append(bytes(buf[:n]))
+                del buf[:n]
+                self._left -= n
+                continue
+            if len(buf) < 2:  # only the CRLF after the data is left
+                break
+            if buf[:2] != b"\r\n":
+                raise UpstreamProtocolError("a chunk is not followed by CRLF")
+            del buf[:2]
+            self._left = 0
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def release(self) -> None:
+        """Done with the response: a fully read body lets the connection serve the next call."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self.complete and self._keep_alive and not conn.buf and conn.reusable:
+            self._client._put(self._key, conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def __aenter__(self) -> UpstreamResponse:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+async def _wait_or_eof(conn: _Conn, timeout_s: float | None) -> None:
+    try:
+        await conn.wait(timeout_s)
+    except UpstreamDisconnected:
+        if conn.error is not None:
+            raise
+
+
+class UpstreamClient:
+    """Keep-alive connections per upstream host; ``post`` sends one generation call."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._targets: dict[str, tuple[tuple[str, str, int], bytes, bytes]] = {}
+        self.closed = False
+
+    def _target(self, url: str) -> tuple[tuple[str, str, int], bytes, bytes]:
+        """(pool key, request target, Host header) of a URL, cached (the few upstream URLs recur)."""
+        hit = self._targets.get(url)
+        if hit is not None:
+            return hit
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UpstreamConnectError(f"not an http(s) URL: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        default = (parts.scheme == "http" and port == 80) or (
+            parts.scheme == "https" and port == 443
+        )
+        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        hit = (
+            (parts.scheme, parts.hostname, port),
+            target.encode("utf-8"),
+            (host if default else f"{host}:{port}").encode("idna"),
+        )
+        if len(self._targets) < 1024:
+            self._targets[url] = hit
+        return hit
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        connect_timeout_s: float | None,
+        read_timeout_s: float | None,
+    ) -> UpstreamResponse:
+        """Send the request; return once the status line and headers are in."""
+        key, target, host = self._target(url)
+        head = [b"POST ", target, b" HTTP/1.1\r\nHost: ", host, b"\r\n"]
+        for k, v in headers.items():
+            if "\r" in v or "\n" in v or "\r" in k or "\n" in k or ":" in k:
+                raise ValueError(f"header {k!r} holds a line break or colon")
+            head += (k.encode("utf-8"), b": ", v.encode("utf-8"), b"\r\n")
+        head += (b"Content-Length: %d\r\n\r\n" % len(body), body)
+        conn = self._take(key) or await self._connect(key, connect_timeout_s)
+        try:
+            assert conn.transport is not None
+            conn.transport.write(b"".join(head))
+            return await self._read_head(key, conn, read_timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+
+    async def _read_head(
+        self, key: tuple[str, str, int], conn: _Conn, timeout_s: float | None
+    ) -> UpstreamResponse:
+        buf = conn.buf
+        while True:
+            while (end := buf.find(b"\r\n\r\n")) < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise UpstreamProtocolError("the response headers are too large")
+                await conn.wait(timeout_s)
+            lines = bytes(buf[:end]).split(b"\r\n")
+            del buf[: end + 4]
+            status_line = lines[0].split(None, 2)
+            if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):
+                raise UpstreamProtocolError(f"not an HTTP response: {lines[0][:80]!r}")
+            try:
+                status = int(status_line[1])
+            except ValueError:
+                raise UpstreamProtocolError(f"bad status line {lines[0][:80]!r}") from None
+            if 100 <= status < 200:
+                continue  # an interim response (100 Continue, 103 Early Hints)
+            break
+        headers: CIMultiDict[str] = CIMultiDict()
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise UpstreamProtocolError(f"bad header line {line[:80]!r}")
+            headers.add(name.strip().decode("latin-1"), value.strip().decode("latin-1"))
+        reason = status_line[2].decode("latin-1") if len(status_line) > 2 else ""
+        version = status_line[0]
+        connection = headers.get("Connection", "").lower()
+        keep_alive = (
+            "close" not in connection if version != b"HTTP/1.0" else "keep-alive" in connection
+        )
+        if status in (204, 304):
+            framing, length = "length", 0
+        elif "chunked" in headers.get("Transfer-Encoding", "").lower():
+            framing, length = "chunked", 0
+        elif (cl := headers.get("Content-Length")) is not None:
+            try:
+                length = int(cl)
+            except ValueError:
+                raise UpstreamProtocolError(f"bad Content-Length {cl[:40]!r}") from None
+            if length < 0:
+                raise UpstreamProtocolError(f"bad Content-Length {cl[:40]!r}")
+            framing = "length"
+        else:
+            framing, length, keep_alive = "close", 0, False
+        return UpstreamResponse(
+            self, key, conn, status, reason, headers, framing, length, keep_alive, timeout_s
+        )
+
+    def _take(self, key: tuple[str, str, int]) -> _Conn | None:
+        idle = self._idle.get(key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.reusable and now - conn.idle_since < _IDLE_S and not conn.buf:
+                return conn
+            conn.close()
+        return None
+
+    def _put(self, key: tuple[str, str, int], conn: _Conn) -> None:
+        if self.closed:
+            conn.close()
+            return
+        idle = self._idle.setdefault(key, [])
+        if len(idle) >= _MAX_IDLE:
+            idle.pop(0).close()
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    async def _connect(self, key: tuple[str, str, int], timeout_s: float | None) -> _Conn:
+        scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        ssl_ctx = None
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            ssl_ctx = self._ssl
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(_Conn, host, port, ssl=ssl_ctx), timeout_s
+            )
+        except TimeoutError:
+            raise
+        except (OSError, ssl.SSLError) as exc:
+            raise UpstreamConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+        return conn
+
+    async def close(self) -> None:
+        self.closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
