@@ -394,9 +394,12 @@ class UpstreamClient:
             conn.close()
             return
         idle = self._idle.setdefault(key, [])
-        if len(idle) >= _MAX_IDLE:
+        now = time.monotonic()
+        # Reuse is last in, first out: the oldest idle connections sit at the front,
+        # where they are closed once too old (or too many) instead of lingering.
+        while idle and (len(idle) >= _MAX_IDLE or now - idle[0].idle_since >= _IDLE_S):
             idle.pop(0).close()
-        conn.idle_since = time.monotonic()
+        conn.idle_since = now
         idle.append(conn)
 
     async def _connect(self, key: tuple[str, str, int], timeout_s: float | None) -> _Conn:

@@ -206,3 +206,23 @@ async def test_connection_closed_by_the_server_while_idle_is_not_reused() -> Non
             await asyncio.sleep(0.05)  # the FIN arrives while the connection is idle
         await client.close()
     assert srv.connections == 3
+
+
+async def test_idle_connections_are_retired_before_the_server_drops_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentworld.proxy import upstream_http
+
+    monkeypatch.setattr(upstream_http, "_IDLE_S", 0.05)
+
+    async def script(r, w, n):  # type: ignore[no-untyped-def]
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async with ScriptedServer(script) as srv:
+        client = UpstreamClient()
+        for pause in (0.0, 0.0, 0.1):
+            await asyncio.sleep(pause)
+            async with await post(client, srv.url) as resp:
+                assert await resp.read() == b"ok"
+        await client.close()
+    assert srv.connections == 2  # the third call came after the idle limit
