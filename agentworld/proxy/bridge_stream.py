@@ -20,11 +20,12 @@ from agentworld.proxy.bridge_calls import (
     error_response,
     record_fault,
 )
-from agentworld.proxy.calls import WRITE_ERRORS, stamp, upstream_error_message
+from agentworld.proxy.calls import WRITE_ERRORS, open_upstream, stamp, upstream_error_message
 from agentworld.proxy.chat_form import chat_usage
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, event_data
 from agentworld.proxy.upstream import Fault, classify, read_limited
+from agentworld.proxy.upstream_http import UpstreamResponse
 
 
 async def stream(
@@ -39,13 +40,7 @@ async def stream(
     assert st.upstream is not None and st.recorder is not None
     t_up = time.perf_counter()
     try:
-        resp = await st.upstream.post(
-            url,
-            orjson.dumps(call.sent),
-            headers,
-            connect_timeout_s=up.connect_timeout_s,
-            read_timeout_s=up.timeout_s,
-        )
+        resp = await open_upstream(st, call, url, up, headers)
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_step(ctx))
         raise
@@ -105,7 +100,7 @@ async def stream(
 
 
 async def _pump(
-    resp: aiohttp.ClientResponse,
+    resp: UpstreamResponse,
     out: web.StreamResponse,
     ctx: Ctx,
     asm: Any,
@@ -126,7 +121,7 @@ async def _pump(
             if call.first_token_s is None:
                 call.first_token_s = time.perf_counter() - call.t0
             parts: list[bytes] = []
-            for ev in splitter.feed(data):
+            for ev in splitter.split(data):
                 payload = event_data(ev)
                 if payload is None:
                     if tr is None:

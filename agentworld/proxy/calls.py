@@ -12,6 +12,7 @@ from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
 from agentworld.proxy.upstream import Fault, policy_from, read_limited
+from agentworld.proxy.upstream_http import UpstreamResponse
 
 # Writing to an agent that went away raises one of these (aiohttp's reset error is both).
 WRITE_ERRORS = (ConnectionResetError, ConnectionError)
@@ -78,6 +79,20 @@ def thread_call(
     return t, keys[-1] if keys else None
 
 
+async def open_upstream(
+    st: State, call: Call, url: str, up: UpstreamConfig, headers: Any
+) -> UpstreamResponse:
+    """POST the call's body upstream; the response once its status and headers are in."""
+    assert st.upstream is not None
+    return await st.upstream.post(
+        url,
+        orjson.dumps(call.sent),
+        headers,
+        connect_timeout_s=up.connect_timeout_s,
+        read_timeout_s=up.timeout_s,
+    )
+
+
 async def post_upstream(
     st: State, call: Call, url: str, up: UpstreamConfig, headers: Any
 ) -> tuple[bytes, int, str]:
@@ -85,14 +100,7 @@ async def post_upstream(
 
     Network failures propagate: each caller answers them in its own protocol's shape.
     """
-    assert st.upstream is not None
-    resp = await st.upstream.post(
-        url,
-        orjson.dumps(call.sent),
-        headers,
-        connect_timeout_s=up.connect_timeout_s,
-        read_timeout_s=up.timeout_s,
-    )
+    resp = await open_upstream(st, call, url, up, headers)
     async with resp:
         raw = await read_limited(resp, st.config.max_response_bytes)
         status, ctype = resp.status, resp.headers.get("Content-Type", "application/json")

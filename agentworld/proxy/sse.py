@@ -7,7 +7,6 @@ recorder serves both modes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,29 +20,14 @@ class SSEError(ValueError):
 
 
 class EventSplitter:
-    """Incremental splitter: feed bytes, get complete raw events (without the blank line)."""
+    """Incremental splitter: complete raw events (without the blank line) as bytes arrive."""
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""
         self.max_event_bytes = max_event_bytes
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        buf = self._buf + data if self._buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        start = 0
-        while True:
-            end = buf.find(b"\n\n", start)
-            if end < 0:
-                break
-            yield buf[start:end]
-            start = end + 2
-        self._buf = buf[start:]
-        if len(self._buf) > self.max_event_bytes:
-            raise SSEError(f"an SSE event is over {self.max_event_bytes} bytes")
-
     def split(self, data: bytes) -> list[bytes]:
-        """``feed`` as a list, in one ``bytes.split`` (the per-event hot path of a stream)."""
+        """Feed bytes; get the events they complete (one ``bytes.split``: the hot path)."""
         buf = self._buf + data if self._buf else data
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")

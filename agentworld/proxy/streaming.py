@@ -17,6 +17,7 @@ from agentworld.proxy.calls import (
     WRITE_ERRORS,
     add_reply_continuations,
     cancelled_steps,
+    open_upstream,
     record_fault,
     stamp,
     upstream_error_message,
@@ -24,6 +25,7 @@ from agentworld.proxy.calls import (
 from agentworld.proxy.recorder import Call, RecordFailed, ok_steps
 from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, encode_event, event_data
 from agentworld.proxy.upstream import Fault, classify, read_limited
+from agentworld.proxy.upstream_http import UpstreamResponse
 
 
 async def stream(
@@ -39,13 +41,7 @@ async def stream(
     assert st.upstream is not None and st.recorder is not None
     t_up = time.perf_counter()
     try:
-        resp = await st.upstream.post(
-            url,
-            orjson.dumps(call.sent),
-            headers,
-            connect_timeout_s=up.connect_timeout_s,
-            read_timeout_s=up.timeout_s,
-        )
+        resp = await open_upstream(st, call, url, up, headers)
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_steps(call))
         raise
@@ -101,7 +97,7 @@ async def stream(
 
 
 async def _pump(
-    resp: aiohttp.ClientResponse,
+    resp: UpstreamResponse,
     out: web.StreamResponse,
     call: Call,
     asm: StreamAssembler,
@@ -110,10 +106,10 @@ async def _pump(
 ) -> tuple[bool, bool, Fault | None, bytes]:
     """Forward events as they arrive, feeding the assembler; hold back [DONE].
 
-    Returns (saw [DONE], agent gone, fault, held): ``held`` is what the read that
-    carried [DONE] had before it, sent by ``_finish_stream`` in one write with
-    [DONE] and the end of the body (the agent sees it no later: [DONE] waits for
-    the step to be registered anyway). The first event goes out on its own,
+    Returns (saw [DONE], agent gone, fault, held): ``held`` is the events that
+    came with [DONE] (and after it), sent by ``_finish_stream`` in one write with
+    [DONE] and the end of the body (the agent sees them no later: [DONE] waits
+    for the step to be registered anyway). The first event goes out on its own,
     ahead of the rest of its read, so the first token is not held up by them.
     """
     splitter = EventSplitter()
@@ -125,6 +121,7 @@ async def _pump(
     loads = orjson.loads
     done = False
     first = True
+    held: list[bytes] = []
     try:
         async for data in resp.content.iter_any():
             if first and call.first_token_s is None:
@@ -141,26 +138,22 @@ async def _pump(
                 )
             parts: list[bytes] = []
             for ev in splitter.split(data):
-                if ev.startswith(b"data: ") and b"\n" not in ev:
-                    payload: bytes | None = ev[6:]  # the usual one-line event
-                else:
-                    payload = event_data(ev)
+                payload = event_data(ev)
                 if payload is None:
                     parts.append(ev + b"\n\n")
-                elif payload == b"[DONE]" or payload.strip() == b"[DONE]":
+                elif payload.strip() == b"[DONE]":
                     done = True  # released after the step is registered (and durable, if strict)
                     continue
                 else:
                     try:
                         obj = loads(payload)
                     except orjson.JSONDecodeError:
-                        obj = None
                         parts.append(ev + b"\n\n")
                     else:
                         add(obj)
                         if strip and obj.__class__ is dict:
                             adapter.strip(obj, injected)
-                            parts.append(b"data: " + orjson.dumps(obj) + b"\n\n")
+                            parts.append(encode_event(obj))
                         else:
                             parts.append(ev + b"\n\n")
                 if first:
@@ -171,16 +164,19 @@ async def _pump(
                         return done, True, None, b""
                     parts = []
             if done:
-                return done, False, None, b"".join(parts)
-            if parts:
+                # Read on to the end of the body (its last chunk), so the upstream
+                # connection can serve another call; what came with [DONE] waits.
+                held += parts
+            elif parts:
                 try:
                     await out.write(parts[0] if len(parts) == 1 else b"".join(parts))
                 except WRITE_ERRORS:
                     return done, True, None, b""
     except SSEError as exc:
-        return done, False, Fault(502, "upstream_invalid", f"upstream {url}: {exc}"), b""
+        fault = Fault(502, "upstream_invalid", f"upstream {url}: {exc}")
+        return done, False, fault, b"".join(held)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        return done, False, classify(exc, url), b""
+        return done, False, classify(exc, url), b"".join(held)
     if not done and asm.error is None:
         return (
             done,
@@ -188,7 +184,7 @@ async def _pump(
             Fault(502, "upstream_disconnected", f"upstream {url} ended the stream before [DONE]"),
             b"",
         )
-    return done, False, None, b""
+    return done, False, None, b"".join(held)
 
 
 async def _finish_stream(

@@ -267,3 +267,27 @@ async def test_other_v1_paths_pass_through_unrecorded(proxy, pool):
     await c.close()
     await proxy.stop()
     assert steps_of(pool) == []
+
+
+async def test_upstream_connection_is_kept_alive_across_unary_and_streamed_calls(
+    proxy, pool, monkeypatch
+):
+    from agentworld.proxy.upstream_http import UpstreamClient
+
+    opened = []
+    connect = UpstreamClient._connect
+
+    async def counting(self, key, timeout_s):  # type: ignore[no-untyped-def]
+        opened.append(key)
+        return await connect(self, key, timeout_s)
+
+    monkeypatch.setattr(UpstreamClient, "_connect", counting)
+    c = client(proxy)
+    for _ in range(3):
+        await c.chat.completions.create(model="m", messages=USER)
+        chunks = await streamed(c, model="m", messages=USER)
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    await c.close()
+    await proxy.stop()
+    assert len(opened) == 1  # six calls, one upstream connection
+    assert len([r for r in pool.iter_records() if r["kind"] == "step"]) == 6

@@ -11,7 +11,7 @@ from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, event
 def test_events_split_across_reads_and_line_endings():
     raw = b': ping\r\n\r\ndata: {"a": 1}\r\n\r\nevent: x\ndata: line1\ndata: line2\n\ndata: [DONE]\n\n'
     sp = EventSplitter()
-    events = [ev for i in range(len(raw)) for ev in sp.feed(raw[i : i + 1])]
+    events = [ev for i in range(len(raw)) for ev in sp.split(raw[i : i + 1])]
     assert [event_data(e) for e in events] == [None, b'{"a": 1}', b"line1\nline2", b"[DONE]"]
     assert sp.pending == b""
 
@@ -19,7 +19,7 @@ def test_events_split_across_reads_and_line_endings():
 def test_oversized_event_is_refused():
     sp = EventSplitter(max_event_bytes=64)
     with pytest.raises(SSEError, match="over 64 bytes"):
-        list(sp.feed(b"data: " + b"x" * 100))
+        list(sp.split(b"data: " + b"x" * 100))
 
 
 def test_assembler_rebuilds_tool_calls_reasoning_ids_and_usage():
