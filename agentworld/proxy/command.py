@@ -119,7 +119,17 @@ def proxy(
         err=True,
     )
     _tune_gc()
-    web.run_app(app, host=host, port=port, access_log=None, print=None, loop=_event_loop(uvloop))
+    web.run_app(
+        app,
+        host=host,
+        port=port,
+        access_log=None,
+        print=None,
+        loop=_event_loop(uvloop),
+        # An agent that hangs up cancels its call: the upstream connection is closed
+        # (vLLM then stops generating) and the step is recorded as cancelled.
+        handler_cancellation=True,
+    )
 
 
 def _tune_gc() -> None:

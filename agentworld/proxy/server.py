@@ -55,7 +55,9 @@ class ProxyServer:
         return f"{self.url}/t/{trajectory}/v1"
 
     async def start(self) -> ProxyServer:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, handler_cancellation=True
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()

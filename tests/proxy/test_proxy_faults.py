@@ -320,3 +320,26 @@ async def test_too_many_open_trajectories_close_the_idlest(make_proxy, pool):
         if s["request"]["messages"][0]["content"] in ("q0", "q1")
     }
     assert {e["trajectory"] for e in ends} == first_two  # the idlest went first
+
+
+async def test_agent_hanging_up_on_a_unary_call_cancels_it_upstream(proxy, pool, fake):
+    """The call is cancelled at once (the upstream connection closes, so vLLM stops
+    generating) and recorded as cancelled, instead of waiting out the upstream."""
+    fake[0].hang_s = 30.0
+    body = {"model": "hang", "messages": USER}
+    async with aiohttp.ClientSession() as s:
+        with pytest.raises(TimeoutError):
+            await s.post(
+                proxy.base_url + "/chat/completions",
+                json=body,
+                timeout=aiohttp.ClientTimeout(total=0.3),
+            )
+    for _ in range(100):
+        if proxy.state.stats.steps.get("cancelled"):
+            break
+        await asyncio.sleep(0.02)
+    assert proxy.state.stats.steps.get("cancelled") == 1
+    await still_serves(proxy)
+    await proxy.stop()
+    (step,) = [s for s in steps_of(pool) if s["status"] == "cancelled"]
+    assert step["error"]["type"] == "client_disconnected"
