@@ -125,11 +125,10 @@ class _Journal:
 
     def write_records(self, batch: list[bytes]) -> None:
         """Frame and append records with gathered writes (no joined copy of the batch)."""
-        checksum = crc32
         for start in range(0, len(batch), _IOV_RECORDS):
             iov: list[bytes] = []
             for data in batch[start : start + _IOV_RECORDS]:
-                iov += (b"%08x " % checksum(data), data, b"\n")
+                iov += (b"%08x " % crc32(data), data, b"\n")
             total = sum(map(len, iov))
             n = os.writev(self.fd, iov)
             if n < total:  # a short write: finish the rest the plain way
