@@ -5,9 +5,11 @@ completion, plus a streaming variant), a bare aiohttp pass-through that
 forwards bytes without recording, and `aw proxy` recording into a temporary
 pool (batched durability). The load generator (this process) calls the
 upstream directly, through the bare pass-through and through the proxy, side
-by side, at each concurrency level, and prints ratios. Loopback only.
+by side, at each concurrency level, and prints ratios. Loopback only. Each
+figure is the median over ``--rounds`` rounds of what that round measured side
+by side (the three paths alternate within a round).
 
-    python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256]
+    python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256] [--rounds 5]
 """
 
 from __future__ import annotations
