@@ -110,3 +110,23 @@ def write_trajectories(pool: Pool, n: int, steps: int, **writer: Any) -> list[st
                 w.append(small_step(t, i))
             w.append(records.make_end(trajectory=t, agent="a", status="done", steps=steps))
     return ids
+
+
+def close_keeping_sealed_journal(writer: Any, journal: Path) -> bytes:
+    """Close ``writer`` and return its journal's bytes as they were once the shard was
+    installed, before the journal left ``journals/`` (the state a crash there leaves)."""
+    from agentworld.pool import journal as journal_mod
+
+    saved: list[bytes] = []
+
+    def keep(point: str) -> None:
+        if point == "shard-installed":
+            saved.append(journal.read_bytes())
+
+    journal_mod.fault_hook = keep
+    try:
+        writer.close()
+    finally:
+        journal_mod.fault_hook = None
+    (data,) = saved
+    return data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentworld import records
 from agentworld.pool import Pool, Selection
+from .conftest import close_keeping_sealed_journal
 from tests.synth import conversation_step
 
 
@@ -95,8 +96,6 @@ def test_refresh_beside_a_sealed_journal_keeps_rows_on_its_shard(pool: Pool) -> 
     """Between its sealed trailer and its removal, a journal and its shard hold the same
     records. A refresh in that window must leave the rows on the shard, or they vanish
     from the index with the journal."""
-    from agentworld.pool import journal as journal_mod
-
     w = pool.writer()
     for i in range(3):
         w.append(conversation_step("tr_w", i))
@@ -104,19 +103,9 @@ def test_refresh_beside_a_sealed_journal_keeps_rows_on_its_shard(pool: Pool) -> 
     idx = pool.index()  # rows on the live journal
     (journal,) = pool.layout.journal_paths()
     w.append(conversation_step("tr_w", 3))
-    saved: list[bytes] = []
-
-    def keep(point: str) -> None:
-        if point == "shard-installed":
-            saved.append(journal.read_bytes())
-
-    journal_mod.fault_hook = keep
-    try:
-        w.close()
-    finally:
-        journal_mod.fault_hook = None
+    sealed = close_keeping_sealed_journal(w, journal)
     idx.refresh()
-    journal.write_bytes(saved[0])  # the window: the sealed journal beside its shard
+    journal.write_bytes(sealed)  # the window: the sealed journal beside its shard
     idx.refresh()
     assert idx.stats()["journals"] == 0
     journal.unlink()

@@ -11,7 +11,7 @@ from agentworld import records
 from agentworld.errors import NotFoundError, PoolError, PoolFormatError
 from agentworld.pool import Pool, Selection
 
-from .conftest import end_record, full_step
+from .conftest import close_keeping_sealed_journal, end_record, full_step
 
 
 def _same(a: object, b: object) -> bool:
@@ -125,7 +125,6 @@ def test_sealing_is_deterministic(pool: Pool, tmp_path) -> None:
 def test_recovery_after_own_seal_does_not_seal_again(pool: Pool) -> None:
     """Crash after the shard got its name, before the journal was unlinked: recovery
     finds the sealed trailer naming the shard and only removes the journal."""
-    from agentworld.pool import journal as journal_mod
     from agentworld.pool.journal import recover_orphans
 
     w = pool.writer(commit_records=3)
@@ -133,19 +132,9 @@ def test_recovery_after_own_seal_does_not_seal_again(pool: Pool) -> None:
         w.append(full_step("tr_same", i))
     w.flush()
     (journal,) = pool.layout.journal_paths()
-    saved: list[bytes] = []
-
-    def keep(point: str) -> None:
-        if point == "shard-installed":
-            saved.append(journal.read_bytes())
-
-    journal_mod.fault_hook = keep
-    try:
-        w.close()
-    finally:
-        journal_mod.fault_hook = None
+    sealed = close_keeping_sealed_journal(w, journal)
     (shard,) = pool.layout.shard_paths()
-    journal.write_bytes(saved[0])  # as if we crashed after writing the shard, before unlinking
+    journal.write_bytes(sealed)  # as if we crashed after installing the shard
     (rec,) = recover_orphans(pool.layout)
     assert rec.shard == shard.name and rec.records == 10
     assert pool.layout.shard_paths() == [shard]
