@@ -10,6 +10,7 @@ figure is the median over ``--rounds`` rounds of what that round measured side
 by side (the three paths alternate within a round).
 
     python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256] [--rounds 5]
+                                    [--modes unary,stream]
 """
 
 from __future__ import annotations
@@ -161,7 +162,12 @@ async def load(
 
 
 async def run(
-    levels: list[int], requests: int, max_s: float, rounds: int, proxy_args: list[str]
+    levels: list[int],
+    requests: int,
+    max_s: float,
+    rounds: int,
+    proxy_args: list[str],
+    modes: list[bool],
 ) -> None:
     import aiohttp
 
@@ -205,7 +211,7 @@ async def run(
                 f"{'mode':7} {'conc':>5} {'path':7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ttfc ms':>8}"
                 f" {'hop CPU us/req':>15}"
             )
-            for stream in (False, True):
+            for stream in modes:
                 for c in levels:
                     rounds_: list[dict[str, dict]] = []
                     for _ in range(rounds):
@@ -278,6 +284,7 @@ def main() -> None:
     ap.add_argument("--levels", default="1,32,256")
     ap.add_argument("--max-s", type=float, default=8.0, help="time bound per measurement")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--modes", default="unary,stream", help="which calls to measure")
     ap.add_argument(
         "--no-uvloop",
         action="store_true",
@@ -291,7 +298,10 @@ def main() -> None:
     else:
         levels = [int(x) for x in a.levels.split(",")]
         proxy_args = ["--no-uvloop"] if a.no_uvloop else []
-        asyncio.run(run(levels, a.requests, a.max_s, a.rounds, proxy_args))
+        modes = [m.strip() == "stream" for m in a.modes.split(",")]
+        if any(m.strip() not in ("unary", "stream") for m in a.modes.split(",")):
+            ap.error(f"--modes: expected unary and/or stream, got {a.modes!r}")
+        asyncio.run(run(levels, a.requests, a.max_s, a.rounds, proxy_args, modes))
 
 
 if __name__ == "__main__":
