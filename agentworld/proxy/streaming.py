@@ -221,10 +221,13 @@ async def _finish_stream(
             pass
         await record_fault(st, call, fault, partial=body)
         return out
+    # [DONE] waits only for the continuation points the agent's next call needs (and, in
+    # strict mode, for the step to be durable); batched records are built after it left.
     replies = add_reply_continuations(st, call, prompt_key, body)
-    recs = ok_steps(call, body, replies)
     tail = b"data: [DONE]\n\n"
+    recs = None
     if st.recorder.strict:
+        recs = ok_steps(call, body, replies)
         try:
             await st.recorder.steps(call.trajectory, recs)
         except RecordFailed as exc:
@@ -234,12 +237,19 @@ async def _finish_stream(
                 "code": 503,
             }
             tail = encode_event({"error": error})
+    gone = False
     try:
         await out.write_eof(held + tail)  # one write: the held events, [DONE], the body's end
     except WRITE_ERRORS:
-        for r in recs:
-            r["status"] = "cancelled"
-            r["error"] = {"type": "client_disconnected", "message": "the agent left before [DONE]"}
-    if not st.recorder.strict:
+        gone = True
+    if recs is None:
+        recs = ok_steps(call, body, replies)
+        if gone:
+            for r in recs:
+                r["status"] = "cancelled"
+                r["error"] = {
+                    "type": "client_disconnected",
+                    "message": "the agent left before [DONE]",
+                }
         await st.recorder.steps(call.trajectory, recs)
     return out
