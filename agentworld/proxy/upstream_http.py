@@ -57,9 +57,15 @@ class _Conn(asyncio.Protocol):
         self.error: BaseException | None = None
         self.paused = False
         self.idle_since = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # One timer for the read deadline, moved forward lazily: a stream waits once per
+        # event, and arming and cancelling a timer for each wait cost more than the read.
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -92,15 +98,30 @@ class _Conn(asyncio.Protocol):
         if self.paused and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         fut = self.waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, _expire, fut) if timeout_s else None
+        if timeout_s:
+            self._deadline = loop.time() + timeout_s
+            if self._timer is None:
+                self._timer = loop.call_at(self._deadline, self._on_timer)
+        else:
+            self._deadline = 0.0
         try:
             await fut
         finally:
             self.waiter = None
-            if timer is not None:
-                timer.cancel()
+
+    def _on_timer(self) -> None:
+        """The read deadline may have passed: expire the waiter, or re-arm for a later one."""
+        self._timer = None
+        w = self.waiter
+        if w is None or w.done() or not self._deadline:
+            return  # nobody is waiting (with a deadline): the next wait arms a timer
+        loop = self._loop or asyncio.get_running_loop()
+        if loop.time() >= self._deadline:
+            w.set_exception(TimeoutError("no bytes from the upstream in time"))
+        else:
+            self._timer = loop.call_at(self._deadline, self._on_timer)
 
     @property
     def reusable(self) -> bool:
@@ -110,11 +131,9 @@ class _Conn(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
         self.done = True
-
-
-def _expire(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError("no bytes from the upstream in time"))
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class UpstreamResponse:
@@ -152,6 +171,20 @@ class UpstreamResponse:
 
     async def iter_any(self) -> AsyncIterator[bytes]:
         """The body in pieces as they arrive (chunked framing removed)."""
+        conn = self._conn
+        if self._framing == "chunked" and conn is not None:
+            # A stream's hot loop (one pass per event), without _next's layers.
+            buf = conn.buf
+            decode = self._decode_chunks
+            while not self.complete:
+                piece = decode(buf)
+                if piece:
+                    yield piece
+                elif not self.complete:
+                    if self._conn is None:
+                        raise UpstreamDisconnected("the response was closed")
+                    await conn.wait(self._timeout)
+            return
         while not self.complete:
             piece = await self._next()
             if piece:

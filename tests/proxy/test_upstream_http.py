@@ -170,6 +170,33 @@ async def test_silent_upstream_times_out_as_504() -> None:
         await client.close()
 
 
+async def test_read_timeout_is_per_wait_so_a_slow_steady_stream_never_times_out() -> None:
+    """The timeout bounds the silence between reads, not the whole body: a stream that
+    sends a chunk every 60 ms outlives a 150 ms timeout, then times out once it stops."""
+
+    async def script(r, w, n):  # type: ignore[no-untyped-def]
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(8):
+            w.write(b"2\r\nab\r\n")
+            await w.drain()
+            await asyncio.sleep(0.06)
+        await asyncio.sleep(5)
+
+    async with ScriptedServer(script) as srv:
+        client = UpstreamClient()
+        resp = await post(client, srv.url, timeout=0.15)
+        got = b""
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            async for piece in resp.content.iter_any():
+                got += piece
+                last = loop.time()
+        assert got == b"ab" * 8  # 8 reads over ~0.48 s, each within the timeout
+        assert 0.1 < loop.time() - last < 1.0  # then silence: one timeout later, not at 5 s
+        resp.close()
+        await client.close()
+
+
 async def test_refused_connection_is_unreachable() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
