@@ -180,3 +180,12 @@ def test_accelerate_refusing_a_precision_is_a_config_error(monkeypatch) -> None:
     monkeypatch.setattr(accelerate, "Accelerator", no_bf16)
     with pytest.raises(ConfigError, match=r"train\.mixed_precision: 'bf16' is not available here"):
         make_accelerator(TrainConfig(model="m", mixed_precision="bf16"))
+
+
+def test_fp16_trains_on_a_gpu_and_saves_fp32(builder, tiny_model: Path, tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    builder.group([1.0, 0.0], turns=2)
+    summary, _ = run(builder, tiny_model, tmp_path / "fp16", algo="grpo", mixed_precision="fp16")
+    assert summary["mixed_precision"] == "fp16" and summary["device"].startswith("cuda")
+    assert {t.dtype for t in weights(Path(summary["checkpoint"])).values()} == {torch.float32}
