@@ -111,7 +111,7 @@ def plain_loop(cfg: TrainConfig, pool: Pool) -> dict[str, float]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         opt.step()
         opt.zero_grad()
-        float(loss)  # wait for the device, as the trainer does when it logs the loss
+        float(loss.detach())  # wait for the device, as the trainer does when it logs the loss
         if i > 0:  # the first update warms up, as in trainer_run
             seconds += time.perf_counter() - t0
             tokens += b["meta"]["tokens"]
