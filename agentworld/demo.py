@@ -100,7 +100,12 @@ async def _loop(
     from agentworld.serve.server import make_app
 
     assert isinstance(console, Console)
-    engine = Engine(model_dir, device="cpu", max_batch_size=16)
+    # The GPU when there is one (the trainer below runs where Accelerate puts it: the same
+    # device). float32 even there, where the engine's default is bf16: the trainer trains
+    # fp32, so the served log-probs match its forward pass (fidelity); the demo's default
+    # model has 135M parameters, so fp32 costs little.
+    engine = Engine(model_dir, device="auto", dtype="float32", max_batch_size=16)
+    console.print(f"engine on {engine.device} ({str(engine.dtype).removeprefix('torch.')})")
     runner = web.AppRunner(make_app(engine), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -190,6 +195,7 @@ def _train(console: object, model_dir: Path, pool: Path, out: Path, steps: int) 
         max_steps=steps,
         lr=1e-6,
         batch_tokens=8192,
+        mixed_precision="no",  # fp32 like the demo's engine, whatever the environment says
     )
     try:
         summary = train(cfg, console=console)  # type: ignore[arg-type]

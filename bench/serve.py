@@ -1,8 +1,9 @@
 """Generated tokens/s of `aw serve` (embedded, over HTTP) vs a plain transformers generate loop.
 
-Run: python bench/serve.py [--model DIR] [--tokens 64] [--prompts 8]
-Both sides use the same model, prompts and greedy decoding, measured one after the other
-in this process; the table prints the ratios. Not a test: numbers depend on the machine.
+Run: python bench/serve.py [--model DIR] [--tokens 64] [--prompts 8] [--device auto] [--dtype D]
+Both sides use the same model, device, dtype, prompts and greedy decoding, measured one after
+the other in this process; the table prints the ratios. Not a test: numbers depend on the
+machine. --device auto is CUDA when there is one (dtype then defaults to the engine's bf16).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def baseline_tokens_per_s(model, prompts: list[list[int]], n_tokens: int) -> flo
 
     total, start = 0, time.perf_counter()
     for p in prompts:
-        ids = torch.tensor([p])
+        ids = torch.tensor([p], device=model.device)
         with torch.inference_mode():
             out = model.generate(
                 ids,
@@ -43,6 +44,8 @@ def baseline_tokens_per_s(model, prompts: list[list[int]], n_tokens: int) -> flo
                 pad_token_id=0,
             )
         total += out.shape[1] - ids.shape[1]
+    if model.device.type == "cuda":
+        torch.cuda.synchronize()
     return total / (time.perf_counter() - start)
 
 
@@ -90,22 +93,29 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from agentworld.serve.chat import render_prompt
-    from agentworld.serve.engine import Engine
+    from agentworld.serve.engine import Engine, resolve_device, resolve_dtype
     from agentworld.serve.model_files import default_aw_home, resolve_model
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M)")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: CUDA if any)")
+    ap.add_argument("--dtype", default=None, help="float32, bfloat16, ... (engine default)")
     args = ap.parse_args()
 
     model_dir = resolve_model(args.model, default_aw_home() / "models")
-    engine = Engine(model_dir, device="cpu", max_batch_size=8)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    # Both sides on one device and dtype, or the ratios compare machines, not code.
+    engine = Engine(
+        model_dir, device=device, dtype=str(dtype).removeprefix("torch."), max_batch_size=8
+    )
     prompts = [
         render_prompt(engine.tokenizer, [{"role": "user", "content": q}])
         for q in (QUESTIONS * 4)[: args.prompts]
     ]
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
     baseline_tokens_per_s(model, prompts[:1], 4)  # warm-up
     # Baseline before and after the server runs: on a shared machine the load drifts, and
     # the mean of the two brackets the server's measurements.
@@ -115,7 +125,10 @@ def main() -> None:
     base = (before + after) / 2
     engine.close()
 
-    print(f"model: {model_dir.name}  device: cpu  threads: {torch.get_num_threads()}")
+    print(
+        f"model: {model_dir.name}  device: {device}  threads: {torch.get_num_threads()}"
+        f"  dtype: {str(dtype).removeprefix('torch.')}"
+    )
     print(f"{args.prompts} prompts x {args.tokens} greedy tokens each")
     print(f"{'setup':<40} {'tokens/s':>10} {'ratio':>7}")
     print(f"{'transformers generate, sequential':<40} {base:>10.1f} {1.0:>7.2f}")

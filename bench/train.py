@@ -81,12 +81,21 @@ def _quiet():
     return Console(file=open("/dev/null", "w"))
 
 
+def train_device() -> torch.device:
+    """Where `aw train` runs here (Accelerate's pick: CUDA when there is one); the plain
+    loop runs there too, so the ratio compares loops, not devices."""
+    from accelerate import PartialState
+
+    return PartialState().device
+
+
 def plain_loop(cfg: TrainConfig, pool: Pool) -> dict[str, float]:
     """The same batches through a hand-written transformers/torch loop (no Accelerate)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    device = train_device()
     tok = AutoTokenizer.from_pretrained(cfg.model)
-    model = AutoModelForCausalLM.from_pretrained(cfg.model)
+    model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32).to(device)
     labels = pool.labels.effective()
     plan = make_plan(pool.layout, labels, cfg, selection_for(cfg, 0))
     batches = list(PoolBatches(pool, plan, labels, tok, cfg, stop_ids=stop_ids_of(tok)))
@@ -95,13 +104,14 @@ def plain_loop(cfg: TrainConfig, pool: Pool) -> dict[str, float]:
     tokens, seconds = 0, 0.0
     for i, b in enumerate(batches[: cfg.max_steps]):
         t0 = time.perf_counter()
-        ids = b["input_ids"]
-        logits = model(input_ids=ids, attention_mask=b["attention_mask"]).logits
-        loss = sft_loss(token_logprobs(logits[:, :-1], ids[:, 1:]), b["sampled"][:, 1:])
+        ids, mask, sampled = (b[k].to(device) for k in ("input_ids", "attention_mask", "sampled"))
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        loss = sft_loss(token_logprobs(logits[:, :-1], ids[:, 1:]), sampled[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         opt.step()
         opt.zero_grad()
+        float(loss.detach())  # wait for the device, as the trainer does when it logs the loss
         if i > 0:  # the first update warms up, as in trainer_run
             seconds += time.perf_counter() - t0
             tokens += b["meta"]["tokens"]
@@ -147,7 +157,8 @@ def main() -> None:
     plain = min(plain_runs, key=lambda r: r["seconds"])
     tps = lambda r: r["tokens"] / r["seconds"]  # noqa: E731
     print(f"data: {args.trajectories} trajectories x {args.turns} turns, "
-          f"model hidden {args.hidden} x {args.layers} layers, torch threads {args.threads}")  # fmt: skip
+          f"model hidden {args.hidden} x {args.layers} layers, torch threads {args.threads}, "
+          f"device {train_device()}")  # fmt: skip
     print(
         f"merged        : {merged['tokens']:>9,} tokens  {merged['seconds']:7.2f} s  {tps(merged):9,.0f} tok/s"
     )

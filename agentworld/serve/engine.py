@@ -16,24 +16,7 @@ import torch
 
 from agentworld.errors import ConfigError
 from agentworld.serve.batch import Rows, mergeable
-
-# Below this temperature sampling is greedy, as in vLLM (`_SAMPLING_EPS`).
-_SAMPLING_EPS = 1e-5
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """Per-request sampling; defaults follow vLLM's chat defaults."""
-
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 or -1: off
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
-    top_logprobs: int = 0
+from agentworld.serve.sampling import SamplingParams, sample
 
 
 @dataclass
@@ -343,37 +326,11 @@ class Engine:
             rows.next_pos = rows.next_pos + 1
 
     def _sample(self, logits: torch.Tensor, active: list[Request]) -> torch.Tensor:
-        logits = logits.float()
-        # vLLM's default logprobs_mode is "raw_logprobs": log_softmax of the model's logits
-        # before temperature, top-k/top-p or penalties. We report the same quantity, so a
-        # trainer's forward pass recomputes it exactly whatever the sampling settings were.
-        raw = torch.log_softmax(logits, dim=-1)  # (B, V)
-        chosen = torch.empty(len(active), dtype=torch.long, device=logits.device)
-        for i, req in enumerate(active):
-            p = req.params
-            if p.temperature < _SAMPLING_EPS:
-                tok = int(torch.argmax(logits[i]))
-            else:
-                row = logits[i] / p.temperature
-                if p.top_k and p.top_k > 0 and p.top_k < row.numel():
-                    kth = torch.topk(row, p.top_k).values[-1]
-                    row = row.masked_fill(row < kth, float("-inf"))
-                if p.top_p < 1.0:
-                    srt, order = torch.sort(row, descending=True)
-                    cum = torch.softmax(srt, dim=-1).cumsum(-1)
-                    # Keep the smallest prefix whose mass reaches top_p (always >= 1 token).
-                    cut = (cum - torch.softmax(srt, dim=-1)) >= p.top_p
-                    row = row.scatter(0, order, srt.masked_fill(cut, float("-inf")))
-                probs = torch.softmax(row, dim=-1)
-                tok = int(torch.multinomial(probs, 1, generator=req.generator))
-            chosen[i] = tok
-            top: list[tuple[int, float]] = []
-            if p.top_logprobs:
-                vals, idx = torch.topk(raw[i], p.top_logprobs)
-                top = list(zip(idx.tolist(), vals.tolist(), strict=True))
+        out = sample(logits, [r.params for r in active], [r.generator for r in active])
+        for req, tok, lp, top in zip(active, out.token_ids, out.logprobs, out.top, strict=True):
             req.output_ids.append(tok)
-            req.emit(TokenEvent(tok, float(raw[i, tok]), top))
-        return chosen
+            req.emit(TokenEvent(tok, lp, top))
+        return out.ids
 
     def _finish_if_done(self, req: Request) -> bool:
         p = req.params

@@ -15,6 +15,7 @@ from agentworld.errors import ConfigError
 
 ALGOS = ("sft", "grpo", "ppo")
 NORMALISERS = ("grpo", "dr_grpo", "dapo")
+MIXED_PRECISIONS = ("no", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class TrainConfig:
     grad_accum: int = 1
     max_grad_norm: float = 1.0
     seed: int = 0
+    # Autocast compute dtype; weights, optimizer and checkpoints stay fp32. None: what
+    # `accelerate launch` / its config / ACCELERATE_MIXED_PRECISION say (default "no").
+    mixed_precision: str | None = None
     # Reinforcement learning.
     normaliser: str = "grpo"
     clip_low: float = 0.2
@@ -84,6 +88,11 @@ class TrainConfig:
         if self.normaliser not in NORMALISERS:
             raise ConfigError(
                 f"train.normaliser: must be one of {list(NORMALISERS)}, got {self.normaliser!r}"
+            )
+        if self.mixed_precision is not None and self.mixed_precision not in MIXED_PRECISIONS:
+            raise ConfigError(
+                f"train.mixed_precision: must be one of {list(MIXED_PRECISIONS)}, "
+                f"got {self.mixed_precision!r}"
             )
         for key in ("max_seq_len", "batch_tokens", "buffer_trajectories", "grad_accum"):
             if getattr(self, key) < 1:

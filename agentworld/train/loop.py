@@ -81,13 +81,30 @@ def _to(batch: dict[str, Any], device: Any) -> dict[str, Any]:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
+def make_accelerator(cfg: TrainConfig) -> Any:
+    """Accelerate's handle for this run; a mixed precision the machine lacks is a ConfigError."""
+    from accelerate import Accelerator
+
+    mp = cfg.mixed_precision
+    try:
+        # None leaves the choice to `accelerate launch`, its config file or the environment.
+        acc = Accelerator(gradient_accumulation_steps=cfg.grad_accum, mixed_precision=mp)
+    except ValueError as exc:
+        if mp is None or "precision" not in str(exc):
+            raise
+        raise ConfigError(f"train.mixed_precision: {mp!r} is not available here: {exc}") from None
+    if mp == "fp16" and acc.device.type == "cpu":
+        # Accelerate would silently run fp32 (it has no fp16 autocast on CPU).
+        raise ConfigError("train.mixed_precision: 'fp16' needs a GPU; on CPU use 'bf16' or 'no'")
+    return acc
+
+
 def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]:
     """Train from the pool as ``cfg`` says; write checkpoints and metrics; return the summary."""
-    from accelerate import Accelerator
     from accelerate.utils import gather_object, set_seed
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    acc = Accelerator(gradient_accumulation_steps=cfg.grad_accum)
+    acc = make_accelerator(cfg)
     set_seed(cfg.seed)
     main = acc.is_main_process
     console = console or Console(stderr=True)
@@ -122,8 +139,9 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     # -- Model, optimizer, schedule: Accelerate places and wraps them (DDP, FSDP, DeepSpeed).
     model_path = str(resume_dir) if resume_dir else cfg.model
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    # fp32 master weights (transformers 5 would load the checkpoint's dtype); bf16/fp16
-    # compute comes from Accelerate's mixed-precision config, as `accelerate launch` sets it.
+    # fp32 master weights (transformers 5 would load the checkpoint's dtype), so checkpoints
+    # are fp32 too; bf16/fp16 is autocast compute only (train.mixed_precision or Accelerate's
+    # own config, as `accelerate launch` sets it).
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     ref = None
     if cfg.kl_coef > 0:
@@ -234,6 +252,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
             },
             "data_state": data_state,
             "fidelity": fidelity.__dict__ if fidelity else None,
+            "mixed_precision": acc.mixed_precision,
             "created_at": time.time(),
         }
 
@@ -432,6 +451,8 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
         "fidelity": fidelity,
         "checkpoint": str(last_ckpt) if last_ckpt else None,
         "policy_version": version if online is not None else base_version + 1,
+        "device": str(acc.device),
+        "mixed_precision": acc.mixed_precision,
     }
     if main:
         table = Table(title="aw train", show_header=False)

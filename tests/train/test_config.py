@@ -47,6 +47,10 @@ def test_bad_values_are_refused_with_their_source(tmp_path: Path) -> None:
         load_config(None, {})
     with pytest.raises(ConfigError, match="group_size"):
         load_config(None, {"model": "m", "online": True})
+    with pytest.raises(ConfigError, match=r"train\.mixed_precision: must be one of .*got 'fp8'"):
+        load_config(None, {"model": "m"}, ["mixed_precision=fp8"])
+    with pytest.raises(ConfigError, match="mixed_precision expects str, got True"):
+        load_config(recipe(tmp_path, '[train]\nmodel = "m"\nmixed_precision = true\n'))
     with pytest.raises(ConfigError, match="expected key=value"):
         parse_set(["lr"])
     with pytest.raises(ConfigError, match="no such file"):
@@ -62,3 +66,13 @@ def test_resolved_config_round_trips_through_toml(tmp_path: Path) -> None:
     again = load_config(recipe(tmp_path, cfg.to_toml()))
     assert again == cfg
     assert TrainConfig(model="m").to_dict()["status"] == ["done"]
+
+
+def test_mixed_precision_from_set_or_recipe(tmp_path: Path) -> None:
+    assert TrainConfig(model="m").mixed_precision is None  # Accelerate's own default/env
+    assert load_config(None, {"model": "m"}, ["mixed_precision=bf16"]).mixed_precision == "bf16"
+    assert load_config(None, {"model": "m"}, ["mixed_precision=no"]).mixed_precision == "no"
+    r = recipe(tmp_path, '[train]\nmodel = "m"\nmixed_precision = "fp16"\n')
+    cfg = load_config(r)
+    assert cfg.mixed_precision == "fp16"
+    assert load_config(recipe(tmp_path, cfg.to_toml())) == cfg
