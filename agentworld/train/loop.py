@@ -350,7 +350,10 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     device=acc.device,
                 )
                 trained.update(m["trajectories"])
-            scheduler.step()
+            # fp16's loss scaler skips the optimizer step whose gradients overflowed (the
+            # first ones, while it finds its scale): the schedule waits for a real step.
+            if not acc.optimizer_step_was_skipped:
+                scheduler.step()
             step += 1
             counts = acc.reduce(counts, "sum")
             dt = time.perf_counter() - t0

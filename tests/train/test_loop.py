@@ -155,7 +155,24 @@ def test_mixed_precision_default_leaves_accelerate_alone(
 ) -> None:
     builder.group([1.0, 0.0], turns=2)
     summary, _ = run(builder, tiny_model, tmp_path / "fp32", algo="sft", max_steps=1)
-    assert summary["mixed_precision"] == "no" and summary["device"] == "cpu"
+    assert summary["mixed_precision"] == "no"
+    assert summary["device"].startswith("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_schedule_waits_for_optimizer_steps_the_loss_scaler_skipped(
+    builder, tiny_model: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """fp16's scaler skips steps whose gradients overflowed; the warm-up must not run ahead."""
+    import accelerate
+
+    builder.group([1.0, 0.0], turns=2)
+    monkeypatch.setattr(
+        accelerate.Accelerator, "optimizer_step_was_skipped", property(lambda self: True)
+    )
+    out = tmp_path / "skipped"
+    run(builder, tiny_model, out, algo="sft", max_steps=3, warmup_steps=4)
+    lrs = [json.loads(line)["lr"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert lrs == pytest.approx([1e-3 / 4] * 3)  # still at the first warm-up value
 
 
 def test_fp16_on_cpu_is_refused_naming_the_key(builder, tiny_model: Path, tmp_path: Path) -> None:
