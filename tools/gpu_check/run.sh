@@ -99,6 +99,17 @@ step check-ppo 30 $PY "$HERE"/helpers.py check-train "$W/out_ppo" 2
 step train-grpo-bf16 60 env ACCELERATE_MIXED_PRECISION=bf16 $AW train --model "$W/model" \
   --pool "$W/pool" --algo grpo -o "$W/out_bf16" --max-steps 3 "${COMMON[@]}" && cuda_note bf16
 step check-bf16 30 $PY "$HERE"/helpers.py check-train "$W/out_bf16" 3
+# The same through the trainer's own key, with no ACCELERATE_* env; fp16 too; a bad value
+# must be refused naming the key.
+step train-grpo-bf16-key 60 $AW train --model "$W/model" --pool "$W/pool" --algo grpo \
+  -o "$W/out_bf16key" --max-steps 3 "${COMMON[@]}" --set mixed_precision=bf16 && cuda_note bf16-key
+step check-bf16-key 30 $PY "$HERE"/helpers.py check-train "$W/out_bf16key" 3
+step train-grpo-fp16-key 60 $AW train --model "$W/model" --pool "$W/pool" --algo grpo \
+  -o "$W/out_fp16key" --max-steps 3 "${COMMON[@]}" --set mixed_precision=fp16 && cuda_note fp16-key
+step check-fp16-key 30 $PY "$HERE"/helpers.py check-train "$W/out_fp16key" 3
+step train-bad-precision 30 bash -c "$AW train --model $W/model --pool $W/pool -o $W/out_bad \
+  --max-steps 1 --agent a --dataset d --set mixed_precision=fp8 2>&1 \
+  | grep -q 'train.mixed_precision: must be one of'"
 step train-resume 60 $AW train --model "$W/model" --pool "$W/pool" --algo grpo \
   -o "$W/out_grpo" --max-steps 5 --resume latest "${COMMON[@]}"
 step check-resume 30 $PY "$HERE"/helpers.py check-train "$W/out_grpo" 5
@@ -142,10 +153,19 @@ if [ -n "$SERVE_PID" ]; then
   grep -a '^AW_CUDA_REPORT {' "$W/serve.log" | tail -1 | sed 's/^/      serve: /' | cut -c1-300 >>"$SUM"
 fi
 
-# -- 4. Tests (serve tests pin device="cpu"; train tests run on whatever Accelerate picks: CUDA).
-step pytest-train-serve 150 $PY -m pytest tests/train tests/serve -q --maxfail=5 -p no:cacheprovider \
-  --ignore tests/train/test_multiprocess.py --ignore tests/serve/test_model_files.py \
-  -o addopts="" --durations=8
+# -- 4. Tests. Train tests run on whatever Accelerate picks (CUDA); most serve tests pin the
+# CPU, but the CUDA-only ones (batched sampler == per-row sampler on the GPU, engine on CUDA
+# vs a CPU forward pass, fp16/bf16 training) run here instead of skipping.
+step pytest-train-serve 150 $PY -m pytest tests/train tests/serve tests/test_demo.py -q \
+  --maxfail=5 -p no:cacheprovider -rs --ignore tests/train/test_multiprocess.py \
+  --ignore tests/serve/test_model_files.py -o addopts="" --durations=8 \
+  --deselect tests/test_demo.py::test_demo_collects_grouped_engine_token_trajectories
+
+# One-off steps of a particular check (a file of `step` lines, sourced here).
+if [ -n "${EXTRA_STEPS:-}" ]; then
+  # shellcheck disable=SC1090
+  source "$EXTRA_STEPS"
+fi
 
 # -- 5. Proxy benchmark (16 cores). Its servers run with PYTHONPATH=repo only, so the
 # carried wheels must be visible without PYTHONPATH: a .pth in the interpreter's purelib.
