@@ -113,6 +113,30 @@ async def test_chunked_body_in_dribbles_with_extensions_and_trailers() -> None:
     assert srv.connections == 1
 
 
+def test_chunk_decoder_at_every_split_point_and_with_the_whole_body_at_once() -> None:
+    """Two reads split anywhere (inside a size line, data, CRLF or trailer) give the body
+    exactly once, end it at the last chunk, and leave the bytes after it in the buffer."""
+    from multidict import CIMultiDict
+
+    from agentworld.proxy.upstream_http import UpstreamResponse, _Conn
+
+    payload = [b"data: %d\n\n" % i * (i + 1) for i in range(6)]
+    body = b"".join(b"%x;e=1\r\n%s\r\n" % (len(p), p) for p in payload)
+    body += b"0\r\nX-T: 1\r\n\r\n"
+    after = b"HTTP/1.1 200 OK\r\n"  # a pipelined next response must stay in the buffer
+    for k in range(len(body) + 1):
+        resp = UpstreamResponse(
+            None, ("http", "h", 1), _Conn(), 200, "OK", CIMultiDict(), "chunked", 0, True, 1.0
+        )  # type: ignore[arg-type]
+        buf = bytearray(body[:k])
+        got = resp._decode_chunks(buf)
+        buf += body[k:] + after
+        if not resp.complete:  # (iter_any stops asking once the body is complete)
+            got += resp._decode_chunks(buf)
+        assert got == b"".join(payload), k
+        assert resp.complete and bytes(buf) == after, k
+
+
 async def test_body_ended_by_close_and_interim_response() -> None:
     async def script(r, w, n):  # type: ignore[no-untyped-def]
         w.write(
