@@ -13,7 +13,7 @@ from agentworld.proxy.app import State
 from agentworld.proxy.calls import WRITE_ERRORS, add_continuations
 from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
 from agentworld.proxy.protocols import CHAT
-from agentworld.proxy.recorder import Call, RecordFailed
+from agentworld.proxy.recorder import Call, RecordFailed, mark_left
 from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.upstream import Fault
 
@@ -150,11 +150,6 @@ async def deliver(ctx: Ctx, recs: list[dict[str, Any]], send: Any, on_fail: Any)
     try:
         await send()
     except WRITE_ERRORS:
-        for r in recs:
-            r["status"] = "cancelled"
-            r["error"] = {
-                "type": "client_disconnected",
-                "message": "the agent left before the answer",
-            }
+        mark_left(recs, "the answer")
     if not st.recorder.strict:
         await st.recorder.steps(ctx.call.trajectory, recs)

@@ -37,7 +37,7 @@ from agentworld.proxy.calls import (
     upstream_error_message,
 )
 from agentworld.proxy.protocols import Adapter
-from agentworld.proxy.recorder import Call, RecordFailed, ok_steps
+from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
 from agentworld.proxy.streaming import stream
 from agentworld.proxy.upstream import (
     Fault,
@@ -179,11 +179,6 @@ async def _unary(
     # Batched durability: the records are built after the answer has left.
     recs = ok_steps(call, obj, replies)
     if gone:
-        for r in recs:
-            r["status"] = "cancelled"
-            r["error"] = {
-                "type": "client_disconnected",
-                "message": "the agent left before the answer",
-            }
+        mark_left(recs, "the answer")
     await st.recorder.steps(call.trajectory, recs)
     return out

@@ -105,6 +105,13 @@ def _step(
     return rec
 
 
+def mark_left(recs: list[dict[str, Any]], before: str) -> None:
+    """The agent hung up before ``before`` reached it: its steps are recorded as cancelled."""
+    for r in recs:
+        r["status"] = "cancelled"
+        r["error"] = {"type": "client_disconnected", "message": f"the agent left before {before}"}
+
+
 def ok_steps(
     call: Call, body: dict[str, Any], replies: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:

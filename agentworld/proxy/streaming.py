@@ -22,7 +22,7 @@ from agentworld.proxy.calls import (
     stamp,
     upstream_error_message,
 )
-from agentworld.proxy.recorder import Call, RecordFailed, ok_steps
+from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
 from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, encode_event, event_data
 from agentworld.proxy.upstream import Fault, classify, read_limited
 from agentworld.proxy.upstream_http import UpstreamResponse
@@ -245,11 +245,6 @@ async def _finish_stream(
     if recs is None:
         recs = ok_steps(call, body, replies)
         if gone:
-            for r in recs:
-                r["status"] = "cancelled"
-                r["error"] = {
-                    "type": "client_disconnected",
-                    "message": "the agent left before [DONE]",
-                }
+            mark_left(recs, "[DONE]")
         await st.recorder.steps(call.trajectory, recs)
     return out
