@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,10 @@ from pathlib import Path
 import pytest
 
 SCRIPT = """
-import sys, torch
+import faulthandler, sys, torch
+# A worker stuck past this (a run takes ~15 s) prints every thread's stack and exits, so
+# a hang fails the test quickly with the place it hung in the output.
+faulthandler.dump_traceback_later(180, exit=True)
 torch.set_num_threads(1)
 from agentworld.train.config import load_config
 from agentworld.train.loop import train
@@ -29,17 +34,26 @@ def launch(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess[str]:
     launcher = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     if launcher is None:
         pytest.skip("no torchrun")
-    cmd = [launcher, "--nproc_per_node", "2", str(script), *sets]
+    # --standalone: a free rendezvous port, not 29500 (another torchrun may hold that one).
+    cmd = [launcher, "--standalone", "--nproc_per_node", "2", str(script), *sets]
     env_root = Path(__file__).parents[2]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=600, cwd=env_root,
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=env_root,
+        start_new_session=True,  # its own process group: a timeout kills the workers too
         env={"PYTHONPATH": str(env_root), "PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path),
              "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"torchrun did not finish in 300 s:\n{err[-6000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # two torchrun launches of two processes each: ~100 s when idle
+@pytest.mark.timeout(700)  # two torchrun launches of two processes each: ~30 s when idle
 def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_path: Path) -> None:
     for _ in range(4):
         builder.group([1.0, 0.0], turns=2)
@@ -54,7 +68,7 @@ def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_p
         "batch_tokens=64",
         "max_seq_len=64",
     )
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode == 0, p.stderr[-8000:]
     meta = json.loads((out / "ckpt-000002" / "meta.json").read_text())
     assert len(meta["data_state"]) == 2
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -63,7 +77,7 @@ def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_p
     online = tmp_path / "on"
     p = launch(tmp_path, *common, f"output_dir={online}", "online=true", "group_size=2",
                "groups_per_update=2", "max_steps=5", "idle_exit_s=0.5", "poll_interval_s=0.1")  # fmt: skip
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode == 0, p.stderr[-8000:]
     rows = [json.loads(x) for x in (online / "metrics.jsonl").read_text().splitlines()]
     assert sorted(g for r in rows for g in r["groups"]) == sorted(
         {t.first("group") for t in builder.pool.iter_trajectories()}
