@@ -170,19 +170,20 @@ class UpstreamResponse:
         return self
 
     async def iter_any(self) -> AsyncIterator[bytes]:
-        """The body in pieces as they arrive (chunked framing removed)."""
-        conn = self._conn
-        if self._framing == "chunked" and conn is not None:
-            # A stream's hot loop (one pass per event), without _next's layers.
-            buf = conn.buf
-            decode = self._decode_chunks
+        """The body in pieces as they arrive (chunked framing removed).
+
+        A chunked body (a stream) comes in the reads it arrived in, several chunks
+        in one piece, waiting only when none has come.
+        """
+        if self._framing == "chunked":
             while not self.complete:
-                piece = decode(buf)
+                conn = self._conn
+                if conn is None:
+                    raise UpstreamDisconnected("the response was closed")
+                piece = self._decode_chunks(conn.buf)
                 if piece:
                     yield piece
                 elif not self.complete:
-                    if self._conn is None:
-                        raise UpstreamDisconnected("the response was closed")
                     await conn.wait(self._timeout)
             return
         while not self.complete:
@@ -208,27 +209,17 @@ class UpstreamResponse:
             if not self._left:
                 self.complete = True
             return piece
-        if self._framing == "close":
-            if not buf:
-                if conn.done:
-                    if conn.error is not None:
-                        raise UpstreamDisconnected(f"the upstream connection broke: {conn.error}")
-                    self.complete = True
-                    return b""
-                await _wait_or_eof(conn, self._timeout)
-            piece = bytes(buf)
-            buf.clear()
-            return piece
-        return await self._next_chunk(conn, buf)
-
-    async def _next_chunk(self, conn: _Conn, buf: bytearray) -> bytes:
-        """All the chunked body that has arrived (several chunks in one piece), waiting
-        only when none has: a stream's events reach the caller in the reads they came in."""
-        while True:
-            piece = self._decode_chunks(buf)
-            if piece or self.complete:
-                return piece
-            await conn.wait(self._timeout)
+        # "close" (chunked bodies are read by iter_any's own loop)
+        if not buf:
+            if conn.done:
+                if conn.error is not None:
+                    raise UpstreamDisconnected(f"the upstream connection broke: {conn.error}")
+                self.complete = True
+                return b""
+            await _wait_or_eof(conn, self._timeout)
+        piece = bytes(buf)
+        buf.clear()
+        return piece
 
     def _decode_chunks(self, buf: bytearray) -> bytes:
         """Consume complete chunk framing and any data from ``buf``; never waits."""
