@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from agentworld.raw_ids import RawIds
 from agentworld.records import (
     _INT64_MAX,
     _INT64_MIN,
@@ -40,6 +41,7 @@ from agentworld.records import (
 _isfinite = math.isfinite
 _BAD_ID = re.compile(r"[/\\\n\r\t\x00]")
 _TOKEN_MAX = 2**31 - 1
+_ALL_NINES = bytes.maketrans(b"0123456789", b"9" * 10)
 _STEP_KEYS = frozenset(STEP_FIELDS)
 
 _END_KEYS = frozenset(END_FIELDS)
@@ -193,6 +195,8 @@ def _token_ids(v: Any) -> bool:
     """Integers in [0, 2^31), checked on orjson's rendering of the list (C speed, no
     per-element Python): only digits and commas may remain between the brackets,
     which rules out bools, floats, negatives, nulls, strings and nesting."""
+    if type(v) is RawIds:  # checked when it was made
+        return len(v) <= MAX_TOKENS
     if type(v) is not list or len(v) > MAX_TOKENS:
         return False
     try:
@@ -201,7 +205,17 @@ def _token_ids(v: Any) -> bool:
         return False
     if data.translate(None, b"0123456789,") != b"[]":
         return False
-    return not v or max(v) <= _TOKEN_MAX
+    return _below_token_max(data, v)
+
+
+def _below_token_max(data: bytes, v: list[Any]) -> bool:
+    """Every id of ``v`` (rendered as ``data``, digits and commas) is at most 2^31 - 1.
+
+    orjson writes no leading zeros, so without a run of ten digits every id is
+    below 10^9; ``max`` (a per-element loop) runs only when there is one."""
+    if b"9999999999" not in data.translate(_ALL_NINES):
+        return True
+    return max(v) <= _TOKEN_MAX
 
 
 def _logprobs_data(data: bytes, n: int) -> bool:
@@ -243,6 +257,8 @@ def _engine_tokens(prompt: list[Any], ids: list[Any], lps: list[Any]) -> bool:
         return False
     if not _logprobs_data(data[cut + 2 : -1], len(lps)):
         return False
+    if b"9999999999" not in data[:cut].translate(_ALL_NINES):  # see _below_token_max
+        return True
     return (not prompt or max(prompt) <= _TOKEN_MAX) and (not ids or max(ids) <= _TOKEN_MAX)
 
 

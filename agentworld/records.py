@@ -17,7 +17,9 @@ from typing import Any, Final
 
 import orjson
 
+from agentworld import raw_ids
 from agentworld.errors import RecordError
+from agentworld.raw_ids import RawIds
 
 SCHEMA_VERSION: Final = 1
 
@@ -68,7 +70,7 @@ def dumps(record: Mapping[str, Any]) -> bytes:
     orjson writes NaN and infinities as null; ``validate`` refuses them first.
     """
     try:
-        return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(record, default=raw_ids.default, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError as exc:
         raise RecordError("", f"not serialisable as JSON: {exc}") from None
 
@@ -210,6 +212,10 @@ def _check_messages(v: Any, path: str) -> None:
 
 
 def _check_int_list(v: Any, path: str) -> None:
+    if v.__class__ is RawIds:  # checked when it was made
+        if len(v) > MAX_TOKENS:
+            raise _fail(path, f"more than {MAX_TOKENS} tokens")
+        return
     if not isinstance(v, list):
         raise _fail(path, "expected a list of token ids")
     if len(v) > MAX_TOKENS:

@@ -10,7 +10,15 @@ figure is the median over ``--rounds`` rounds of what that round measured side
 by side (the three paths alternate within a round).
 
     python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256] [--rounds 5]
-                                    [--modes unary,stream]
+                                    [--modes unary,stream] [--turns 0 --turn-chars 2000
+                                    --reply-chars 0]
+
+The default call is tiny (one short message, a 32-character answer): it shows
+the fixed cost of a hop. ``--turns N`` sends an agent-shaped conversation
+instead (a system prompt and N user/assistant turns of ``--turn-chars``
+characters each), and ``--reply-chars R`` makes the fake answer R characters
+(one token a character, three tokens an SSE event): the costs that grow with
+the size of a call.
 """
 
 from __future__ import annotations
@@ -36,13 +44,13 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_toke
 # -- servers (each runs in its own process) ---------------------------------------------------
 
 
-def serve_fake(port: int) -> None:
+def serve_fake(port: int, reply: str) -> None:
     from aiohttp import web
 
     from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 
     web.run_app(
-        make_fake_app(FakeUpstream("bench", reply=REPLY, history=64)),
+        make_fake_app(FakeUpstream("bench", reply=reply, history=64)),
         host="127.0.0.1",
         port=port,
         access_log=None,
@@ -102,6 +110,27 @@ def start(args: list[str]) -> subprocess.Popen[bytes]:
 # -- load ---------------------------------------------------------------------------------------
 
 
+def make_body(turns: int, turn_chars: int) -> dict:
+    """The request: the tiny default, or an agent-shaped conversation of ``turns`` turns."""
+    if not turns:
+        return BODY
+    words = ("agent", "reads", "a", "file", "runs", "tests", "and", "edits", "code", "again")
+
+    def text(seed: int) -> str:
+        out, i = [], seed
+        while sum(map(len, out)) + len(out) < turn_chars:
+            out.append(words[i % len(words)])
+            i = i * 7 + 3
+        return " ".join(out)[:turn_chars]
+
+    msgs = [{"role": "system", "content": text(1)}]
+    for t in range(turns):
+        msgs.append({"role": "user", "content": f"turn {t}: " + text(t + 2)})
+        msgs.append({"role": "assistant", "content": text(t + 3)})
+    msgs.append({"role": "user", "content": "and now?"})
+    return {**BODY, "messages": msgs, "max_tokens": 4096}
+
+
 async def wait_up(session, url: str) -> None:
     import aiohttp
 
@@ -117,12 +146,19 @@ async def wait_up(session, url: str) -> None:
 
 
 async def load(
-    session, url: str, *, concurrency: int, requests: int, stream: bool, max_s: float
+    session,
+    url: str,
+    *,
+    concurrency: int,
+    requests: int,
+    stream: bool,
+    max_s: float,
+    request: dict,
 ) -> dict:
     """Bounded closed-loop load: latency (or time to first chunk) per request, and requests/s."""
     import orjson
 
-    body = orjson.dumps({**BODY, "stream": stream})
+    body = orjson.dumps({**request, "stream": stream})
     headers = {"Content-Type": "application/json"}
     latencies: list[float] = []
     firsts: list[float] = []
@@ -168,15 +204,18 @@ async def run(
     rounds: int,
     proxy_args: list[str],
     modes: list[bool],
+    request: dict,
+    reply: str,
 ) -> None:
     import aiohttp
+    import orjson
 
     ports = {name: free_port() for name in ("fake", "bare", "proxy")}
     up = f"http://127.0.0.1:{ports['fake']}"
     pool = tempfile.mkdtemp(prefix="aw-bench-pool-")
     here = str(Path(__file__).resolve())
     procs = [
-        start([here, "--serve", "fake", "--port", str(ports["fake"])]),
+        start([here, "--serve", "fake", "--port", str(ports["fake"]), "--reply", reply]),
         start([here, "--serve", "bare", "--port", str(ports["bare"]), "--upstream", up]),
         start(
             [
@@ -207,6 +246,11 @@ async def run(
                 f"# aw proxy overhead: {os.cpu_count()} CPUs, medians of {rounds} rounds, pool {pool},"
                 f" proxy args {proxy_args or 'none'}"
             )
+            size = len(orjson.dumps(request))
+            print(
+                f"# call: {len(request['messages'])} messages ({size:,} bytes), answer"
+                f" {len(reply)} characters"
+            )
             print(
                 f"{'mode':7} {'conc':>5} {'path':7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ttfc ms':>8}"
                 f" {'hop CPU us/req':>15}"
@@ -220,7 +264,13 @@ async def run(
                             n = requests if c > 1 else max(200, requests // 5)
                             cpu0 = cpu_s(pids[name])
                             r = await load(
-                                session, u, concurrency=c, requests=n, stream=stream, max_s=max_s
+                                session,
+                                u,
+                                concurrency=c,
+                                requests=n,
+                                stream=stream,
+                                max_s=max_s,
+                                request=request,
                             )
                             # The hop's own CPU per request (upstream excluded for bare/proxy).
                             r["cpu_us"] = (cpu_s(pids[name]) - cpu0) / r["n"] * 1e6
@@ -285,6 +335,10 @@ def main() -> None:
     ap.add_argument("--max-s", type=float, default=8.0, help="time bound per measurement")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--modes", default="unary,stream", help="which calls to measure")
+    ap.add_argument("--turns", type=int, default=0, help="agent-shaped conversation of N turns")
+    ap.add_argument("--turn-chars", type=int, default=2000, help="characters per message")
+    ap.add_argument("--reply-chars", type=int, default=0, help="answer length (0: a short one)")
+    ap.add_argument("--reply", help=argparse.SUPPRESS)
     ap.add_argument(
         "--no-uvloop",
         action="store_true",
@@ -292,7 +346,7 @@ def main() -> None:
     )
     a = ap.parse_args()
     if a.serve == "fake":
-        serve_fake(a.port)
+        serve_fake(a.port, a.reply or REPLY)
     elif a.serve == "bare":
         serve_bare(a.port, a.upstream)
     else:
@@ -301,7 +355,14 @@ def main() -> None:
         modes = [m.strip() == "stream" for m in a.modes.split(",")]
         if any(m.strip() not in ("unary", "stream") for m in a.modes.split(",")):
             ap.error(f"--modes: expected unary and/or stream, got {a.modes!r}")
-        asyncio.run(run(levels, a.requests, a.max_s, a.rounds, proxy_args, modes))
+        if a.turns < 0 or a.turn_chars < 1 or a.reply_chars < 0:
+            ap.error("--turns and --reply-chars must be >= 0, --turn-chars >= 1")
+        reply = REPLY
+        if a.reply_chars:
+            reply = (REPLY + " ") * (a.reply_chars // (len(REPLY) + 1) + 1)
+            reply = reply[: a.reply_chars]
+        request = make_body(a.turns, a.turn_chars)
+        asyncio.run(run(levels, a.requests, a.max_s, a.rounds, proxy_args, modes, request, reply))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import orjson
 
 from agentworld.proxy.anthropic import anthropic_usage, error_body, message_id, stop_reason
 from agentworld.proxy.chat_form import sse
+from agentworld.raw_ids import RawIds
 
 
 class ChatToAnthropic:
@@ -41,7 +42,7 @@ class ChatToAnthropic:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": anthropic_usage(len(prompt) if isinstance(prompt, list) else 0, 0, 0),
+            "usage": anthropic_usage(len(prompt) if isinstance(prompt, list | RawIds) else 0, 0, 0),
         }
         return [
             sse("message_start", {"type": "message_start", "message": message}),

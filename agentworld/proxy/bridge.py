@@ -15,9 +15,10 @@ import time
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
+from agentworld import raw_ids
+from agentworld.proxy import upstream_json
 from agentworld.proxy.app import STATE, agent_for, get_trajectory, identify, read_json, upstream_of
 from agentworld.proxy.bridge_calls import (
     Ctx,
@@ -196,7 +197,7 @@ async def _unary(
             return error_response(adapter, status, fault.message)
         return web.Response(status=status, body=raw, headers={"Content-Type": ctype, **out_headers})
     try:
-        obj = orjson.loads(raw)
+        obj = upstream_json.loads(raw)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
         recs, proto = answer(ctx, obj)
@@ -204,7 +205,7 @@ async def _unary(
         fault = Fault(502, "upstream_invalid", f"upstream {url} sent an unreadable answer: {exc}")
         await record_fault(ctx, fault)
         return error_response(adapter, 502, fault.message)
-    data = orjson.dumps(proto) if ctx.translate else raw
+    data = raw_ids.dumps(proto) if ctx.translate else raw
     out_headers["Content-Type"] = "application/json" if ctx.translate else ctype
     out: web.StreamResponse = web.Response(body=data, headers=out_headers)
 

@@ -11,6 +11,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from agentworld.proxy import upstream_json
 from agentworld.proxy.bridge_calls import (
     Ctx,
     answer,
@@ -131,7 +132,7 @@ async def _pump(
                     done = True  # the protocol's own closing events follow the record
                     continue
                 try:
-                    obj = orjson.loads(payload)
+                    obj = upstream_json.loads(payload)
                 except orjson.JSONDecodeError:
                     if tr is None:
                         parts.append(ev + b"\n\n")

@@ -12,9 +12,10 @@ import time
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
+from agentworld import raw_ids
+from agentworld.proxy import upstream_json
 from agentworld.proxy.app import (
     STATE,
     BadRequest,
@@ -142,7 +143,7 @@ async def _unary(
         await record_fault(st, call, fault)
         return web.Response(status=status, body=raw, headers={"Content-Type": ctype, **out_headers})
     try:
-        obj = orjson.loads(raw)
+        obj = upstream_json.loads(raw)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:
@@ -154,7 +155,7 @@ async def _unary(
     # The answer waits only for the continuation points the agent's next call needs; the
     # parsed body stays whole (the agent's copy is stripped) for the records.
     if call.injected.any:
-        raw = orjson.dumps(call.adapter.stripped(obj, call.injected))
+        raw = raw_ids.dumps(call.adapter.stripped(obj, call.injected))
     out_headers["Content-Type"] = ctype
     replies = add_reply_continuations(st, call, prompt_key, obj)
     if st.recorder.strict:

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.raw_ids import RawIds
 
 MAX_N = 128
 _MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -154,7 +155,7 @@ def _usage_for(body: dict[str, Any], choice: dict[str, Any], n_choices: int, ids
         if usage is None and isinstance(ids, list):
             prompt = body.get("prompt_token_ids") or choice.get("prompt_token_ids")
             usage = {"completion_tokens": len(ids)}
-            if isinstance(prompt, list):
+            if isinstance(prompt, list | RawIds):
                 usage["prompt_tokens"] = len(prompt)
         return usage
     # n > 1: the upstream's usage covers all choices; give each step its own share.
@@ -170,7 +171,7 @@ def _tokens(prompt_ids: Any, ids: Any, logprobs: list[Any] | None) -> dict[str, 
     if not isinstance(ids, list):
         return {"source": "none"}
     tokens: dict[str, Any] = {"source": "engine", "completion_ids": ids}
-    if isinstance(prompt_ids, list):
+    if isinstance(prompt_ids, list | RawIds):  # RawIds: kept as the upstream's bytes
         tokens["prompt_ids"] = prompt_ids
     # Exact types: parsed JSON holds no subclasses, and bool (an int) must not pass.
     if (

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+from agentworld import raw_ids
+from agentworld.raw_ids import RawIds
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 
@@ -55,7 +56,7 @@ def event_data(event: bytes) -> bytes | None:
 
 
 def encode_event(obj: Any) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
+    return b"data: " + raw_ids.dumps(obj) + b"\n\n"
 
 
 @dataclass
@@ -69,7 +70,7 @@ class _Choice:
     finish_reason: str | None = None
     stop_reason: Any = None
     token_ids: list[int] | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | RawIds | None = None
     logprobs: list[dict[str, Any]] | None = None  # chat: logprobs.content entries
     token_logprobs: list[Any] | None = None  # completions: logprobs.token_logprobs
     saw_content: bool = False
@@ -83,7 +84,7 @@ class StreamAssembler:
         self.choices: dict[int, _Choice] = {}
         self.top: dict[str, Any] = {}
         self.usage: dict[str, Any] | None = None
-        self.prompt_token_ids: list[int] | None = None
+        self.prompt_token_ids: list[int] | RawIds | None = None
         self.error: dict[str, Any] | None = None
         self.done = False
         self.chunks = 0
@@ -104,7 +105,7 @@ class StreamAssembler:
         if usage is not None and isinstance(usage, dict):
             self.usage = usage
         ids = chunk.get("prompt_token_ids")
-        if ids is not None and isinstance(ids, list):
+        if ids is not None and isinstance(ids, list | RawIds):
             self.prompt_token_ids = ids
         fingerprint = chunk.get("system_fingerprint")
         if fingerprint is not None:
@@ -143,7 +144,7 @@ class StreamAssembler:
                 if ch.token_logprobs is None:
                     ch.token_logprobs = []
                 ch.token_logprobs.extend(lp["token_logprobs"])
-            if isinstance(c.get("prompt_token_ids"), list):
+            if isinstance(c.get("prompt_token_ids"), list | RawIds):
                 ch.prompt_token_ids = c["prompt_token_ids"]
         ids = c.get("token_ids")
         if ids.__class__ is list:

@@ -12,6 +12,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from agentworld.proxy import upstream_json
 from agentworld.proxy.app import State, error_response
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
@@ -118,7 +119,7 @@ async def _pump(
     adapter = call.adapter
     injected = call.injected
     add = asm.add
-    loads = orjson.loads
+    loads = upstream_json.loads
     done = False
     first = True
     held: list[bytes] = []
