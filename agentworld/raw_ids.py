@@ -75,7 +75,7 @@ def _count_canonical(inner: bytes) -> int | None:
     A dozen vectorised passes over the bytes (numpy): a byte loop in Python, or even
     ``bytes`` methods, cost as much as parsing the ids would.
     """
-    import numpy as np
+    import numpy as np  # here: records (and so every `aw` command) import this module
 
     a = np.frombuffer(inner, dtype=np.uint8)
     digit = (a - 48) < 10  # uint8 wraps: every byte below "0" becomes large
