@@ -11,14 +11,16 @@ by side (the three paths alternate within a round).
 
     python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256] [--rounds 5]
                                     [--modes unary,stream] [--turns 0 --turn-chars 2000
-                                    --reply-chars 0]
+                                    --reply-chars 0] [--baseline CHECKOUT]
 
 The default call is tiny (one short message, a 32-character answer): it shows
 the fixed cost of a hop. ``--turns N`` sends an agent-shaped conversation
 instead (a system prompt and N user/assistant turns of ``--turn-chars``
 characters each), and ``--reply-chars R`` makes the fake answer R characters
 (one token a character, three tokens an SSE event): the costs that grow with
-the size of a call.
+the size of a call. ``--baseline CHECKOUT`` runs the proxy of another checkout
+(``git worktree add /tmp/base HEAD~1``, say) as a fourth path, side by side,
+and prints how this checkout's proxy compares with it round by round.
 """
 
 from __future__ import annotations
@@ -90,6 +92,21 @@ def serve_bare(port: int, upstream: str) -> None:
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
+def against_base(rounds_: list[dict[str, dict]], stream: bool, med: Callable) -> str:
+    """This checkout's proxy against the baseline checkout's, round by round."""
+    faster = sum(g["proxy"]["p50"] < g["base"]["p50"] for g in rounds_)
+    d50 = med(lambda g: g["proxy"]["p50"] - g["base"]["p50"]) * 1000
+    line = (
+        f"-> against base: p50 {d50:+.3f} ms (lower in {faster}/{len(rounds_)} rounds),"
+        f" throughput {med(lambda g: g['proxy']['rps'] / g['base']['rps']):.2f}x,"
+        f" CPU per request {med(lambda g: g['proxy']['cpu_us'] / g['base']['cpu_us']):.2f}x"
+    )
+    if stream:
+        d1 = med(lambda g: g["proxy"]["ttfc50"] - g["base"]["ttfc50"]) * 1000
+        line += f", time to first chunk {d1:+.3f} ms"
+    return line
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -102,9 +119,16 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start(args: list[str]) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.DEVNULL)
+def start(args: list[str], root: Path = ROOT) -> subprocess.Popen[bytes]:
+    """Run a server on the code of checkout ``root`` (its cwd too: ``-m`` puts the cwd
+    ahead of PYTHONPATH, so another checkout's cwd would silently win)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.Popen([sys.executable, *args], env=env, cwd=root, stdout=subprocess.DEVNULL)
+
+
+def start_proxy(root: Path, pool: str, up: str, port: int, args: list[str]):
+    cmd = ["-m", "agentworld.proxy", "--pool", pool, "--upstream", up, "--port", str(port)]
+    return start([*cmd, *args], root)
 
 
 # -- load ---------------------------------------------------------------------------------------
@@ -206,30 +230,19 @@ async def run(
     modes: list[bool],
     request: dict,
     reply: str,
+    baseline: Path | None = None,
 ) -> None:
     import aiohttp
     import orjson
 
-    ports = {name: free_port() for name in ("fake", "bare", "proxy")}
+    ports = {name: free_port() for name in ("fake", "bare", "proxy", "base")}
     up = f"http://127.0.0.1:{ports['fake']}"
     pool = tempfile.mkdtemp(prefix="aw-bench-pool-")
     here = str(Path(__file__).resolve())
     procs = [
         start([here, "--serve", "fake", "--port", str(ports["fake"]), "--reply", reply]),
         start([here, "--serve", "bare", "--port", str(ports["bare"]), "--upstream", up]),
-        start(
-            [
-                "-m",
-                "agentworld.proxy",
-                "--pool",
-                pool,
-                "--upstream",
-                up,
-                "--port",
-                str(ports["proxy"]),
-                *proxy_args,
-            ]
-        ),
+        start_proxy(ROOT, pool, up, ports["proxy"], proxy_args),
     ]
     pids = {"direct": procs[0].pid, "bare": procs[1].pid, "proxy": procs[2].pid}
     urls = {
@@ -237,6 +250,10 @@ async def run(
         "bare": f"http://127.0.0.1:{ports['bare']}",
         "proxy": f"http://127.0.0.1:{ports['proxy']}",
     }
+    if baseline is not None:  # the same proxy command from another checkout, side by side
+        procs.append(start_proxy(baseline, pool + "-base", up, ports["base"], proxy_args))
+        pids["base"] = procs[-1].pid
+        urls["base"] = f"http://127.0.0.1:{ports['base']}"
     try:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -246,6 +263,8 @@ async def run(
                 f"# aw proxy overhead: {os.cpu_count()} CPUs, medians of {rounds} rounds, pool {pool},"
                 f" proxy args {proxy_args or 'none'}"
             )
+            if baseline is not None:
+                print(f"# base: the proxy of checkout {baseline}")
             size = len(orjson.dumps(request))
             print(
                 f"# call: {len(request['messages'])} messages ({size:,} bytes), answer"
@@ -260,7 +279,7 @@ async def run(
                     rounds_: list[dict[str, dict]] = []
                     for _ in range(rounds):
                         got: dict[str, dict] = {}
-                        for name, u in urls.items():  # interleaved, so drift hits all three
+                        for name, u in urls.items():  # interleaved, so drift hits them all
                             n = requests if c > 1 else max(200, requests // 5)
                             cpu0 = cpu_s(pids[name])
                             r = await load(
@@ -308,6 +327,8 @@ async def run(
                         hop1 = med(lambda g: g["bare"]["ttfc50"] - g["direct"]["ttfc50"]) * 1000
                         line += f"; added time to first chunk {ttfc:+.3f} ms (bare hop {hop1:+.3f})"
                     print(line, flush=True)
+                    if baseline is not None:
+                        print("  " + against_base(rounds_, stream, med), flush=True)
     finally:
         for p in procs:
             p.send_signal(signal.SIGINT)
@@ -340,6 +361,12 @@ def main() -> None:
     ap.add_argument("--reply-chars", type=int, default=0, help="answer length (0: a short one)")
     ap.add_argument("--reply", help=argparse.SUPPRESS)
     ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (a git worktree of the base commit, say) whose proxy runs"
+        " side by side as 'base'",
+    )
+    ap.add_argument(
         "--no-uvloop",
         action="store_true",
         help="run the proxy on asyncio's loop, like the bare pass-through (default: uvloop if installed)",
@@ -362,7 +389,12 @@ def main() -> None:
             reply = (REPLY + " ") * (a.reply_chars // (len(REPLY) + 1) + 1)
             reply = reply[: a.reply_chars]
         request = make_body(a.turns, a.turn_chars)
-        asyncio.run(run(levels, a.requests, a.max_s, a.rounds, proxy_args, modes, request, reply))
+        base = a.baseline.resolve() if a.baseline else None
+        if base is not None and not (base / "agentworld" / "proxy").is_dir():
+            ap.error(f"--baseline: {base} is not an AgentWorld checkout")
+        asyncio.run(
+            run(levels, a.requests, a.max_s, a.rounds, proxy_args, modes, request, reply, base)
+        )
 
 
 if __name__ == "__main__":
