@@ -21,26 +21,61 @@ class SSEError(ValueError):
 
 
 class EventSplitter:
-    """Incremental splitter: complete raw events (without the blank line) as bytes arrive."""
+    """Incremental splitter: complete raw events (without the blank line) as bytes arrive.
+
+    Each byte is searched once: an event that spans many reads (a first chunk
+    carrying tens of thousands of prompt ids) waits as a list of pieces and is
+    joined once, when its blank line arrives. A stream that uses CRs (``\\r\\n``
+    line ends, which may straddle two reads) is normalised on the whole pending
+    event instead.
+    """
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        self._buf = b""
+        self._parts: list[bytes] = []  # the incomplete event's bytes so far
+        self._size = 0
+        self._cr = False  # the stream has used a CR: normalise from here on
         self.max_event_bytes = max_event_bytes
 
     def split(self, data: bytes) -> list[bytes]:
         """Feed bytes; get the events they complete (one ``bytes.split``: the hot path)."""
-        buf = self._buf + data if self._buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        events = buf.split(b"\n\n")
-        self._buf = events.pop()
-        if len(self._buf) > self.max_event_bytes:
-            raise SSEError(f"an SSE event is over {self.max_event_bytes} bytes")
+        parts = self._parts
+        if not parts and not self._cr and b"\r" not in data:  # the usual read: whole events
+            events = data.split(b"\n\n")
+            rest = events.pop()
+            if rest:
+                self._parts = [rest]
+                self._size = len(rest)
+                self._check(self._size)
+            return events
+        if self._cr or b"\r" in data:
+            self._cr = True
+            # A CR at the end stays in the rest, so the next read completes its CRLF.
+            events = (b"".join(parts) + data).replace(b"\r\n", b"\n").split(b"\n\n")
+        elif data[:1] == b"\n" and parts[-1][-1:] == b"\n":  # the blank line straddles
+            parts[-1] = parts[-1][:-1]
+            events = [b"".join(parts), *data[1:].split(b"\n\n")]
+        else:
+            k = data.find(b"\n\n")
+            if k < 0:
+                parts.append(data)
+                self._size += len(data)
+                self._check(self._size)
+                return []
+            parts.append(data[:k])
+            events = [b"".join(parts), *data[k + 2 :].split(b"\n\n")]
+        rest = events.pop()
+        self._parts = [rest] if rest else []
+        self._size = len(rest)
+        self._check(self._size)
         return events
+
+    def _check(self, size: int) -> None:
+        if size > self.max_event_bytes:
+            raise SSEError(f"an SSE event is over {self.max_event_bytes} bytes")
 
     @property
     def pending(self) -> bytes:
-        return self._buf
+        return b"".join(self._parts)
 
 
 def event_data(event: bytes) -> bytes | None:

@@ -95,3 +95,57 @@ def test_assembler_keeps_an_error_event():
     asm = StreamAssembler(chat=True)
     asm.add({"error": {"message": "boom", "code": 500}})
     assert asm.error == {"message": "boom", "code": 500}
+
+
+def _reference_split(chunks: list[bytes]) -> tuple[list[bytes], bytes]:
+    """What splitting the whole stream at once gives (the splitter must agree at any cut)."""
+    buf = b"".join(chunks).replace(b"\r\n", b"\n")
+    *events, rest = buf.split(b"\n\n")
+    return events, rest
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+def test_any_cut_of_a_stream_gives_the_same_events(crlf):
+    import random
+
+    rng = random.Random(3)
+    raw = b"".join(
+        b"data: " + orjson.dumps({"i": i, "pad": "x" * rng.randrange(0, 40)}) + b"\n\n"
+        for i in range(30)
+    )
+    raw += b"event: e\ndata: a\ndata: b\n\n: comment\n\ndata: tail"
+    if crlf:
+        raw = raw.replace(b"\n", b"\r\n")
+    for _ in range(200):
+        cuts = sorted(rng.sample(range(1, len(raw)), rng.randrange(1, 40)))
+        chunks = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+        sp = EventSplitter()
+        got = [ev for c in chunks for ev in sp.split(c)]
+        events, rest = _reference_split(chunks)
+        assert got == events
+        assert sp.pending.replace(b"\r\n", b"\n") == rest
+
+
+def test_blank_line_straddling_two_reads():
+    sp = EventSplitter()
+    assert sp.split(b"data: 1\n") == []
+    assert sp.split(b"\ndata: 2\n") == [b"data: 1"]
+    assert sp.split(b"\n") == [b"data: 2"]
+    assert sp.pending == b""
+
+
+def test_a_long_event_over_many_reads_is_searched_once():
+    """A first chunk of a long prompt's ids, read 1 KB at a time: each read is searched
+    on its own (not the whole event again), and the event comes out whole."""
+    event = b"data: " + orjson.dumps({"prompt_token_ids": list(range(40_000))})
+    sp = EventSplitter()
+    out = [ev for i in range(0, len(event), 1024) for ev in sp.split(event[i : i + 1024])]
+    assert out == [] and len(sp._parts) == -(-len(event) // 1024)
+    assert sp.split(b"\n\ndata: [DONE]\n\n") == [event, b"data: [DONE]"]
+
+
+def test_oversized_event_over_many_reads_is_refused():
+    sp = EventSplitter(max_event_bytes=64)
+    sp.split(b"data: " + b"x" * 40)
+    with pytest.raises(SSEError, match="over 64 bytes"):
+        sp.split(b"y" * 40)
