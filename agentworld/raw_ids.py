@@ -41,6 +41,8 @@ class RawIds:
             return None
         if len(data) == 2:
             return cls(b"[]", 0)
+        if len(data) > 10 * max_count + 1:  # over max_count ids for sure (each takes <= 10 bytes)
+            return None
         count = _count_canonical(data[1:-1])
         if count is None or count > max_count:
             return None

@@ -61,6 +61,9 @@ def test_anything_else_is_left_to_the_parser(data):
 def test_more_than_the_limit_is_refused():
     assert RawIds.from_json(b"[1,2,3]", 2) is None
     assert RawIds.from_json(b"[1,2,3]", 3) is not None
+    # Refused by length before any pass over it: two ids cannot take 21 bytes.
+    assert RawIds.from_json(b"[123456789,123456789]", 1) is None
+    assert RawIds.from_json(b"[123456789,123456789]", 2) is not None
 
 
 def test_never_takes_bytes_the_json_parser_would_read_otherwise():
