@@ -208,14 +208,14 @@ def _token_ids(v: Any) -> bool:
     return _below_token_max(data, v)
 
 
-def _below_token_max(data: bytes, v: list[Any]) -> bool:
-    """Every id of ``v`` (rendered as ``data``, digits and commas) is at most 2^31 - 1.
+def _below_token_max(data: bytes, *lists: list[Any]) -> bool:
+    """Every id of ``lists`` (rendered in ``data``, digits and commas) is at most 2^31 - 1.
 
     orjson writes no leading zeros, so without a run of ten digits every id is
     below 10^9; ``max`` (a per-element loop) runs only when there is one."""
     if b"9999999999" not in data.translate(_ALL_NINES):
         return True
-    return max(v) <= _TOKEN_MAX
+    return all(not v or max(v) <= _TOKEN_MAX for v in lists)
 
 
 def _logprobs_data(data: bytes, n: int) -> bool:
@@ -257,9 +257,7 @@ def _engine_tokens(prompt: list[Any], ids: list[Any], lps: list[Any]) -> bool:
         return False
     if not _logprobs_data(data[cut + 2 : -1], len(lps)):
         return False
-    if b"9999999999" not in data[:cut].translate(_ALL_NINES):  # see _below_token_max
-        return True
-    return (not prompt or max(prompt) <= _TOKEN_MAX) and (not ids or max(ids) <= _TOKEN_MAX)
+    return _below_token_max(data[:cut], prompt, ids)
 
 
 def _tokens(v: Any) -> bool:
