@@ -3,8 +3,10 @@ and still reach the pool exactly, stay hidden from agents that did not ask, and 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -113,3 +115,39 @@ async def test_anthropic_bridge_counts_input_tokens_from_raw_ids(
     (step,) = steps_of(pool)
     assert step["protocol"] == "anthropic.messages"
     assert step["tokens"]["prompt_ids"] == expected
+
+
+async def test_stream_broken_after_the_first_event_keeps_the_prompt_ids(proxy, pool, raw_made):
+    c = client(proxy)
+    got = []
+    with pytest.raises(openai.APIError):
+        stream = await c.chat.completions.create(model="break", messages=CONVERSATION, stream=True)
+        async for chunk in stream:
+            got.append(chunk)
+    assert got and all("prompt_token_ids" not in (ch.model_extra or {}) for ch in got)
+    await c.close()
+    await proxy.stop()
+    assert raw_made == [len(ids(render(CONVERSATION)))]
+    (step,) = steps_of(pool)
+    assert step["status"] == "error" and step["error"]["type"] == "upstream_disconnected"
+    assert step["tokens"]["prompt_ids"] == ids(render(CONVERSATION))
+
+
+async def test_agent_leaving_mid_stream_is_cancelled_with_the_prompt_ids(proxy, pool, raw_made):
+    body = {"model": "slow", "messages": CONVERSATION, "stream": True}
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(proxy.base_url + "/chat/completions", json=body)
+        assert resp.status == 200
+        seen = b""
+        while b'"content":"ok' not in seen:  # the first token is in: the step has ids
+            seen += await resp.content.readany()
+        assert b"prompt_token_ids" not in seen
+        resp.close()  # the agent goes away
+    for _ in range(300):
+        if proxy.state.stats.steps["cancelled"]:
+            break
+        await asyncio.sleep(0.02)
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "cancelled"
+    assert step["tokens"]["prompt_ids"] == ids(render(CONVERSATION))
