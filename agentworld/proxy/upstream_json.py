@@ -17,6 +17,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+# raw_ids imports numpy lazily (every `aw` command imports raw_ids); the proxy loads it here,
+# at start-up, rather than on its first long call (a ~0.1 s stall of the event loop).
+import numpy  # noqa: F401
 import orjson
 
 from agentworld.raw_ids import RawIds
