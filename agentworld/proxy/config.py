@@ -208,6 +208,7 @@ class ProxyConfig:
         None  # how often idle trajectories are looked for (None: derived)
     )
     log_requests: bool = False
+    loop_check_interval_s: float = 0.5  # how often the event loop's lateness is measured
     policy_version: int = 0
     restore: bool = True  # rebuild open trajectories from the pool index on start
 
@@ -216,6 +217,8 @@ class ProxyConfig:
             raise ConfigError(f"--durability: 'batched' or 'strict', got {self.durability!r}")
         if self.idle_timeout_s <= 0:
             raise ConfigError("--idle-timeout-s: must be positive")
+        if self.loop_check_interval_s <= 0:
+            raise ConfigError("loop_check_interval_s: must be positive")
         if self.max_body_bytes < 1024:
             raise ConfigError("--max-body-bytes: must be at least 1024")
         if self.auth_token is not None and not self.auth_token:

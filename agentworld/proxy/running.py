@@ -42,6 +42,35 @@ async def _sweep(st: State) -> None:
                 log.error("closing idle trajectory %s failed: %s", t.id, exc)
 
 
+LOOP_LAG_WARN_S = 0.5
+LOOP_LAG_WARN_EVERY_S = 60.0
+
+
+async def _watch_loop(st: State) -> None:
+    """Measure how late the event loop runs a timer: the sign of a CPU-bound proxy.
+
+    One proxy serves from one event loop, so one CPU core; past that, calls
+    queue behind each other. The lateness goes to /aw/stats and /metrics, and
+    a warning to the log (at most once a minute) when it passes half a second.
+    """
+    loop = asyncio.get_running_loop()
+    interval_s = st.config.loop_check_interval_s
+    warned = -LOOP_LAG_WARN_EVERY_S
+    while True:
+        t0 = loop.time()
+        await asyncio.sleep(interval_s)
+        now = loop.time()
+        lag = max(0.0, now - t0 - interval_s)
+        st.stats.loop_lag(lag)
+        if lag > LOOP_LAG_WARN_S and now - warned >= LOOP_LAG_WARN_EVERY_S:
+            warned = now
+            log.warning(
+                "the event loop ran %.2f s late: this proxy is CPU-bound (it uses one core);"
+                " spread the agents over more proxies",
+                lag,
+            )
+
+
 async def running(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx: open the upstream session and the writer, restore trajectories, sweep."""
     st = app[STATE]
@@ -62,15 +91,18 @@ async def running(app: web.Application) -> AsyncIterator[None]:
                 log.info("restored %d open trajectories from the pool", n)
         except (AgentWorldError, OSError) as exc:
             log.error("could not restore open trajectories from the pool index: %s", exc)
-    sweeper = asyncio.get_running_loop().create_task(_sweep(st))
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(_sweep(st)), loop.create_task(_watch_loop(st))]
     try:
         yield
     finally:
-        sweeper.cancel()
-        try:
-            await sweeper
-        except asyncio.CancelledError:
-            pass
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
         await st.recorder.drain()
         await st.session.close()
         await st.upstream.close()

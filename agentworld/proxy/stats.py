@@ -10,7 +10,7 @@ import time
 from collections import deque
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 RATE_WINDOW_S = 60.0
 
@@ -34,6 +34,26 @@ class _Rate:
         return total / RATE_WINDOW_S
 
 
+class _Lags:
+    """The event loop's lateness samples of the last minute (bounded: one every check)."""
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, float]] = deque(maxlen=4096)
+
+    def add(self, lag_s: float, now: float) -> None:
+        self._samples.append((now, lag_s))
+
+    def summary(self, now: float) -> dict[str, Any]:
+        recent = sorted(lag for t, lag in self._samples if now - t <= RATE_WINDOW_S)
+        if not recent:
+            return {"lag_ms_p50": None, "lag_ms_max": None, "checks": 0}
+        return {
+            "lag_ms_p50": round(recent[len(recent) // 2] * 1000, 3),
+            "lag_ms_max": round(recent[-1] * 1000, 3),
+            "checks": len(recent),
+        }
+
+
 class ProxyStats:
     """Everything /aw/stats and /metrics report."""
 
@@ -47,8 +67,11 @@ class ProxyStats:
         self.whitebox_steps = 0
         self._step_rate = _Rate()
         self._token_rate = _Rate()
+        self._lags = _Lags()
         self.registry = CollectorRegistry()
         r = self.registry
+        # CPU seconds, memory, open files: a proxy near one CPU second per second is CPU-bound.
+        ProcessCollector(namespace="aw_proxy", registry=r)
         self.m_requests = Counter(
             "aw_proxy_requests",
             "HTTP requests by route kind and status",
@@ -67,6 +90,12 @@ class ProxyStats:
             "aw_proxy_upstream_seconds",
             "Upstream time per generation request",
             buckets=(0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.m_loop_lag = Histogram(
+            "aw_proxy_event_loop_lag_seconds",
+            "How late the event loop ran a timer: high when the proxy is CPU-bound",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=r,
         )
 
@@ -95,6 +124,11 @@ class ProxyStats:
             self._c_completion.inc(completion_tokens)
             self._token_rate.add(completion_tokens)
 
+    def loop_lag(self, lag_s: float, now: float | None = None) -> None:
+        """One check of how late the event loop ran a timer."""
+        self._lags.add(lag_s, now if now is not None else time.monotonic())
+        self.m_loop_lag.observe(lag_s)
+
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
         self.m_errors.labels(kind).inc()
@@ -119,5 +153,8 @@ class ProxyStats:
                 "completion_tokens_per_s": round(self._token_rate.per_s(), 3),
                 "window_s": RATE_WINDOW_S,
             },
+            # Over the same window; the process's CPU seconds include the pool's threads.
+            "event_loop": self._lags.summary(time.monotonic()),
+            "process_cpu_s": round(time.process_time(), 3),
             "policy_version": policy_version,
         }

@@ -274,6 +274,36 @@ async def test_health_stats_and_metrics(proxy):
     assert "aw_proxy_trajectories_open 1.0" in metrics
 
 
+async def test_a_blocked_event_loop_shows_in_stats_metrics_and_the_log(make_proxy, caplog):
+    """The proxy serves from one event loop; when it is busy, operators must be able to see it."""
+    import time
+
+    caplog.set_level("WARNING", logger="agentworld.proxy")
+    proxy = await make_proxy(loop_check_interval_s=0.02)
+    await asyncio.sleep(0.1)  # a few on-time checks
+    time.sleep(0.6)  # what a CPU-bound proxy looks like to its timers
+    await asyncio.sleep(0.1)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proxy.url + "/aw/stats") as r:
+            stats = await r.json()
+        async with s.get(proxy.url + "/metrics") as r:
+            metrics = await r.text()
+    loop = stats["event_loop"]
+    assert loop["checks"] >= 3
+    assert loop["lag_ms_max"] >= 550 and loop["lag_ms_p50"] < 100
+    assert stats["process_cpu_s"] > 0
+    assert 'aw_proxy_event_loop_lag_seconds_bucket{le="0.5"}' in metrics
+    over = [ln for ln in metrics.splitlines() if ln.startswith("aw_proxy_event_loop_lag_seconds_")]
+    late = next(
+        ln for ln in over if ln.startswith('aw_proxy_event_loop_lag_seconds_bucket{le="0.5"}')
+    )
+    total = next(ln for ln in over if ln.startswith("aw_proxy_event_loop_lag_seconds_count"))
+    assert float(late.split()[-1]) < float(total.split()[-1])  # one check fell past 0.5 s
+    assert "aw_proxy_process_cpu_seconds_total" in metrics
+    warnings = [r.getMessage() for r in caplog.records if "event loop ran" in r.getMessage()]
+    assert len(warnings) == 1 and "CPU-bound" in warnings[0]
+
+
 async def test_one_log_line_per_request_only_when_asked(make_proxy, caplog):
     caplog.set_level("INFO", logger="agentworld.proxy.access")
     quiet = await make_proxy()
