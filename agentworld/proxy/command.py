@@ -59,6 +59,13 @@ def proxy(
         help="Beyond this many, the longest idle are closed as 'timeout'.",
     ),
     policy_version: int = typer.Option(0, "--policy-version", help="Initial policy version stamp."),
+    instance: str | None = typer.Option(
+        None,
+        "--instance",
+        envvar="AW_PROXY_INSTANCE",
+        help="This proxy's name, when several share one pool: its steps carry it, and after"
+        " a restart it takes back only its own open trajectories (env AW_PROXY_INSTANCE).",
+    ),
     log_requests: bool = typer.Option(False, "--log-requests", help="Log one line per request."),
     uvloop: bool = typer.Option(
         True,
@@ -98,6 +105,7 @@ def proxy(
         max_open_trajectories=max_open_trajectories,
         log_requests=log_requests,
         policy_version=policy_version,
+        instance=instance,
     )
     if log_requests:
         logging.getLogger("agentworld.proxy.access").setLevel(logging.INFO)

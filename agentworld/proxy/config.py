@@ -211,6 +211,9 @@ class ProxyConfig:
     loop_check_interval_s: float = 0.5  # how often the event loop's lateness is measured
     policy_version: int = 0
     restore: bool = True  # rebuild open trajectories from the pool index on start
+    # Proxies sharing one pool each take a name: steps carry it (metadata.proxy), and a
+    # restarted proxy takes back only the open trajectories whose last step it served.
+    instance: str | None = None
 
     def __post_init__(self) -> None:
         if self.durability not in ("batched", "strict"):
@@ -219,6 +222,16 @@ class ProxyConfig:
             raise ConfigError("--idle-timeout-s: must be positive")
         if self.loop_check_interval_s <= 0:
             raise ConfigError("loop_check_interval_s: must be positive")
+        if self.instance is not None and (
+            not self.instance
+            or len(self.instance) > 128
+            or not self.instance.isprintable()
+            or self.instance != self.instance.strip()
+        ):
+            raise ConfigError(
+                f"--instance: 1-128 printable characters without surrounding spaces,"
+                f" got {self.instance!r}"
+            )
         if self.max_body_bytes < 1024:
             raise ConfigError("--max-body-bytes: must be at least 1024")
         if self.auth_token is not None and not self.auth_token:

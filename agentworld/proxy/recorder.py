@@ -184,15 +184,20 @@ def step_tokens(rec: dict[str, Any]) -> tuple[int, int]:
 class Recorder:
     """Writes records through the pool writer; counts and logs failures."""
 
-    def __init__(self, writer: Any, stats: ProxyStats, *, strict: bool) -> None:
+    def __init__(
+        self, writer: Any, stats: ProxyStats, *, strict: bool, instance: str | None = None
+    ) -> None:
         self.writer = writer
         self.stats = stats
         self.strict = strict
+        self.instance = instance  # stamped on every step as metadata.proxy
         self._background: set[asyncio.Task[None]] = set()
 
     async def steps(self, t: Trajectory, recs: list[dict[str, Any]]) -> None:
         """Append step records; raise RecordFailed only in strict mode."""
         for rec in recs:
+            if self.instance is not None:
+                rec["metadata"] = {**(rec.get("metadata") or {}), "proxy": self.instance}
             await self._append(rec)
             t.steps += 1
             if len(t.step_ids) < MAX_STEP_IDS:

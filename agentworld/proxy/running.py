@@ -83,10 +83,15 @@ async def running(app: web.Application) -> AsyncIterator[None]:
             commit_interval_s=st.config.commit_interval_s,
             name="proxy",
         )
-    st.recorder = Recorder(st.writer, st.stats, strict=st.config.durability == "strict")
+    st.recorder = Recorder(
+        st.writer,
+        st.stats,
+        strict=st.config.durability == "strict",
+        instance=st.config.instance,
+    )
     if st.config.restore:
         try:
-            n = await asyncio.to_thread(restore, st.registry, st.pool)
+            n = await asyncio.to_thread(restore, st.registry, st.pool, instance=st.config.instance)
             if n:
                 log.info("restored %d open trajectories from the pool", n)
         except (AgentWorldError, OSError) as exc:

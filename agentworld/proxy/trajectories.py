@@ -191,11 +191,16 @@ class Registry:
         return t.slot
 
 
-def restore(registry: Registry, pool: Any, *, limit: int = 100_000) -> int:
+def restore(
+    registry: Registry, pool: Any, *, limit: int = 100_000, instance: str | None = None
+) -> int:
     """Re-open the pool's open trajectories (no end record) after a restart.
 
     Steps are numbered on from the last one stored; threaded trajectories get
-    their continuation points back from their last step.
+    their continuation points back from their last step. Only the trajectories
+    whose last step this proxy ``instance`` served are taken (its name is in the
+    step's ``metadata.proxy``; an unnamed proxy's steps carry none): another
+    proxy sharing the pool goes on serving, and timing out, its own.
     """
     from agentworld.pool import Selection
 
@@ -210,6 +215,16 @@ def restore(registry: Registry, pool: Any, *, limit: int = 100_000) -> int:
         if not steps:
             continue
         last = steps[-1]
+        try:
+            rec = pool.get_step(last["id"])
+        except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
+            log.warning("restore %s: cannot read its last step: %s", tid, exc)
+            rec = None
+        if rec is None:
+            if instance is not None:  # whose it is cannot be told: leave it to its owner
+                continue
+        elif (rec.get("metadata") or {}).get("proxy") != instance:
+            continue
         t = Trajectory(
             id=tid,
             agent=row.get("agent") or "default",
@@ -225,10 +240,7 @@ def restore(registry: Registry, pool: Any, *, limit: int = 100_000) -> int:
             t.step_ids.setdefault(s["idx"], []).append(s["id"])
         registry.open[tid] = t
         n += 1
-        try:
-            rec = pool.get_step(last["id"])
-        except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
-            log.warning("restore %s: cannot read its last step: %s", tid, exc)
+        if rec is None:
             continue
         if (rec.get("metadata") or {}).get("threading") == "auto":
             t.threaded = True

@@ -11,6 +11,7 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
+from agentworld.errors import ConfigError
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig
 from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 from agentworld.proxy.server import ProxyServer
@@ -256,6 +257,50 @@ async def test_restart_keeps_open_trajectories(make_proxy, pool):
     assert len({s["trajectory"] for s in others}) == 1  # the threaded conversation resumed
     assert sorted(s["index"] for s in others) == [0, 1]
     assert {s["task"] for s in steps if s["trajectory"] == tid} == {"t1"}
+
+
+async def test_proxies_sharing_a_pool_take_back_only_their_own_trajectories(make_proxy, pool):
+    """Two named proxies on one pool: after a restart each reopens (and times out) only the
+    trajectories it served; the other's stay open for it."""
+
+    async def ask(proxy, text: str) -> None:
+        c = client(proxy.base_url)
+        await c.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+        await c.close()
+
+    a, b = await make_proxy(instance="a"), await make_proxy(instance="b")
+    await ask(a, "from a")
+    await ask(b, "from b")
+    await a.stop()
+    await b.stop()
+    steps = {s["request"]["messages"][0]["content"]: s for s in steps_of(pool)}
+    assert steps["from a"]["metadata"]["proxy"] == "a"
+    assert steps["from b"]["metadata"]["proxy"] == "b"
+    ta, tb = steps["from a"]["trajectory"], steps["from b"]["trajectory"]
+
+    unnamed = await make_proxy()  # its own steps would carry no name: it takes neither
+    assert set(unnamed.state.registry.open) == set()
+    await unnamed.stop()
+    a2 = await make_proxy(instance="a", idle_timeout_s=0.2, sweep_interval_s=0.05)
+    assert set(a2.state.registry.open) == {ta}
+    for _ in range(100):
+        if not a2.state.registry.open:
+            break
+        await asyncio.sleep(0.05)
+    await a2.stop()
+    (end,) = ends_of(pool)  # a's, timed out by a; b's is still open
+    assert end["trajectory"] == ta and end["status"] == "timeout"
+    b2 = await make_proxy(instance="b")
+    assert set(b2.state.registry.open) == {tb}
+    await ask(b2, "from b again")  # a new conversation: a new trajectory, not a's or b's
+    await b2.stop()
+    assert {s["metadata"]["proxy"] for s in steps_of(pool)} == {"a", "b"}
+
+
+@pytest.mark.parametrize("name", ["", " a", "a\n", "x" * 129])
+def test_instance_names_are_checked(name):
+    with pytest.raises(ConfigError, match="--instance"):
+        ProxyConfig(default_upstream=UpstreamConfig.single("http://x"), instance=name)
 
 
 async def test_policy_version_from_endpoint_and_upstream_header(make_proxy, pool, fake):
