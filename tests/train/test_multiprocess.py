@@ -70,9 +70,9 @@ def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_p
     )
     assert p.returncode == 0, p.stderr[-8000:]
     meta = json.loads((out / "ckpt-000002" / "meta.json").read_text())
-    assert len(meta["data_state"]) == 2
+    assert len(meta["data_state"]) == 2, p.stderr[-8000:]
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2  # only the main process logs
+    assert len(rows) == 2, p.stderr[-8000:]  # only the main process logs
 
     online = tmp_path / "on"
     p = launch(tmp_path, *common, f"output_dir={online}", "online=true", "group_size=2",
@@ -81,4 +81,4 @@ def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_p
     rows = [json.loads(x) for x in (online / "metrics.jsonl").read_text().splitlines()]
     assert sorted(g for r in rows for g in r["groups"]) == sorted(
         {t.first("group") for t in builder.pool.iter_trajectories()}
-    )
+    ), f"{rows}\n{p.stderr[-8000:]}"
