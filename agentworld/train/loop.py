@@ -466,6 +466,10 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                 v = f"{v:,.4g}"
             table.add_row(k, Text(str(v)))
         console.print(table)
+    # Every process tears the process group down together: a worker that went ahead while
+    # the main process was still writing its summary once hung in teardown past the end
+    # of a two-process run (gloo, tests/train/test_multiprocess.py).
+    acc.wait_for_everyone()
     acc.end_training()
     pool.close()
     return summary
