@@ -12,6 +12,7 @@ from agentworld.pool import Pool
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig
 from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 from agentworld.proxy.server import ProxyServer
+from agentworld.raw_ids import RawIds
 
 
 @pytest.fixture
@@ -21,6 +22,22 @@ async def fake() -> AsyncIterator[tuple[FakeUpstream, str]]:
     await server.start_server()
     yield state, str(server.make_url("")).rstrip("/")
     await server.close()
+
+
+@pytest.fixture
+def raw_made(monkeypatch) -> list[int]:
+    """How many RawIds were made: proof that the long path, not the parser, carried the ids."""
+    made: list[int] = []
+    original = RawIds.from_json.__func__
+
+    def counting(cls, data, max_count):
+        got = original(cls, data, max_count)
+        if got is not None:
+            made.append(len(got))
+        return got
+
+    monkeypatch.setattr(RawIds, "from_json", classmethod(counting))
+    return made
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import openai
 import pytest
 
 from agentworld.proxy.fake_upstream import ids, render
-from agentworld.raw_ids import RawIds
 from tests.proxy.conftest import steps_of
 
 # About 40 KB of conversation: the fake's prompt ids (one a character) come to ~160 KB of JSON.
@@ -23,22 +22,6 @@ for turn in range(8):
         {"role": "assistant", "content": f"ran them ({turn}) " + "ok " * 300},
     ]
 CONVERSATION.append({"role": "user", "content": "and now?"})
-
-
-@pytest.fixture
-def raw_made(monkeypatch) -> list[int]:
-    """How many RawIds were made: proof that the long path, not the parser, carried the ids."""
-    made: list[int] = []
-    original = RawIds.from_json.__func__
-
-    def counting(cls, data, max_count):
-        got = original(cls, data, max_count)
-        if got is not None:
-            made.append(len(got))
-        return got
-
-    monkeypatch.setattr(RawIds, "from_json", classmethod(counting))
-    return made
 
 
 def client(proxy: Any) -> openai.AsyncOpenAI:

@@ -18,27 +18,17 @@ from aiohttp.test_utils import TestServer  # noqa: E402
 from agentworld.proxy import upstream_json  # noqa: E402
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig  # noqa: E402
 from agentworld.proxy.server import ProxyServer  # noqa: E402
-from agentworld.raw_ids import RawIds  # noqa: E402
 from tests.proxy.conftest import steps_of  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("raw", [False, True], ids=["parsed", "raw-ids"])
-async def test_proxy_records_aw_serve_token_ids(tmp_path, pool, monkeypatch, raw):
+async def test_proxy_records_aw_serve_token_ids(tmp_path, pool, monkeypatch, raw_made, raw):
     """``raw``: the prompt ids travel as the engine's bytes (RawIds) as a long prompt's would:
     the threshold is lowered so that this short prompt takes that path too."""
-    made: list[int] = []
     if raw:
         monkeypatch.setattr(upstream_json, "MIN_RAW_BYTES", 8)
-        original = RawIds.from_json.__func__
-
-        def counting(cls, data, max_count):
-            got = original(cls, data, max_count)
-            made.append(-1 if got is None else len(got))
-            return got
-
-        monkeypatch.setattr(RawIds, "from_json", classmethod(counting))
     model_dir = serve_tiny.make_tiny_model(tmp_path / "policy0", seed=0)
     engine = serve_engine.Engine(model_dir, device="cpu", max_batch_size=4, model_name="tiny")
     upstream = TestServer(serve_server.make_app(engine), host="127.0.0.1")
@@ -71,4 +61,4 @@ async def test_proxy_records_aw_serve_token_ids(tmp_path, pool, monkeypatch, raw
     assert a["tokens"] == b["tokens"]  # greedy: streamed and unary sampled the same tokens
     assert a["response"]["message"] == b["response"]["message"]
     n = len(a["tokens"]["prompt_ids"])
-    assert made == ([n, n] if raw else [])  # unary and streamed: both cut, checked, kept
+    assert raw_made == ([n, n] if raw else [])  # unary and streamed: both cut, checked, kept
