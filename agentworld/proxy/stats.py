@@ -124,9 +124,9 @@ class ProxyStats:
             self._c_completion.inc(completion_tokens)
             self._token_rate.add(completion_tokens)
 
-    def loop_lag(self, lag_s: float, now: float | None = None) -> None:
+    def loop_lag(self, lag_s: float) -> None:
         """One check of how late the event loop ran a timer."""
-        self._lags.add(lag_s, now if now is not None else time.monotonic())
+        self._lags.add(lag_s, time.monotonic())
         self.m_loop_lag.observe(lag_s)
 
     def error(self, kind: str) -> None:
