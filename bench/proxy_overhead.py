@@ -21,6 +21,10 @@ characters each), and ``--reply-chars R`` makes the fake answer R characters
 the size of a call. ``--baseline CHECKOUT`` runs the proxy of another checkout
 (``git worktree add /tmp/base HEAD~1``, say) as a fourth path, side by side,
 and prints how this checkout's proxy compares with it round by round.
+``--floor`` adds a raw byte relay (no HTTP parsing: each agent connection gets
+its own upstream connection, bytes copied both ways), the least any proxy
+process in Python can add on this machine: what is left of a hop is the HTTP
+work.
 """
 
 from __future__ import annotations
@@ -90,6 +94,74 @@ def serve_bare(port: int, upstream: str) -> None:
     app.cleanup_ctx.append(ctx)
     app.router.add_post("/v1/chat/completions", handle)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def serve_relay(port: int, upstream: str) -> None:
+    """The floor: copy bytes between each agent connection and an upstream connection of its own."""
+    host, _, up_port = upstream.removeprefix("http://").partition(":")
+
+    class Pipe(asyncio.Protocol):
+        """One direction's sink; reading pauses while the peer's buffer is full."""
+
+        def __init__(self) -> None:
+            self.transport: asyncio.Transport | None = None
+            self.peer: Pipe | None = None
+            self.pending: list[bytes] = []
+
+        def connection_made(self, transport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            peer = self.peer
+            if peer is None or peer.transport is None:
+                self.pending.append(data)  # the upstream connection is not open yet
+            else:
+                peer.transport.write(data)
+
+        def pause_writing(self) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.pause_reading()
+
+        def resume_writing(self) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.resume_reading()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.peer is not None and self.peer.transport is not None:
+                self.peer.transport.close()
+
+    class Agent(Pipe):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            asyncio.get_running_loop().create_task(self.open())
+
+        async def open(self) -> None:
+            loop = asyncio.get_running_loop()
+            try:
+                _, up = await loop.create_connection(Pipe, host, int(up_port))
+            except OSError:
+                assert self.transport is not None
+                self.transport.close()
+                return
+            up.peer, self.peer = self, up
+            for data in self.pending:
+                up.transport.write(data)
+            self.pending.clear()
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Agent, "127.0.0.1", port)
+        await server.serve_forever()
+
+    try:
+        import uvloop  # the proxy's loop, when installed
+
+        runner: Callable = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        runner(main())
+    except KeyboardInterrupt:  # how the benchmark stops its servers
+        pass
 
 
 def against_base(rounds_: list[dict[str, dict]], stream: bool, med: Callable) -> str:
@@ -231,11 +303,12 @@ async def run(
     request: dict,
     reply: str,
     baseline: Path | None = None,
+    floor: bool = False,
 ) -> None:
     import aiohttp
     import orjson
 
-    ports = {name: free_port() for name in ("fake", "bare", "proxy", "base")}
+    ports = {name: free_port() for name in ("fake", "bare", "proxy", "base", "relay")}
     up = f"http://127.0.0.1:{ports['fake']}"
     pool = tempfile.mkdtemp(prefix="aw-bench-pool-")
     here = str(Path(__file__).resolve())
@@ -254,6 +327,12 @@ async def run(
         procs.append(start_proxy(baseline, pool + "-base", up, ports["base"], proxy_args))
         pids["base"] = procs[-1].pid
         urls["base"] = f"http://127.0.0.1:{ports['base']}"
+    if floor:
+        procs.append(
+            start([here, "--serve", "relay", "--port", str(ports["relay"]), "--upstream", up])
+        )
+        pids["relay"] = procs[-1].pid
+        urls["relay"] = f"http://127.0.0.1:{ports['relay']}"
     try:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -327,6 +406,13 @@ async def run(
                         hop1 = med(lambda g: g["bare"]["ttfc50"] - g["direct"]["ttfc50"]) * 1000
                         line += f"; added time to first chunk {ttfc:+.3f} ms (bare hop {hop1:+.3f})"
                     print(line, flush=True)
+                    if floor:
+                        relay = med(lambda g: g["relay"]["p50"] - g["direct"]["p50"]) * 1000
+                        line = f"  -> a raw byte relay (the floor) adds p50 {relay:+.3f} ms"
+                        if stream:
+                            first = med(lambda g: g["relay"]["ttfc50"] - g["direct"]["ttfc50"])
+                            line += f", time to first chunk {first * 1000:+.3f} ms"
+                        print(line, flush=True)
                     if baseline is not None:
                         print("  " + against_base(rounds_, stream, med), flush=True)
     finally:
@@ -348,7 +434,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--serve", choices=["fake", "bare"])
+    ap.add_argument("--serve", choices=["fake", "bare", "relay"])
     ap.add_argument("--port", type=int)
     ap.add_argument("--upstream")
     ap.add_argument("--requests", type=int, default=2000, help="requests per measurement (bounded)")
@@ -367,6 +453,11 @@ def main() -> None:
         " side by side as 'base'",
     )
     ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure a raw byte relay (no HTTP): the least any proxy process can add",
+    )
+    ap.add_argument(
         "--no-uvloop",
         action="store_true",
         help="run the proxy on asyncio's loop, like the bare pass-through (default: uvloop if installed)",
@@ -376,6 +467,8 @@ def main() -> None:
         serve_fake(a.port, a.reply or REPLY)
     elif a.serve == "bare":
         serve_bare(a.port, a.upstream)
+    elif a.serve == "relay":
+        serve_relay(a.port, a.upstream)
     else:
         levels = [int(x) for x in a.levels.split(",")]
         proxy_args = ["--no-uvloop"] if a.no_uvloop else []
@@ -393,7 +486,18 @@ def main() -> None:
         if base is not None and not (base / "agentworld" / "proxy").is_dir():
             ap.error(f"--baseline: {base} is not an AgentWorld checkout")
         asyncio.run(
-            run(levels, a.requests, a.max_s, a.rounds, proxy_args, modes, request, reply, base)
+            run(
+                levels,
+                a.requests,
+                a.max_s,
+                a.rounds,
+                proxy_args,
+                modes,
+                request,
+                reply,
+                base,
+                a.floor,
+            )
         )
 
 
