@@ -104,7 +104,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
     index = t.next_index
     t.next_index += 1
     t.inflight += 1
-    t.last_active = time.monotonic()
+    st.registry.touch(t)
     metadata.update({"upstream": base, "protocol_mode": mode})
     if t.threaded:
         metadata["threading"] = "auto"
@@ -161,7 +161,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
             resp = await _unary(request, ctx, url, up, headers, out_headers)
     finally:
         t.inflight -= 1
-        t.last_active = time.monotonic()
+        st.registry.touch(t)
     st.stats.request(adapter.protocol, resp.status)
     return resp
 

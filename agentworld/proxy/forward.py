@@ -74,7 +74,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
     index = t.next_index
     t.next_index += 1
     t.inflight += 1
-    t.last_active = time.monotonic()
+    st.registry.touch(t)
     sent, injected = adapter.prepare(body, up)
     metadata: dict[str, Any] = {"upstream": up.urls[slot]}
     if t.threaded:
@@ -111,7 +111,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
             resp = await _unary(request, st, call, url, up, headers, out_headers, prompt_key)
     finally:
         t.inflight -= 1
-        t.last_active = time.monotonic()
+        st.registry.touch(t)
     st.stats.request(adapter.protocol, resp.status)
     return resp
 

@@ -289,7 +289,7 @@ async def whitebox_step(request: web.Request) -> web.Response:
         st.stats.error("bad_request")
         raise BadRequest(f"invalid step: {exc}", exc.field) from None
     t.next_index = max(t.next_index, index + 1)
-    t.last_active = time.monotonic()
+    st.registry.touch(t)
     if isinstance(pv, int):
         t.policy_version = pv
     assert st.recorder is not None

@@ -20,6 +20,9 @@ from agentworld.proxy.upstream_http import UpstreamClient
 log = logging.getLogger("agentworld.proxy")
 
 
+SWEEP_BATCH = 256  # trajectories closed between two chances for calls to run
+
+
 async def _sweep(st: State) -> None:
     """Close trajectories idle past the timeout (and the oldest beyond the open cap)."""
     timeout_s = st.config.idle_timeout_s
@@ -28,9 +31,11 @@ async def _sweep(st: State) -> None:
         await asyncio.sleep(interval_s)
         now = time.monotonic()
         expired = st.registry.idle(now, timeout_s) + st.registry.over_capacity()
-        for t in expired:
-            if t.id not in st.registry.open:
-                continue
+        for i, t in enumerate(expired):
+            if i and not i % SWEEP_BATCH:
+                await asyncio.sleep(0)  # a big sweep lets calls in between its batches
+            if t.id not in st.registry.open or t.inflight or t.last_active > now:
+                continue  # closed meanwhile, or a call came while the sweep gave way
             try:
                 await end_trajectory(
                     st,

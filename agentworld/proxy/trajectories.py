@@ -88,15 +88,22 @@ def prefix_keys(agent: str, messages: Sequence[dict[str, Any]]) -> list[bytes]:
 
 
 class Registry:
-    """All open trajectories of one proxy."""
+    """All open trajectories of one proxy.
+
+    ``open`` is kept in the order of last activity (``touch``), oldest first, so
+    the idle sweep reads only the trajectories it closes, and upstream affinity
+    keeps a count per URL: no per-call or per-sweep work grows with the number
+    of open trajectories (up to ``max_open``, 100,000 by default).
+    """
 
     def __init__(self, *, max_open: int = 100_000) -> None:
-        self.open: dict[str, Trajectory] = {}
+        self.open: OrderedDict[str, Trajectory] = OrderedDict()  # least recently active first
         self.closed: OrderedDict[str, str] = OrderedDict()  # id -> end status
         self.threads: dict[bytes, str] = {}  # continuation key -> trajectory id
         self.max_open = max_open
         self.done_count = 0
         self._rr = 0
+        self._slot_load: dict[str, list[int]] = {}  # agent -> open trajectories per URL
 
     def __len__(self) -> int:
         return len(self.open)
@@ -112,6 +119,15 @@ class Registry:
         self.open[tid] = t
         return t
 
+    def touch(self, t: Trajectory) -> None:
+        """A call started or ended on ``t``: it becomes the most recently active.
+
+        Every change of ``last_active`` goes through here (the sweep relies on the order).
+        """
+        t.last_active = time.monotonic()
+        if t.id in self.open:
+            self.open.move_to_end(t.id)
+
     def get(self, tid: str) -> Trajectory:
         t = self.open.get(tid)
         if t is None:
@@ -121,6 +137,8 @@ class Registry:
     def close(self, tid: str, status: str) -> Trajectory:
         """Remove an open trajectory; the caller writes its end record."""
         t = self.open.pop(tid)
+        if t.slot is not None:
+            self._slot_load[t.agent][t.slot] -= 1
         for k in t.thread_keys:
             if self.threads.get(k) == tid:
                 del self.threads[k]
@@ -132,17 +150,28 @@ class Registry:
         return t
 
     def over_capacity(self) -> list[Trajectory]:
-        """Oldest idle trajectories beyond ``max_open`` (to be closed as timeouts)."""
+        """Least recently active trajectories beyond ``max_open``, no call in flight on them
+        (to be closed as timeouts)."""
         extra = len(self.open) - self.max_open
+        out: list[Trajectory] = []
         if extra <= 0:
-            return []
-        idle = sorted(
-            (t for t in self.open.values() if not t.inflight), key=lambda t: t.last_active
-        )
-        return idle[:extra]
+            return out
+        for t in self.open.values():
+            if not t.inflight:
+                out.append(t)
+                if len(out) == extra:
+                    break
+        return out
 
     def idle(self, now: float, timeout_s: float) -> list[Trajectory]:
-        return [t for t in self.open.values() if not t.inflight and now - t.last_active > timeout_s]
+        """Trajectories with no call in flight and none for over ``timeout_s``."""
+        out = []
+        for t in self.open.values():
+            if now - t.last_active <= timeout_s:
+                break  # all later ones were active more recently
+            if not t.inflight:  # a long call keeps its place from when it started
+                out.append(t)
+        return out
 
     # -- automatic threading ----------------------------------------------------------
 
@@ -177,17 +206,22 @@ class Registry:
     def pick_slot(self, t: Trajectory, n_urls: int) -> int:
         """Give a trajectory the least-loaded of its agent's upstream URLs, for good."""
         if t.slot is None or t.slot >= n_urls:
+            counts = self._slot_load.setdefault(t.agent, [])
+            if len(counts) < n_urls:
+                counts.extend([0] * (n_urls - len(counts)))
+            counted = t.id in self.open  # open trajectories count, until ``close``
+            if t.slot is not None and counted:  # its agent has fewer URLs now
+                counts[t.slot] -= 1
             if n_urls == 1:
                 t.slot = 0
             else:
-                load = [0] * n_urls
-                for o in self.open.values():
-                    if o.agent == t.agent and o.slot is not None and o.slot < n_urls:
-                        load[o.slot] += 1
+                load = counts[:n_urls]
                 low = min(load)
                 candidates = [i for i, n in enumerate(load) if n == low]
                 self._rr += 1
                 t.slot = candidates[self._rr % len(candidates)]
+            if counted:
+                counts[t.slot] += 1
         return t.slot
 
 

@@ -1,0 +1,128 @@
+"""What the proxy's open trajectories cost as they pile up: per call, and per idle sweep.
+
+Agents that send neither a trajectory id nor a continued conversation (one-shot
+calls: evaluations, single-turn tasks) open a trajectory per call, and it stays
+open until the idle timeout (15 minutes by default) or the cap on open
+trajectories (100,000) closes it. At 112 such calls a second the proxy sits at
+the cap. This measures, in-process, the registry work at ``--small`` open
+trajectories against the same work at ``--large`` (the cap), side by side:
+
+- a new call: open a trajectory, give it one of four upstream URLs (trajectory
+  affinity), and mark it active as the call starts and ends;
+- the idle sweep (every 5 s by default): the trajectories idle past the
+  timeout (none) and those over the cap (ten).
+
+A ratio near 1 means the cost does not grow with the number of open
+trajectories.
+
+    python bench/proxy_registry.py [--small 1000] [--large 100000] [--rounds 5]
+                                    [--checkout PATH]
+
+``--checkout`` measures another checkout's registry (a git worktree of an
+older commit, say) instead of this one's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+URLS = 4
+OVER = 10
+Registry: Any = None  # the measured checkout's, imported in main()
+
+
+def _touch(reg: Registry, t) -> None:
+    touch = getattr(reg, "touch", None)  # a registry without it scans instead
+    if touch is not None:
+        touch(t)
+    else:
+        t.last_active = time.monotonic()
+
+
+def filled(n: int) -> Registry:
+    reg = Registry(max_open=n)
+    counted = hasattr(reg, "_slot_load")  # a registry without counters scans in pick_slot,
+    for i in range(n):  # which would take hours to fill 100,000 trajectories this way
+        t = reg.create("agent", threaded=True)
+        if counted:
+            reg.pick_slot(t, URLS)
+        else:
+            t.slot = i % URLS
+        _touch(reg, t)
+    return reg
+
+
+def new_calls(reg: Registry, calls: int) -> float:
+    """Seconds per call: open, pick an upstream, mark active at start and end, then close
+    the oldest (the registry stays at its size)."""
+    oldest = list(reg.open)[:calls]
+    t0 = time.perf_counter()
+    for i in range(calls):
+        t = reg.create("agent", threaded=True)
+        reg.pick_slot(t, URLS)
+        _touch(reg, t)
+        _touch(reg, t)
+        reg.close(oldest[i], "timeout")
+    return (time.perf_counter() - t0) / calls
+
+
+def sweep(reg: Registry) -> float:
+    """Seconds for one sweep finding nothing idle and ten trajectories over the cap."""
+    reg.max_open = len(reg) - OVER
+    t0 = time.perf_counter()
+    reg.idle(time.monotonic(), 900.0)
+    over = reg.over_capacity()
+    took = time.perf_counter() - t0
+    assert len(over) == OVER
+    reg.max_open = len(reg)
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--small", type=int, default=1_000)
+    ap.add_argument("--large", type=int, default=100_000)
+    ap.add_argument("--calls", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--checkout", type=Path, default=ROOT, help="whose registry to measure")
+    a = ap.parse_args()
+    if not 0 < a.calls <= a.small <= a.large:
+        ap.error("need 0 < --calls <= --small <= --large")
+    if not (a.checkout / "agentworld" / "proxy" / "trajectories.py").is_file():
+        ap.error(f"--checkout: {a.checkout} is not an AgentWorld checkout")
+    sys.path.insert(0, str(a.checkout.resolve()))
+    global Registry
+    import agentworld
+    from agentworld.proxy.trajectories import Registry
+
+    print(f"# registry of {Path(agentworld.__file__).parents[1]}, medians of {a.rounds} rounds")
+    regs = {n: filled(n) for n in (a.small, a.large)}
+    call = {n: [] for n in regs}
+    swept = {n: [] for n in regs}
+    for _ in range(a.rounds):
+        for n, reg in regs.items():  # side by side, so drift hits both
+            call[n].append(new_calls(reg, a.calls))
+            swept[n].append(sweep(reg))
+    med = statistics.median
+    print(f"{'open trajectories':>18} {'new call us':>12} {'sweep ms':>9}")
+    for n in regs:
+        print(f"{n:18,} {med(call[n]) * 1e6:12.1f} {med(swept[n]) * 1e3:9.2f}")
+    small, large = a.small, a.large
+    print(
+        f"-> {large:,} open vs {small:,}: a new call costs"
+        f" {med(call[large]) / med(call[small]):.2f}x, a sweep"
+        f" {med(swept[large]) / med(swept[small]):.1f}x"
+        f" ({med(swept[large]) * 1e3:.2f} ms of event loop every sweep)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The registry of open trajectories: activity order, idle and over-cap sweeps, affinity counts."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from agentworld.proxy import running
+from agentworld.proxy.trajectories import Registry, Trajectory
+
+
+def _open(reg: Registry, n: int, agent: str = "a") -> list[Trajectory]:
+    return [reg.create(agent) for _ in range(n)]
+
+
+def test_touch_makes_a_trajectory_the_most_recently_active():
+    reg = Registry()
+    a, b, c = _open(reg, 3)
+    reg.touch(a)
+    assert list(reg.open) == [b.id, c.id, a.id]
+    reg.close(c.id, "done")
+    reg.touch(c)  # a call that ends after its trajectory was closed
+    assert list(reg.open) == [b.id, a.id]
+
+
+def test_idle_takes_the_trajectories_quiet_past_the_timeout_and_skips_calls_in_flight():
+    reg = Registry()
+    old, busy, older_than_timeout, recent = _open(reg, 4)
+    now = time.monotonic()
+    for t, ago in ((old, 100), (busy, 90), (older_than_timeout, 80)):
+        reg.touch(t)
+        t.last_active = now - ago  # as if touched that long ago, in that order
+    reg.touch(recent)
+    busy.inflight = 1  # a long call: it keeps its place from when it started
+    assert reg.idle(now, 50) == [old, older_than_timeout]
+    assert reg.idle(now, 85) == [old]
+    assert reg.idle(now, 1000) == []
+
+
+def test_over_capacity_closes_the_least_recently_active_not_the_oldest_created():
+    reg = Registry(max_open=2)
+    a, b, c, d = _open(reg, 4)
+    reg.touch(a)  # a was created first but used last
+    b.inflight = 1
+    assert reg.over_capacity() == [c, d]
+    b.inflight = 0
+    assert reg.over_capacity() == [b, c]
+    reg.max_open = 4
+    assert reg.over_capacity() == []
+
+
+def test_affinity_counts_match_a_recount_through_opens_closes_and_url_changes():
+    rng = random.Random(7)
+    reg = Registry()
+    for _ in range(3000):
+        op = rng.random()
+        agent = rng.choice("ab")
+        if op < 0.45:
+            t = reg.create(agent)
+            reg.pick_slot(t, rng.choice((1, 2, 3, 3, 3)))
+        elif op < 0.8 and reg.open:
+            reg.close(rng.choice(list(reg.open)), "done")
+        elif reg.open:
+            t = reg.open[rng.choice(list(reg.open))]
+            reg.pick_slot(t, rng.choice((2, 3)))  # fewer URLs than its slot: moved
+        for name in "ab":
+            want = [0] * 3
+            for t in reg.open.values():
+                if t.agent == name and t.slot is not None:
+                    want[t.slot] += 1
+            got = reg._slot_load.get(name, [])
+            assert (got + [0] * 3)[:3] == want
+
+
+def test_new_trajectories_go_to_the_least_loaded_url():
+    reg = Registry()
+    ts = _open(reg, 4)
+    assert sorted(reg.pick_slot(t, 2) for t in ts) == [0, 0, 1, 1]
+    for t in ts:
+        if t.slot == 0:
+            reg.close(t.id, "done")
+    assert [reg.pick_slot(t, 2) for t in _open(reg, 2)] == [0, 0]
+
+
+async def test_the_sweep_gives_way_in_batches_and_spares_what_became_active(monkeypatch):
+    reg = Registry(max_open=0)
+    ts = _open(reg, 10)
+    monkeypatch.setattr(running, "SWEEP_BATCH", 3)
+    closed: list[str] = []
+    yields = 0
+    real_sleep = asyncio.sleep
+
+    async def end_trajectory(st: Any, t: Trajectory, status: str, **kw: Any) -> None:
+        st.registry.close(t.id, status)
+        closed.append(t.id)
+        if len(closed) == 2:  # a call on ts[7] arrives while the sweep runs
+            st.registry.touch(ts[7])
+        if len(closed) == 3:
+            ts[8].inflight = 1
+
+    async def sleep(s: float) -> None:
+        nonlocal yields
+        if s == 0:
+            yields += 1
+            return await real_sleep(0)
+        if closed:  # the second sweep: stop here
+            raise asyncio.CancelledError
+        await real_sleep(0)
+
+    monkeypatch.setattr(running, "end_trajectory", end_trajectory)
+    monkeypatch.setattr(running.asyncio, "sleep", sleep)
+    st = SimpleNamespace(
+        config=SimpleNamespace(idle_timeout_s=900.0, sweep_interval_s=0.01), registry=reg
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await running._sweep(st)
+    assert closed == [t.id for t in ts if t not in (ts[7], ts[8])]
+    assert list(reg.open) == [ts[8].id, ts[7].id]
+    assert yields == 3  # before the 4th, 7th and 10th (skipped ones count too)
