@@ -34,10 +34,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 URLS = 4
 OVER = 10
-Registry: Any = None  # the measured checkout's, imported in main()
 
 
-def _touch(reg: Registry, t) -> None:
+def _touch(reg: Any, t: Any) -> None:
     touch = getattr(reg, "touch", None)  # a registry without it scans instead
     if touch is not None:
         touch(t)
@@ -45,8 +44,9 @@ def _touch(reg: Registry, t) -> None:
         t.last_active = time.monotonic()
 
 
-def filled(n: int) -> Registry:
-    reg = Registry(max_open=n)
+def filled(registry: type, n: int) -> Any:
+    """A registry of ``registry``'s class holding ``n`` open trajectories."""
+    reg = registry(max_open=n)
     counted = hasattr(reg, "_slot_load")  # a registry without counters scans in pick_slot,
     for i in range(n):  # which would take hours to fill 100,000 trajectories this way
         t = reg.create("agent", threaded=True)
@@ -58,7 +58,7 @@ def filled(n: int) -> Registry:
     return reg
 
 
-def new_calls(reg: Registry, calls: int) -> float:
+def new_calls(reg: Any, calls: int) -> float:
     """Seconds per call: open, pick an upstream, mark active at start and end, then close
     the oldest (the registry stays at its size)."""
     oldest = list(reg.open)[:calls]
@@ -72,7 +72,7 @@ def new_calls(reg: Registry, calls: int) -> float:
     return (time.perf_counter() - t0) / calls
 
 
-def sweep(reg: Registry) -> float:
+def sweep(reg: Any) -> float:
     """Seconds for one sweep finding nothing idle and ten trajectories over the cap."""
     reg.max_open = len(reg) - OVER
     t0 = time.perf_counter()
@@ -99,12 +99,11 @@ def main() -> None:
     if not (a.checkout / "agentworld" / "proxy" / "trajectories.py").is_file():
         ap.error(f"--checkout: {a.checkout} is not an AgentWorld checkout")
     sys.path.insert(0, str(a.checkout.resolve()))
-    global Registry
     import agentworld
     from agentworld.proxy.trajectories import Registry
 
     print(f"# registry of {Path(agentworld.__file__).parents[1]}, medians of {a.rounds} rounds")
-    regs = {n: filled(n) for n in (a.small, a.large)}
+    regs = {n: filled(Registry, n) for n in (a.small, a.large)}
     call = {n: [] for n in regs}
     swept = {n: [] for n in regs}
     for _ in range(a.rounds):
