@@ -281,7 +281,10 @@ def restore(
             msgs = (rec.get("request") or {}).get("messages")
             if msgs:
                 keys = prefix_keys(t.agent, msgs)
-                last_steps = [pool.get_step(sid) for sid in t.step_ids.get(last["idx"], [])]
+                last_steps = [  # the choices of the last call (``rec`` is one of them)
+                    rec if sid == last["id"] else pool.get_step(sid)
+                    for sid in t.step_ids.get(last["idx"], [])
+                ]
                 responses = [
                     s["response"]["message"]
                     for s in last_steps

@@ -259,6 +259,30 @@ async def test_restart_keeps_open_trajectories(make_proxy, pool):
     assert {s["task"] for s in steps if s["trajectory"] == tid} == {"t1"}
 
 
+@pytest.mark.parametrize("choice", [0, 1])
+async def test_after_a_restart_a_conversation_continues_from_either_choice_of_its_last_call(
+    make_proxy, pool, choice
+):
+    """The continuation points of an n=2 call come back from the pool, one per choice."""
+    first = await make_proxy()
+    a = client(first.base_url)
+    msgs = [{"role": "user", "content": "pick one"}]
+    r = await a.chat.completions.create(model="m", messages=msgs, n=2)
+    await a.close()
+    await first.stop()
+    second = await make_proxy()
+    a = client(second.base_url)
+    picked = as_message(r.choices[choice].message)
+    await a.chat.completions.create(
+        model="m", messages=[*msgs, picked, {"role": "user", "content": "go on"}]
+    )
+    await a.close()
+    await second.stop()
+    steps = steps_of(pool)
+    assert len({s["trajectory"] for s in steps}) == 1
+    assert sorted(s["index"] for s in steps) == [0, 0, 1]  # the two choices of step 0, then 1
+
+
 async def test_proxies_sharing_a_pool_take_back_only_their_own_trajectories(make_proxy, pool):
     """Two named proxies on one pool: after a restart each reopens (and times out) only the
     trajectories it served; the other's stay open for it."""
