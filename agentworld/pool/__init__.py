@@ -105,6 +105,14 @@ class Pool:
             self._fetcher = RecordFetcher(self.layout)
         return self._fetcher.get(row["source"], row["line"])
 
+    def read_step(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The step an index row (``Index.steps`` / ``steps_of``) points at; when its journal
+        was sealed since the index saw it, looked up again by id."""
+        try:
+            return self._fetch(row)
+        except NotFoundError:
+            return self.get_step(row["id"])
+
     def get_step(self, step_id: str) -> dict[str, Any]:
         """One step by id, via the index (refreshed when the id or its source is not found)."""
         for attempt in (0, 1):

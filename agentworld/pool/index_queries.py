@@ -13,6 +13,8 @@ import orjson
 
 from agentworld.pool.selection import Selection
 
+_IN_CHUNK = 500  # ids per IN (...): old SQLite builds take at most 999 parameters
+
 TRAJECTORY_SORTS = {
     "time": "t.last_at",
     "started": "t.first_at",
@@ -131,6 +133,20 @@ class IndexQueries:
         """Step rows of one trajectory in order (choice 0 first)."""
         q = "SELECT * FROM steps WHERE trajectory = ? ORDER BY idx, COALESCE(choice, 0)"
         return [dict(r) for r in self.db.execute(q, (trajectory_id,))]
+
+    def steps_of(self, trajectory_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """``steps`` for many trajectories at once: id -> step rows in order (absent: none)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for i in range(0, len(trajectory_ids), _IN_CHUNK):
+            chunk = trajectory_ids[i : i + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            q = (
+                f"SELECT * FROM steps WHERE trajectory IN ({marks})"
+                " ORDER BY trajectory, idx, COALESCE(choice, 0)"
+            )
+            for r in self.db.execute(q, chunk):
+                out.setdefault(r["trajectory"], []).append(dict(r))
+        return out
 
     def step(self, step_id: str) -> dict[str, Any] | None:
         r = self.db.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone()

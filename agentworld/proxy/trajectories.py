@@ -225,6 +225,14 @@ class Registry:
         return t.slot
 
 
+def _read_step(pool: Any, tid: str, row: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return pool.read_step(row)
+    except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
+        log.warning("restore %s: cannot read step %s: %s", tid, row.get("id"), exc)
+        return None
+
+
 def restore(
     registry: Registry, pool: Any, *, limit: int = 100_000, instance: str | None = None
 ) -> int:
@@ -240,20 +248,15 @@ def restore(
 
     idx = pool.index()
     rows = idx.trajectories(Selection(status=("open",)), limit=limit)
+    step_rows = idx.steps_of([row["id"] for row in rows if row["id"] not in registry.open])
     n = 0
     for row in rows:
         tid = row["id"]
-        if tid in registry.open:
-            continue
-        steps = idx.steps(tid)
-        if not steps:
+        steps = step_rows.get(tid)
+        if not steps or tid in registry.open:
             continue
         last = steps[-1]
-        try:
-            rec = pool.get_step(last["id"])
-        except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
-            log.warning("restore %s: cannot read its last step: %s", tid, exc)
-            rec = None
+        rec = _read_step(pool, tid, last)
         if rec is None:
             if instance is not None:  # whose it is cannot be told: leave it to its owner
                 continue
@@ -282,13 +285,14 @@ def restore(
             if msgs:
                 keys = prefix_keys(t.agent, msgs)
                 last_steps = [  # the choices of the last call (``rec`` is one of them)
-                    rec if sid == last["id"] else pool.get_step(sid)
-                    for sid in t.step_ids.get(last["idx"], [])
+                    rec if s is last else _read_step(pool, tid, s)
+                    for s in steps
+                    if s["idx"] == last["idx"]
                 ]
                 responses = [
                     s["response"]["message"]
                     for s in last_steps
-                    if (s.get("response") or {}).get("message")
+                    if s is not None and (s.get("response") or {}).get("message")
                 ]
                 registry.add_continuations(t, keys[-1], responses)
     return n

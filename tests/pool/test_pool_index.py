@@ -90,3 +90,26 @@ def test_deleted_index_is_rebuilt(pool: Pool) -> None:
     for f in pool.layout.cache.iterdir():
         f.unlink()
     assert Pool.open(pool.root).index().count_trajectories() == 2
+
+
+def test_steps_of_many_trajectories_equals_steps_of_each(pool: Pool, monkeypatch) -> None:
+    from agentworld.pool import index_queries
+
+    monkeypatch.setattr(index_queries, "_IN_CHUNK", 3)  # several IN (...) chunks
+    ids = write_trajectories(pool, 7, 2)
+    idx = pool.index()
+    got = idx.steps_of([*ids, "tr_none"])
+    assert got == {t: idx.steps(t) for t in ids}  # no entry for a trajectory without steps
+    assert idx.steps_of([]) == {}
+
+
+def test_read_step_follows_a_row_whose_journal_was_sealed_since(pool: Pool) -> None:
+    tid = records.new_id("tr")
+    w = pool.writer(durability="strict")
+    w.append(small_step(tid, 0))
+    (row,) = pool.index().steps(tid)
+    assert row["source"].startswith("journals/")
+    assert pool.read_step(row)["request"]["messages"][0]["content"] == "q0"
+    w.close()  # the journal is sealed into a shard and removed: the row is stale
+    assert pool.read_step(row) == pool.get_step(row["id"])
+    assert pool.read_step(row)["response"]["message"]["content"] == "a0"

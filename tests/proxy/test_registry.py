@@ -1,4 +1,5 @@
-"""The registry of open trajectories: activity order, idle and over-cap sweeps, affinity counts."""
+"""The registry of open trajectories: activity order, idle and over-cap sweeps, affinity counts,
+and restoring it from the pool after a restart."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from agentworld import records
+from agentworld.errors import CorruptDataError
+from agentworld.pool import Pool
 from agentworld.proxy import running
-from agentworld.proxy.trajectories import Registry, Trajectory
+from agentworld.proxy.trajectories import Registry, Trajectory, prefix_keys, restore
 
 
 def _open(reg: Registry, n: int, agent: str = "a") -> list[Trajectory]:
@@ -122,3 +126,52 @@ async def test_the_sweep_gives_way_in_batches_and_spares_what_became_active(monk
     assert closed == [t.id for t in ts if t not in (ts[7], ts[8])]
     assert list(reg.open) == [ts[8].id, ts[7].id]
     assert yields == 3  # before the 4th, 7th and 10th (skipped ones count too)
+
+
+def _threaded_step(tid: str, index: int, choice: int | None, reply: str) -> dict[str, Any]:
+    extra = {} if choice is None else {"choice": choice}
+    return records.make_step(
+        trajectory=tid,
+        index=index,
+        agent="a",
+        request={"messages": [{"role": "user", "content": f"q {tid}"}]},
+        response={"message": {"role": "assistant", "content": reply}},
+        metadata={"threading": "auto"},
+        **extra,
+    )
+
+
+def test_restore_reopens_threaded_trajectories_and_skips_steps_it_cannot_read(
+    tmp_path, monkeypatch, caplog
+):
+    pool = Pool.create(tmp_path / "pool")
+    with pool.writer() as w:
+        for tid in ("tr_a", "tr_b"):
+            w.append(_threaded_step(tid, 0, 0, f"{tid} zero"))
+            w.append(_threaded_step(tid, 0, 1, f"{tid} one"))
+        w.append(_threaded_step("tr_c", 0, None, "c"))
+    rows = pool.index().steps_of(["tr_a", "tr_b"])
+    broken = {rows["tr_b"][0]["id"]}  # tr_b's choice 0: not its last row (choice 1 is)
+    real = pool.read_step
+
+    def read_step(row: dict[str, Any]) -> dict[str, Any]:
+        if row["id"] in broken:
+            raise CorruptDataError("objects/x", "truncated")
+        return real(row)
+
+    monkeypatch.setattr(pool, "read_step", read_step)
+    reg = Registry()
+    with caplog.at_level("WARNING"):
+        assert restore(reg, pool) == 3
+    assert "cannot read step" in caplog.text
+    for tid in ("tr_a", "tr_b", "tr_c"):
+        assert reg.open[tid].next_index == 1 and reg.open[tid].threaded
+
+    def continues(tid: str, reply: str) -> bool:
+        msgs = [{"role": "user", "content": f"q {tid}"}, {"role": "assistant", "content": reply}]
+        keys = prefix_keys("a", [*msgs, {"role": "user", "content": "more"}])
+        return reg.find_thread(keys) is reg.open[tid]
+
+    assert continues("tr_a", "tr_a zero") and continues("tr_a", "tr_a one")
+    assert continues("tr_b", "tr_b one") and not continues("tr_b", "tr_b zero")
+    assert continues("tr_c", "c")
