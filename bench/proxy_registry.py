@@ -13,10 +13,12 @@ trajectories against the same work at ``--large`` (the cap), side by side:
   timeout (none) and those over the cap (ten).
 
 A ratio near 1 means the cost does not grow with the number of open
-trajectories.
+trajectories. ``--restore N`` also times what a restarted proxy does before it
+serves: reopen N open trajectories from a pool (one threaded step each, the
+last call with two choices), best of ``--rounds``.
 
     python bench/proxy_registry.py [--small 1000] [--large 100000] [--rounds 5]
-                                    [--checkout PATH]
+                                    [--restore 20000] [--checkout PATH]
 
 ``--checkout`` measures another checkout's registry (a git worktree of an
 older commit, say) instead of this one's.
@@ -84,6 +86,41 @@ def sweep(reg: Any) -> float:
     return took
 
 
+def restore_s(registry: type, n: int, rounds: int) -> float:
+    """Best-of-``rounds`` seconds for ``restore`` to reopen ``n`` threaded open trajectories."""
+    import tempfile
+
+    from agentworld import records
+    from agentworld.pool import Pool
+    from agentworld.proxy.trajectories import restore
+
+    pool = Pool.create(Path(tempfile.mkdtemp(prefix="aw-bench-restore-")) / "pool")
+    with pool.writer() as w:
+        for i in range(n):
+            tid = f"tr_{i:08d}"
+            for choice in (0, 1):
+                w.append(
+                    records.make_step(
+                        trajectory=tid,
+                        index=0,
+                        agent="agent",
+                        choice=choice,
+                        request={"messages": [{"role": "user", "content": f"task {i}"}]},
+                        response={"message": {"role": "assistant", "content": f"answer {choice}"}},
+                        metadata={"threading": "auto"},
+                    )
+                )
+    pool.index()
+    best = float("inf")
+    for _ in range(rounds):
+        reg = registry()
+        t0 = time.perf_counter()
+        got = restore(reg, pool)
+        best = min(best, time.perf_counter() - t0)
+        assert got == n
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -92,6 +129,7 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=100_000)
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--restore", type=int, default=20_000, help="open trajectories (0: skip)")
     ap.add_argument("--checkout", type=Path, default=ROOT, help="whose registry to measure")
     a = ap.parse_args()
     if not 0 < a.calls <= a.small <= a.large:
@@ -121,6 +159,12 @@ def main() -> None:
         f" {med(swept[large]) / med(swept[small]):.1f}x"
         f" ({med(swept[large]) * 1e3:.2f} ms of event loop every sweep)"
     )
+    if a.restore:
+        took = restore_s(Registry, a.restore, a.rounds)
+        print(
+            f"-> a restart reopens {a.restore:,} open trajectories in {took:.2f} s"
+            f" ({took / a.restore * 1e6:.0f} us each)"
+        )
 
 
 if __name__ == "__main__":
