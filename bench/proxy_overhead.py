@@ -143,6 +143,9 @@ def serve_relay(port: int, upstream: str) -> None:
                 assert self.transport is not None
                 self.transport.close()
                 return
+            if self.transport is None or self.transport.is_closing():
+                up.transport.close()  # the agent left while the upstream connection opened
+                return
             up.peer, self.peer = self, up
             for data in self.pending:
                 up.transport.write(data)

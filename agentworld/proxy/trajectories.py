@@ -252,8 +252,8 @@ def restore(
     n = 0
     for row in rows:
         tid = row["id"]
-        steps = step_rows.get(tid)
-        if not steps or tid in registry.open:
+        steps = step_rows.get(tid)  # none for a trajectory already open here
+        if not steps:
             continue
         last = steps[-1]
         rec = _read_step(pool, tid, last)
