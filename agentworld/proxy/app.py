@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from agentworld.proxy.agent_conn import AgentConnections, AgentTimeout, read_body
 from agentworld.proxy.config import DEFAULT_AGENT, ProxyConfig, UpstreamConfig
 from agentworld.proxy.protocols import CHAT, COMPLETIONS, Adapter, BadRequest
 from agentworld.proxy.recorder import Recorder
@@ -50,6 +51,7 @@ class State:
     policy_version: int = 0
     own_writer: bool = True
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    agent_conns: AgentConnections = field(default_factory=AgentConnections)
 
     def set_policy(self, version: int) -> None:
         self.policy_version = version
@@ -68,15 +70,22 @@ def error_response(
 
 def bad_request(exc: BadRequest) -> web.Response:
     kind = "invalid_request_error" if exc.status != 404 else "not_found_error"
-    return error_response(exc.status, exc.message, kind, exc.param)
+    resp = error_response(exc.status, exc.message, kind, exc.param)
+    if exc.status == 408:  # the rest of a stalled body may still come: not another request
+        resp.force_close()
+    return resp
 
 
-async def read_json(request: web.Request, limit: int) -> dict[str, Any]:
-    """The request body as a JSON object, or BadRequest naming the problem (413 when too big)."""
+async def read_json(request: web.Request, limit: int, timeout_s: float) -> dict[str, Any]:
+    """The request body as a JSON object, or BadRequest naming the problem (413 when too
+    big, 408 when it stops arriving for ``timeout_s``)."""
     if request.content_length is not None and request.content_length > limit:
         raise BadRequest(f"request body over the {limit}-byte limit", None, 413)
     try:
-        raw = await request.read()
+        raw = await read_body(request, limit, timeout_s)
+    except AgentTimeout:
+        request.app[STATE].stats.error("agent_timeout")
+        raise
     except web.HTTPRequestEntityTooLarge:
         raise BadRequest(f"request body over the {limit}-byte limit", None, 413) from None
     if not raw:
@@ -212,6 +221,7 @@ def _auth_middleware(token: str, stats: ProxyStats) -> Any:
 
 @web.middleware
 async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    request.app[STATE].agent_conns.add(request.protocol)  # for an agent that stops reading
     try:
         return await handler(request)
     except web.HTTPException as exc:

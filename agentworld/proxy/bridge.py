@@ -67,7 +67,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
     started_at, t0 = time.time(), time.perf_counter()
     metadata: dict[str, Any] = {}
     try:
-        body = await read_json(request, st.config.max_body_bytes)
+        body = await read_json(request, st.config.max_body_bytes, st.config.client_timeout_s)
         adapter.check(body)
         ident = identify(request)
         t = get_trajectory(st, ident.trajectory) if ident.trajectory else None
@@ -95,9 +95,13 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         if t is None:
             t, prompt_key = thread_call(st, ident, agent, messages)
     except BadRequest as exc:
-        st.stats.error("bad_request")
+        if exc.status != 408:  # read_json counted that one as agent_timeout
+            st.stats.error("bad_request")
         st.stats.request(adapter.protocol, exc.status)
-        return error_response(adapter, exc.status, exc.message, exc.param)
+        resp = error_response(adapter, exc.status, exc.message, exc.param)
+        if exc.status == 408:  # the rest of a stalled body may still come: not another request
+            resp.force_close()
+        return resp
 
     slot = st.registry.pick_slot(t, len(up.urls))
     base = up.urls[slot]

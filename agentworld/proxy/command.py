@@ -50,6 +50,12 @@ def proxy(
     idle_timeout_s: float = typer.Option(
         900.0, "--idle-timeout-s", help="Close trajectories idle this long as 'timeout'."
     ),
+    client_timeout_s: float = typer.Option(
+        60.0,
+        "--client-timeout-s",
+        help="Close an agent's connection after this long without a request on it, without"
+        " the next bytes of its request body (408), or without it reading its response.",
+    ),
     max_body_bytes: int = typer.Option(
         32 * 1024 * 1024, "--max-body-bytes", help="Refuse request bodies larger than this (413)."
     ),
@@ -101,6 +107,7 @@ def proxy(
         durability=durability,  # type: ignore[arg-type]
         auth_token=auth_token or None,
         idle_timeout_s=idle_timeout_s,
+        client_timeout_s=client_timeout_s,
         max_body_bytes=max_body_bytes,
         max_open_trajectories=max_open_trajectories,
         log_requests=log_requests,
@@ -137,6 +144,10 @@ def proxy(
         # An agent that hangs up cancels its call: the upstream connection is closed
         # (vLLM then stops generating) and the step is recorded as cancelled.
         handler_cancellation=True,
+        # A connection without a (complete) request is closed after this long.
+        keepalive_timeout=cfg.client_timeout_s,
+        # The unread rest of a refused body is read and dropped at most this long.
+        lingering_time=min(10.0, cfg.client_timeout_s),
     )
 
 

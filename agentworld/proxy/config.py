@@ -201,6 +201,9 @@ class ProxyConfig:
     commit_interval_s: float = 0.05  # the loss window of batched durability
     auth_token: str | None = field(default=None, repr=False)
     idle_timeout_s: float = 900.0
+    # How long the proxy waits on an agent: for a request on an open connection, for
+    # the next bytes of a request body, for it to read its response (agent_conn.py).
+    client_timeout_s: float = 60.0
     max_body_bytes: int = 32 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024
     max_open_trajectories: int = 100_000
@@ -220,6 +223,8 @@ class ProxyConfig:
             raise ConfigError(f"--durability: 'batched' or 'strict', got {self.durability!r}")
         if self.idle_timeout_s <= 0:
             raise ConfigError("--idle-timeout-s: must be positive")
+        if not self.client_timeout_s > 0:
+            raise ConfigError("--client-timeout-s: must be positive")
         if self.loop_check_interval_s <= 0:
             raise ConfigError("loop_check_interval_s: must be positive")
         if self.instance is not None and (

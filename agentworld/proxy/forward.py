@@ -52,7 +52,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
     st = request.app[STATE]
     started_at, t0 = time.time(), time.perf_counter()
     try:
-        body = await read_json(request, st.config.max_body_bytes)
+        body = await read_json(request, st.config.max_body_bytes, st.config.client_timeout_s)
         adapter.check(body)
         ident = identify(request)
         messages = adapter.messages(body) if adapter.chat else None
@@ -65,7 +65,8 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
             t, prompt_key = thread_call(st, ident, agent, messages)
         up, api_key = upstream_of(st, t.agent)
     except BadRequest as exc:
-        st.stats.error("bad_request")
+        if exc.status != 408:  # read_json counted that one as agent_timeout
+            st.stats.error("bad_request")
         st.stats.request(adapter.protocol, exc.status)
         return bad_request(exc)
 

@@ -41,7 +41,7 @@ async def _body(request: web.Request, *, optional: bool = False) -> dict[str, An
     st = request.app[STATE]
     if optional and not request.can_read_body:
         return {}
-    return await read_json(request, st.config.max_body_bytes)
+    return await read_json(request, st.config.max_body_bytes, st.config.client_timeout_s)
 
 
 def _number(v: Any, what: str) -> float:

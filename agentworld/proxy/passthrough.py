@@ -6,6 +6,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from agentworld.proxy.agent_conn import AgentTimeout, read_body
 from agentworld.proxy.app import (
     STATE,
     BadRequest,
@@ -49,7 +50,15 @@ async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
     headers = upstream_headers(
         request.headers, api_key, forward_client_auth=not st.config.auth_token
     )
-    data = await request.read() if request.can_read_body else None
+    try:
+        data = (
+            await read_body(request, st.config.max_body_bytes, st.config.client_timeout_s)
+            if request.can_read_body
+            else None
+        )
+    except AgentTimeout as exc:
+        st.stats.error("agent_timeout")
+        return bad_request(exc)
     try:
         async with st.session.request(
             request.method, url, data=data, headers=headers, allow_redirects=False

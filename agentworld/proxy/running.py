@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from agentworld.errors import AgentWorldError
+from agentworld.proxy.agent_conn import watch_agents
 from agentworld.proxy.app import STATE, State
 from agentworld.proxy.lifecycle import end_trajectory
 from agentworld.proxy.recorder import Recorder, RecordFailed
@@ -102,7 +103,11 @@ async def running(app: web.Application) -> AsyncIterator[None]:
         except (AgentWorldError, OSError) as exc:
             log.error("could not restore open trajectories from the pool index: %s", exc)
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(_sweep(st)), loop.create_task(_watch_loop(st))]
+    tasks = [
+        loop.create_task(_sweep(st)),
+        loop.create_task(_watch_loop(st)),
+        loop.create_task(watch_agents(st.agent_conns, st.config.client_timeout_s, st.stats)),
+    ]
     try:
         yield
     finally:

@@ -56,7 +56,14 @@ class ProxyServer:
 
     async def start(self) -> ProxyServer:
         self._runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, handler_cancellation=True
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            # A connection without a (complete) request is closed after this long.
+            keepalive_timeout=self.state.config.client_timeout_s,
+            # The unread rest of a refused body is read and dropped at most this long.
+            lingering_time=min(10.0, self.state.config.client_timeout_s),
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

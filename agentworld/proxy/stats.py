@@ -62,7 +62,14 @@ class ProxyStats:
         self.requests = 0
         self.steps = {"ok": 0, "error": 0, "cancelled": 0}
         self.tokens = {"prompt": 0, "completion": 0}
-        self.errors = {"bad_request": 0, "upstream": 0, "record": 0, "internal": 0, "auth": 0}
+        self.errors = {
+            "bad_request": 0,
+            "upstream": 0,
+            "record": 0,
+            "internal": 0,
+            "auth": 0,
+            "agent_timeout": 0,  # an agent kept the proxy waiting (agent_conn.py)
+        }
         self.trajectories_done = 0
         self.whitebox_steps = 0
         self._step_rate = _Rate()
