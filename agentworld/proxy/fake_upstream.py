@@ -410,6 +410,8 @@ class FakeUpstream:
 
     async def echo(self, request: web.Request) -> web.Response:
         data = await request.read()
+        if request.path.endswith("/hang"):
+            await asyncio.sleep(self.hang_s)
         return web.json_response(
             {
                 "path": request.path,

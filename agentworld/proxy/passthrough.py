@@ -19,17 +19,18 @@ from agentworld.proxy.app import (
     upstream_of,
 )
 from agentworld.proxy.calls import WRITE_ERRORS
+from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.upstream import classify, response_headers, upstream_headers
 
 
-def _target(st: State, request: web.Request) -> tuple[str, str | None]:
+def _target(st: State, request: web.Request) -> tuple[UpstreamConfig, str, str | None]:
     ident = identify(request)
     if ident.trajectory:
         t = get_trajectory(st, ident.trajectory)
         up, key = upstream_of(st, t.agent)
-        return up.urls[t.slot or 0], key
+        return up, up.urls[t.slot or 0], key
     up, key = upstream_of(st, agent_for(st, ident, None))
-    return up.urls[0], key
+    return up, up.urls[0], key
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
@@ -41,7 +42,7 @@ async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
     st = request.app[STATE]
     assert st.session is not None
     try:
-        base, api_key = _target(st, request)
+        up, base, api_key = _target(st, request)
     except BadRequest as exc:
         return bad_request(exc)
     url = base + "/v1/" + tail
@@ -61,7 +62,16 @@ async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
         return bad_request(exc)
     try:
         async with st.session.request(
-            request.method, url, data=data, headers=headers, allow_redirects=False
+            request.method,
+            url,
+            data=data,
+            headers=headers,
+            allow_redirects=False,
+            # The agent's own upstream timeouts, as for its generation calls (no cap on
+            # the whole call: a long stream may take as long as it keeps sending).
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=up.connect_timeout_s, sock_read=up.timeout_s
+            ),
         ) as resp:
             out = web.StreamResponse(
                 status=resp.status, reason=resp.reason, headers=response_headers(resp.headers)

@@ -144,6 +144,18 @@ async def test_upstream_timeout_is_504(make_proxy, pool, fake):
     assert steps_of(pool)[0]["error"]["type"] == "upstream_timeout"
 
 
+async def test_a_passed_through_call_keeps_the_agents_upstream_timeout(make_proxy, fake):
+    """Not aiohttp's 5-minute cap on the whole call: the agent's read timeout."""
+    fake[0].hang_s = 30.0
+    proxy = await make_proxy(UpstreamConfig(urls=(fake[1],), timeout_s=0.2))
+    async with aiohttp.ClientSession() as s:
+        async with asyncio.timeout(10):
+            r = await s.get(proxy.base_url + "/hang")
+            assert r.status == 504
+            assert "timed out" in (await r.json())["error"]["message"]
+    await still_serves(proxy)
+
+
 @pytest.mark.parametrize("model", ["reset", "break", "bad-json"])
 async def test_upstream_reset_or_garbage_is_502(proxy, pool, model):
     c = client(proxy)
