@@ -134,6 +134,7 @@ def proxy(
         err=True,
     )
     _tune_gc()
+    _raise_open_files_limit()
     web.run_app(
         app,
         host=host,
@@ -167,6 +168,30 @@ def _tune_gc() -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(20_000, gen1, gen2)
+
+
+OPEN_FILES_WANTED = 65536
+
+
+def _raise_open_files_limit(wanted: int = OPEN_FILES_WANTED) -> int:
+    """Raise this process's soft limit on open files towards ``wanted`` (as vLLM does).
+
+    Each call in flight holds two sockets (the agent's and the upstream's), and
+    many systems start processes at a soft limit of 1,024: past ~500 concurrent
+    calls, accepting and connecting would fail with "Too many open files". The
+    hard limit caps it; the limit reached is returned.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return target
+        except (ValueError, OSError) as exc:
+            typer.echo(f"aw proxy: could not raise the open-files limit ({soft}): {exc}", err=True)
+    return soft
 
 
 def _free_port(host: str) -> int:

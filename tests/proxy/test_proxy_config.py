@@ -128,3 +128,21 @@ def test_secrets_stay_out_of_repr():
         auth_token="tok-yyy",
     )
     assert "sk-zzz" not in repr(cfg) and "tok-yyy" not in repr(cfg)
+
+
+def test_the_proxy_raises_a_low_open_files_limit_up_to_the_hard_one():
+    """A run in its own process: the limit is per process, and a test must not move ours."""
+    code = """
+import resource
+from agentworld.proxy.command import _raise_open_files_limit
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+got = _raise_open_files_limit(4096)
+now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+want = 4096 if hard == resource.RLIM_INFINITY else min(4096, hard)
+assert got == now == max(256, want), (got, now, hard)
+assert _raise_open_files_limit(128) == now  # never lowered
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "ok", out.stderr
