@@ -70,13 +70,16 @@ class Trajectory:
 
 
 def _chain(prev: bytes, message: dict[str, Any]) -> bytes:
-    data = orjson.dumps(thread_form(message), option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(prev + data, digest_size=16).digest()
+    # sha256 (cut to 128 bits): with the CPU's SHA extensions, twice blake2b's speed
+    # on the ~80 KB a long conversation hashes each call.
+    h = hashlib.sha256(prev)
+    h.update(orjson.dumps(thread_form(message), option=orjson.OPT_SORT_KEYS))
+    return h.digest()[:16]
 
 
 @functools.lru_cache(maxsize=1024)
 def _root_key(agent: str) -> bytes:
-    return hashlib.blake2b(agent.encode(), digest_size=16).digest()
+    return hashlib.sha256(agent.encode()).digest()[:16]
 
 
 def prefix_keys(agent: str, messages: Sequence[dict[str, Any]]) -> list[bytes]:
