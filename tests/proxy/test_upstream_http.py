@@ -113,7 +113,8 @@ async def test_chunked_body_in_dribbles_with_extensions_and_trailers() -> None:
     assert srv.connections == 1
 
 
-def test_chunk_decoder_at_every_split_point_and_with_the_whole_body_at_once() -> None:
+@pytest.mark.parametrize("ext", [b"", b";e=1", b"  "])  # bare sizes take the fast path
+def test_chunk_decoder_at_every_split_point_and_with_the_whole_body_at_once(ext: bytes) -> None:
     """Two reads split anywhere (inside a size line, data, CRLF or trailer) give the body
     exactly once, end it at the last chunk, and leave the bytes after it in the buffer."""
     from multidict import CIMultiDict
@@ -121,7 +122,7 @@ def test_chunk_decoder_at_every_split_point_and_with_the_whole_body_at_once() ->
     from agentworld.proxy.upstream_http import UpstreamResponse, _Conn
 
     payload = [b"data: %d\n\n" % i * (i + 1) for i in range(6)]
-    body = b"".join(b"%x;e=1\r\n%s\r\n" % (len(p), p) for p in payload)
+    body = b"".join(b"%x%s\r\n%s\r\n" % (len(p), ext, p) for p in payload)
     body += b"0\r\nX-T: 1\r\n\r\n"
     after = b"HTTP/1.1 200 OK\r\n"  # a pipelined next response must stay in the buffer
     for k in range(len(body) + 1):
