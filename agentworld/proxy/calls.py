@@ -3,6 +3,7 @@ upstream POST, stamping the policy version, and recording failures and cancellat
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -12,7 +13,9 @@ from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
 from agentworld.proxy.upstream import Fault, policy_from, read_limited
-from agentworld.proxy.upstream_http import UpstreamResponse
+from agentworld.proxy.upstream_http import UpstreamConnectError, UpstreamResponse
+
+log = logging.getLogger("agentworld.proxy")
 
 # Writing to an agent that went away raises one of these (aiohttp's reset error is both).
 WRITE_ERRORS = (ConnectionResetError, ConnectionError)
@@ -82,15 +85,45 @@ def thread_call(
 async def open_upstream(
     st: State, call: Call, url: str, up: UpstreamConfig, headers: Any
 ) -> UpstreamResponse:
-    """POST the call's body upstream; the response once its status and headers are in."""
+    """POST the call's body upstream; the response once its status and headers are in.
+
+    When the trajectory's URL cannot be connected to (nothing was sent) and its
+    agent has others, that URL is left out for a while (``Registry.mark_down``)
+    and the trajectory moves to another for good: its engine's prefix cache is
+    lost, the episode goes on. The response's ``url`` is the one that answered;
+    the step's metadata names the URLs that failed.
+    """
     assert st.upstream is not None
-    return await st.upstream.post(
-        url,
-        orjson.dumps(call.sent),
-        headers,
-        connect_timeout_s=up.connect_timeout_s,
-        read_timeout_s=up.timeout_s,
-    )
+    body = orjson.dumps(call.sent)
+    t = call.trajectory
+    while True:
+        try:
+            return await st.upstream.post(
+                url,
+                body,
+                headers,
+                connect_timeout_s=up.connect_timeout_s,
+                read_timeout_s=up.timeout_s,
+            )
+        except UpstreamConnectError as exc:
+            base = call.metadata.get("upstream")
+            if len(up.urls) < 2 or t.slot is None or base not in up.urls:
+                raise
+            failed = call.metadata.setdefault("upstream_failed", [])
+            failed.append(base)
+            st.registry.mark_down(t.agent, t.slot)
+            slot = st.registry.pick_slot(t, len(up.urls))
+            if up.urls[slot] in failed:
+                raise  # every URL of this agent failed this call
+            log.warning(
+                "upstream %s unreachable (%s): trajectory %s moves to %s",
+                base,
+                exc,
+                t.id,
+                up.urls[slot],
+            )
+            url = up.urls[slot] + url[len(base) :]
+            call.metadata["upstream"] = up.urls[slot]
 
 
 async def post_upstream(

@@ -43,6 +43,7 @@ async def stream(
     t_up = time.perf_counter()
     try:
         resp = await open_upstream(st, call, url, up, headers)
+        url = resp.url  # another of the agent's URLs, when its own was down
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_steps(call))
         raise

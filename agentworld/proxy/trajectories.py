@@ -22,6 +22,10 @@ from agentworld.proxy.protocols import thread_form
 
 log = logging.getLogger(__name__)
 
+# How long an upstream URL that refused a connection is left out when another of its
+# agent's URLs can take the call; after that, new calls try it again.
+URL_COOLDOWN_S = 10.0
+
 MAX_CLOSED_REMEMBERED = 100_000
 MAX_STEP_IDS = 100_000  # per trajectory; beyond it rewards by index need the pool
 
@@ -107,6 +111,7 @@ class Registry:
         self.done_count = 0
         self._rr = 0
         self._slot_load: dict[str, list[int]] = {}  # agent -> open trajectories per URL
+        self._down: dict[tuple[str, int], float] = {}  # (agent, URL index) -> down until
 
     def __len__(self) -> int:
         return len(self.open)
@@ -207,25 +212,46 @@ class Registry:
     # -- upstream affinity ---------------------------------------------------------------
 
     def pick_slot(self, t: Trajectory, n_urls: int) -> int:
-        """Give a trajectory the least-loaded of its agent's upstream URLs, for good."""
+        """Give a trajectory the least-loaded of its agent's upstream URLs, for good: unless
+        its URL is down (``mark_down``) and another is not, when it moves to one of those."""
         if t.slot is None or t.slot >= n_urls:
-            counts = self._slot_load.setdefault(t.agent, [])
-            if len(counts) < n_urls:
-                counts.extend([0] * (n_urls - len(counts)))
-            counted = t.id in self.open  # open trajectories count, until ``close``
-            if t.slot is not None and counted:  # its agent has fewer URLs now
-                counts[t.slot] -= 1
-            if n_urls == 1:
-                t.slot = 0
-            else:
-                load = counts[:n_urls]
-                low = min(load)
-                candidates = [i for i, n in enumerate(load) if n == low]
-                self._rr += 1
-                t.slot = candidates[self._rr % len(candidates)]
-            if counted:
-                counts[t.slot] += 1
-        return t.slot
+            self._assign(t, n_urls, self._healthy(t.agent, n_urls))
+        elif self._down and (t.agent, t.slot) in self._down:
+            healthy = self._healthy(t.agent, n_urls)
+            if healthy and t.slot not in healthy:
+                self._assign(t, n_urls, healthy)
+        return t.slot  # type: ignore[return-value]
+
+    def mark_down(self, agent: str, slot: int, for_s: float = URL_COOLDOWN_S) -> None:
+        """An upstream URL refused a connection: new calls avoid it for ``for_s`` seconds."""
+        self._down[(agent, slot)] = time.monotonic() + for_s
+
+    def _healthy(self, agent: str, n_urls: int) -> list[int]:
+        """The URLs of ``agent`` not marked down (all of them when every one is)."""
+        if not self._down:
+            return list(range(n_urls))
+        now = time.monotonic()
+        for key in [k for k, until in self._down.items() if until <= now]:
+            del self._down[key]  # back in service: tried again
+        up = [i for i in range(n_urls) if (agent, i) not in self._down]
+        return up or list(range(n_urls))
+
+    def _assign(self, t: Trajectory, n_urls: int, among: list[int]) -> None:
+        counts = self._slot_load.setdefault(t.agent, [])
+        if len(counts) < n_urls:
+            counts.extend([0] * (n_urls - len(counts)))
+        counted = t.id in self.open  # open trajectories count, until ``close``
+        if t.slot is not None and counted:  # it moves (or its agent has fewer URLs now)
+            counts[t.slot] -= 1
+        if len(among) == 1:
+            t.slot = among[0]
+        else:
+            low = min(counts[i] for i in among)
+            candidates = [i for i in among if counts[i] == low]
+            self._rr += 1
+            t.slot = candidates[self._rr % len(candidates)]
+        if counted:
+            counts[t.slot] += 1
 
 
 def _read_step(pool: Any, tid: str, row: dict[str, Any]) -> dict[str, Any] | None:

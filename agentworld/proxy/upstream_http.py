@@ -39,6 +39,10 @@ class UpstreamConnectError(aiohttp.ClientError):
     """The upstream could not be reached (refused, unreachable, TLS failure)."""
 
 
+class UpstreamConnectTimeout(UpstreamConnectError, TimeoutError):
+    """No connection within the connect timeout (nothing was sent: a 504 all the same)."""
+
+
 class UpstreamDisconnected(aiohttp.ClientError):
     """The upstream closed the connection before the response was complete."""
 
@@ -158,6 +162,7 @@ class UpstreamResponse:
     ) -> None:
         self._client = client
         self._key = key
+        self.url = ""  # the URL it answers (set by ``post``)
         self._conn: _Conn | None = conn
         self.status = status
         self.reason = reason
@@ -373,10 +378,12 @@ class UpstreamClient:
         try:
             assert conn.transport is not None
             conn.transport.write(b"".join(head))
-            return await self._read_head(key, conn, read_timeout_s)
+            resp = await self._read_head(key, conn, read_timeout_s)
         except BaseException:
             conn.close()
             raise
+        resp.url = url
+        return resp
 
     async def _read_head(
         self, key: tuple[str, str, int], conn: _Conn, timeout_s: float | None
@@ -465,7 +472,9 @@ class UpstreamClient:
                 loop.create_connection(_Conn, host, port, ssl=ssl_ctx), timeout_s
             )
         except TimeoutError:
-            raise
+            raise UpstreamConnectTimeout(
+                f"no connection to {host}:{port} in {timeout_s} s"
+            ) from None
         except (OSError, ssl.SSLError) as exc:
             raise UpstreamConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
         return conn

@@ -209,6 +209,47 @@ async def test_trajectory_affinity_across_upstreams(pool):
     assert [len(f.requests) for f in fakes] == [6, 6]  # and the load is spread
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_when_an_upstream_url_goes_down_its_trajectories_move_to_another(pool, stream):
+    fakes = [FakeUpstream("s0"), FakeUpstream("s1")]
+    servers = [TestServer(make_fake_app(f), host="127.0.0.1") for f in fakes]
+    for s in servers:
+        await s.start_server()
+    urls = tuple(str(s.make_url("")).rstrip("/") for s in servers)
+    cfg = ProxyConfig(agents={"a": UpstreamConfig(urls=urls)})
+    async with ProxyServer(cfg, pool) as proxy:
+        clients = []
+        for _ in range(4):
+            _, created = await post(proxy.url + "/aw/trajectories", {"agent": "a"})
+            clients.append(client(created["base_url"]))
+
+        async def turn(n: int) -> None:
+            for c in clients:
+                msgs = [{"role": "user", "content": f"t{n}"}]
+                if stream:
+                    got = await c.chat.completions.create(model="m", messages=msgs, stream=True)
+                    assert "".join([x.choices[0].delta.content or "" async for x in got])
+                else:
+                    r = await c.chat.completions.create(model="m", messages=msgs)
+                    assert r.choices[0].message.content
+
+        await turn(0)
+        await servers[1].close()  # s1 dies: connections to it are refused
+        await turn(1)
+        await turn(2)
+        for c in clients:
+            await c.close()
+    await servers[0].close()
+    steps = steps_of(pool)
+    assert len(steps) == 12 and all(s["status"] == "ok" for s in steps)
+    later = [s for s in steps if s["index"] > 0]
+    assert {s["metadata"]["upstream"] for s in later} == {urls[0]}  # all on s0 now
+    failed = [s for s in later if s["metadata"].get("upstream_failed")]
+    # The first call that found s1 down tried it; the others moved before trying.
+    assert [s["metadata"]["upstream_failed"] for s in failed] == [[urls[1]]]
+    assert len(fakes[0].requests) == 2 + 8
+
+
 async def test_idle_trajectories_close_as_timeout(make_proxy, pool):
     proxy = await make_proxy(idle_timeout_s=0.2)
     c = client(proxy.base_url)

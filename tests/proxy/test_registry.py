@@ -69,9 +69,11 @@ def test_affinity_counts_match_a_recount_through_opens_closes_and_url_changes():
             reg.pick_slot(t, rng.choice((1, 2, 3, 3, 3)))
         elif op < 0.8 and reg.open:
             reg.close(rng.choice(list(reg.open)), "done")
-        elif reg.open:
+        elif op < 0.9 and reg.open:
             t = reg.open[rng.choice(list(reg.open))]
             reg.pick_slot(t, rng.choice((2, 3)))  # fewer URLs than its slot: moved
+        else:  # a URL goes down (or comes back): pinned trajectories move off it
+            reg.mark_down(agent, rng.randrange(3), for_s=rng.choice((0.0, 60.0)))
         for name in "ab":
             want = [0] * 3
             for t in reg.open.values():
@@ -89,6 +91,25 @@ def test_new_trajectories_go_to_the_least_loaded_url():
         if t.slot == 0:
             reg.close(t.id, "done")
     assert [reg.pick_slot(t, 2) for t in _open(reg, 2)] == [0, 0]
+
+
+def test_a_url_marked_down_is_left_for_the_others_until_its_time_is_up(monkeypatch):
+    reg = Registry()
+    ts = _open(reg, 6)
+    assert sorted(reg.pick_slot(t, 3) for t in ts) == [0, 0, 1, 1, 2, 2]
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    reg.mark_down("a", 1, for_s=10.0)
+    assert sorted(reg.pick_slot(t, 3) for t in ts) == [0, 0, 0, 2, 2, 2]  # moved, spread
+    assert sorted(reg.pick_slot(t, 3) for t in _open(reg, 2)) == [0, 2]
+    assert all(reg.pick_slot(t, 3) != 1 for t in _open(reg, 4))  # new ones avoid it too
+    reg.mark_down("a", 0, for_s=10.0)
+    reg.mark_down("a", 2, for_s=10.0)
+    pinned = [t.slot for t in reg.open.values()]
+    assert [reg.pick_slot(t, 3) for t in reg.open.values()] == pinned  # all down: stay
+    assert reg.pick_slot(_open(reg, 1, agent="b")[0], 3) == 0  # another agent's URLs
+    clock[0] += 10.0
+    assert reg.pick_slot(_open(reg, 1)[0], 3) == 1  # back, and the least loaded
 
 
 async def test_the_sweep_gives_way_in_batches_and_spares_what_became_active(monkeypatch):
