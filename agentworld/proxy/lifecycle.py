@@ -341,6 +341,14 @@ async def stats(request: web.Request) -> web.Response:
     st = request.app[STATE]
     snap = st.stats.snapshot(open_trajectories=len(st.registry), policy_version=st.policy_version)
     snap["writer"] = dict(getattr(st.writer, "stats", {}))
+    down = []
+    for agent, slot, left in st.registry.down():
+        found = st.config.upstream_for(agent)
+        if found is not None and slot < len(found[0].urls):
+            down.append(
+                {"agent": agent, "url": found[0].urls[slot], "seconds_left": round(left, 1)}
+            )
+    snap["upstreams_down"] = down  # left out after refusing connections (failover)
     return _json(snap)
 
 

@@ -226,6 +226,11 @@ class Registry:
         """An upstream URL refused a connection: new calls avoid it for ``for_s`` seconds."""
         self._down[(agent, slot)] = time.monotonic() + for_s
 
+    def down(self) -> list[tuple[str, int, float]]:
+        """(agent, URL index, seconds left) of the URLs left out now."""
+        now = time.monotonic()
+        return [(a, i, until - now) for (a, i), until in self._down.items() if until > now]
+
     def _healthy(self, agent: str, n_urls: int) -> list[int]:
         """The URLs of ``agent`` not marked down (all of them when every one is)."""
         if not self._down:

@@ -29,6 +29,11 @@ async def post(url: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
         return r.status, await r.json(content_type=None)
 
 
+async def get(url: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        return r.status, await r.json(content_type=None)
+
+
 def as_message(m: Any) -> dict[str, Any]:
     """What an agent sends back: the assistant message as it received it."""
     return m.model_dump(exclude_none=True)
@@ -237,6 +242,9 @@ async def test_when_an_upstream_url_goes_down_its_trajectories_move_to_another(p
         await servers[1].close()  # s1 dies: connections to it are refused
         await turn(1)
         await turn(2)
+        _, stats = await get(proxy.url + "/aw/stats")
+        (down,) = stats["upstreams_down"]
+        assert down["agent"] == "a" and down["url"] == urls[1] and 0 < down["seconds_left"] <= 10
         for c in clients:
             await c.close()
     await servers[0].close()
