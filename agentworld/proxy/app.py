@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from agentworld.proxy.agent_conn import AgentConnections, AgentTimeout, read_body
+from agentworld.proxy.agent_conn import AgentConnections, read_body
 from agentworld.proxy.config import DEFAULT_AGENT, ProxyConfig, UpstreamConfig
 from agentworld.proxy.protocols import CHAT, COMPLETIONS, Adapter, BadRequest
 from agentworld.proxy.recorder import Recorder
@@ -70,10 +70,7 @@ def error_response(
 
 def bad_request(exc: BadRequest) -> web.Response:
     kind = "invalid_request_error" if exc.status != 404 else "not_found_error"
-    resp = error_response(exc.status, exc.message, kind, exc.param)
-    if exc.status == 408:  # the rest of a stalled body may still come: not another request
-        resp.force_close()
-    return resp
+    return error_response(exc.status, exc.message, kind, exc.param)
 
 
 async def read_json(request: web.Request, limit: int, timeout_s: float) -> dict[str, Any]:
@@ -83,9 +80,6 @@ async def read_json(request: web.Request, limit: int, timeout_s: float) -> dict[
         raise BadRequest(f"request body over the {limit}-byte limit", None, 413)
     try:
         raw = await read_body(request, limit, timeout_s)
-    except AgentTimeout:
-        request.app[STATE].stats.error("agent_timeout")
-        raise
     except web.HTTPRequestEntityTooLarge:
         raise BadRequest(f"request body over the {limit}-byte limit", None, 413) from None
     if not raw:
@@ -221,22 +215,27 @@ def _auth_middleware(token: str, stats: ProxyStats) -> Any:
 
 @web.middleware
 async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    request.app[STATE].agent_conns.add(request.protocol)  # for an agent that stops reading
+    st = request.app[STATE]
+    st.agent_conns.add(request.protocol)  # for an agent that stops reading
     try:
-        return await handler(request)
+        resp = await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
         return error_response(exc.status, f"{exc.reason}: {request.method} {request.path}", kind)
     except BadRequest as exc:
-        return bad_request(exc)
+        resp = bad_request(exc)
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception:
         log.exception("internal error serving %s %s", request.method, request.path)
-        request.app[STATE].stats.error("internal")
+        st.stats.error("internal")
         return error_response(500, "internal proxy error (see the proxy's log)", "server_error")
+    if resp.status == 408 and not request.content.is_eof():  # a stalled body (read_body)
+        st.stats.error("agent_timeout")
+        resp.force_close()  # its rest may still come: not another request
+    return resp
 
 
 @web.middleware

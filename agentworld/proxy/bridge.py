@@ -95,13 +95,10 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         if t is None:
             t, prompt_key = thread_call(st, ident, agent, messages)
     except BadRequest as exc:
-        if exc.status != 408:  # read_json counted that one as agent_timeout
+        if exc.status != 408:  # the errors middleware counts that one as agent_timeout
             st.stats.error("bad_request")
         st.stats.request(adapter.protocol, exc.status)
-        resp = error_response(adapter, exc.status, exc.message, exc.param)
-        if exc.status == 408:  # the rest of a stalled body may still come: not another request
-            resp.force_close()
-        return resp
+        return error_response(adapter, exc.status, exc.message, exc.param)
 
     slot = st.registry.pick_slot(t, len(up.urls))
     base = up.urls[slot]

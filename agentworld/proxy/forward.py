@@ -65,7 +65,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
             t, prompt_key = thread_call(st, ident, agent, messages)
         up, api_key = upstream_of(st, t.agent)
     except BadRequest as exc:
-        if exc.status != 408:  # read_json counted that one as agent_timeout
+        if exc.status != 408:  # the errors middleware counts that one as agent_timeout
             st.stats.error("bad_request")
         st.stats.request(adapter.protocol, exc.status)
         return bad_request(exc)

@@ -58,7 +58,6 @@ async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
             else None
         )
     except AgentTimeout as exc:
-        st.stats.error("agent_timeout")
         return bad_request(exc)
     try:
         async with st.session.request(

@@ -122,6 +122,17 @@ async def test_a_slow_but_steady_body_is_read_to_its_end(make_proxy, pool):
     assert proxy.state.stats.errors["agent_timeout"] == 0
 
 
+async def stop_reading_after_the_status(proxy: Any, body: dict[str, Any]) -> socket.socket:
+    """An agent that calls, reads the first 4 KB of the answer (a 200), and no more."""
+    data = orjson.dumps({**body, "messages": USER})
+    loop = asyncio.get_running_loop()
+    sock = await connect(proxy.port, rcvbuf=4096)
+    await loop.sock_sendall(sock, head("/v1/chat/completions", len(data)) + data)
+    async with asyncio.timeout(10):
+        assert (await loop.sock_recv(sock, 4096)).startswith(b"HTTP/1.1 200 ")
+    return sock
+
+
 class Firehose:
     """An upstream answering as fast as it can write: an endless stream, or one huge body."""
 
@@ -195,13 +206,8 @@ async def test_an_agent_that_stops_reading_its_stream_is_cut_and_its_call_cancel
         client_timeout_s=TIMEOUT_S,
         max_response_bytes=1 << 31,
     )
-    body = orjson.dumps({"model": "m", "messages": USER, "stream": True})
-    loop = asyncio.get_running_loop()
-    sock = await connect(proxy.port, rcvbuf=4096)
-    await loop.sock_sendall(sock, head("/v1/chat/completions", len(body)) + body)
-    async with asyncio.timeout(10):
-        assert (await loop.sock_recv(sock, 4096)).startswith(b"HTTP/1.1 200 ")
-    # ... and reads no more. The proxy gives up on it, and so on the upstream stream.
+    sock = await stop_reading_after_the_status(proxy, {"model": "m", "stream": True})
+    # The proxy gives up on it, and so on the upstream stream.
     async with asyncio.timeout(20):
         while not proxy.state.stats.steps["cancelled"]:
             await asyncio.sleep(0.05)
@@ -225,12 +231,8 @@ async def test_an_agent_that_does_not_read_a_large_answer_is_cut(make_proxy, fir
         },
         client_timeout_s=TIMEOUT_S,
     )
-    body = orjson.dumps({"model": "big", "messages": USER})
+    sock = await stop_reading_after_the_status(proxy, {"model": "big"})
     loop = asyncio.get_running_loop()
-    sock = await connect(proxy.port, rcvbuf=4096)
-    await loop.sock_sendall(sock, head("/v1/chat/completions", len(body)) + body)
-    async with asyncio.timeout(10):
-        assert (await loop.sock_recv(sock, 4096)).startswith(b"HTTP/1.1 200 ")
     async with asyncio.timeout(20):
         while not proxy.state.stats.errors["agent_timeout"]:
             await asyncio.sleep(0.05)

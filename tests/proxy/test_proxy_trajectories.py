@@ -186,12 +186,17 @@ async def test_whitebox_steps(proxy, pool):
     assert rec["policy_version"] == 3 and rec["agent"] == "wb"
 
 
-async def test_trajectory_affinity_across_upstreams(pool):
+async def two_upstreams() -> tuple[list[FakeUpstream], list[TestServer], tuple[str, ...]]:
+    """Two running fake upstreams (s0, s1): their states, servers and URLs."""
     fakes = [FakeUpstream("s0"), FakeUpstream("s1")]
     servers = [TestServer(make_fake_app(f), host="127.0.0.1") for f in fakes]
     for s in servers:
         await s.start_server()
-    urls = tuple(str(s.make_url("")).rstrip("/") for s in servers)
+    return fakes, servers, tuple(str(s.make_url("")).rstrip("/") for s in servers)
+
+
+async def test_trajectory_affinity_across_upstreams(pool):
+    fakes, servers, urls = await two_upstreams()
     cfg = ProxyConfig(agents={"a": UpstreamConfig(urls=urls)})
     async with ProxyServer(cfg, pool) as proxy:
         trajectories = []
@@ -216,11 +221,7 @@ async def test_trajectory_affinity_across_upstreams(pool):
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_when_an_upstream_url_goes_down_its_trajectories_move_to_another(pool, stream):
-    fakes = [FakeUpstream("s0"), FakeUpstream("s1")]
-    servers = [TestServer(make_fake_app(f), host="127.0.0.1") for f in fakes]
-    for s in servers:
-        await s.start_server()
-    urls = tuple(str(s.make_url("")).rstrip("/") for s in servers)
+    fakes, servers, urls = await two_upstreams()
     cfg = ProxyConfig(agents={"a": UpstreamConfig(urls=urls)})
     async with ProxyServer(cfg, pool) as proxy:
         clients = []
