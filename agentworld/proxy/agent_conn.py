@@ -65,10 +65,6 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
         parts.append(chunk)
 
 
-def watch_interval(timeout_s: float) -> float:
-    return min(max(timeout_s / 4, 0.02), 5.0)
-
-
 class AgentConnections:
     """The agent connections that have sent a request, and since when each cannot write.
 
@@ -106,7 +102,7 @@ class AgentConnections:
 
 async def watch_agents(conns: AgentConnections, timeout_s: float, stats: Any) -> None:
     """Abort agent connections that have not taken a byte of their response for ``timeout_s``."""
-    interval_s = watch_interval(timeout_s)
+    interval_s = min(max(timeout_s / 4, 0.02), 5.0)  # a stall is seen within 1.25 timeouts
     while True:
         await asyncio.sleep(interval_s)
         for proto in conns.stalled(time.monotonic(), timeout_s):
