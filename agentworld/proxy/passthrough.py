@@ -28,9 +28,10 @@ def _target(st: State, request: web.Request) -> tuple[UpstreamConfig, str, str |
     if ident.trajectory:
         t = get_trajectory(st, ident.trajectory)
         up, key = upstream_of(st, t.agent)
-        return up, up.urls[t.slot or 0], key
-    up, key = upstream_of(st, agent_for(st, ident, None))
-    return up, up.urls[0], key
+        return up, up.urls[st.registry.pick_slot(t, len(up.urls))], key
+    agent = agent_for(st, ident, None)
+    up, key = upstream_of(st, agent)
+    return up, up.urls[st.registry.first_up(agent, len(up.urls))], key
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:

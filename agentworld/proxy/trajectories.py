@@ -231,6 +231,10 @@ class Registry:
         now = time.monotonic()
         return [(a, i, until - now) for (a, i), until in self._down.items() if until > now]
 
+    def first_up(self, agent: str, n_urls: int) -> int:
+        """The first of ``agent``'s URLs not marked down (the first when all are)."""
+        return self._healthy(agent, n_urls)[0]
+
     def _healthy(self, agent: str, n_urls: int) -> list[int]:
         """The URLs of ``agent`` not marked down (all of them when every one is)."""
         if not self._down:

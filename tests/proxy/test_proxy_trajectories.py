@@ -259,6 +259,22 @@ async def test_when_an_upstream_url_goes_down_its_trajectories_move_to_another(p
     assert len(fakes[0].requests) == 2 + 8
 
 
+async def test_a_passed_through_call_avoids_a_url_that_is_down(pool):
+    _, servers, urls = await two_upstreams()
+    cfg = ProxyConfig(agents={"a": UpstreamConfig(urls=urls)})
+    await servers[0].close()
+    async with ProxyServer(cfg, pool) as proxy:
+        c = client(proxy.base_url)
+        for n in range(2):  # one of them finds s0 down and moves to s1
+            await c.chat.completions.create(
+                model="a", messages=[{"role": "user", "content": f"{n}"}]
+            )
+        await c.close()
+        status, models = await get(proxy.base_url + "/models")
+        assert status == 200 and models["data"][0]["owned_by"] == "s1"
+    await servers[1].close()
+
+
 async def test_idle_trajectories_close_as_timeout(make_proxy, pool):
     proxy = await make_proxy(idle_timeout_s=0.2)
     c = client(proxy.base_url)
