@@ -107,3 +107,46 @@ async def test_strict_durability_survives_sigkill(tmp_path, fake):
     }
     missing = set(answered) - stored
     assert not missing, f"{len(missing)} answered steps lost"
+
+
+@pytest.mark.slow
+async def test_sigterm_lets_the_calls_in_flight_finish_and_records_them(tmp_path, fake):
+    """How systemd or Kubernetes stop a proxy: new connections are refused, the streams
+    under way run to [DONE], their steps reach the pool, and the process exits 0."""
+    pool_path = tmp_path / "pool"
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "agentworld.proxy", "--pool", str(pool_path)]
+    cmd += ["--upstream", fake[1], "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_healthy(url, proc)
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=30)
+        started = asyncio.Event()
+
+        async def agent(n: int) -> str:
+            msgs = [{"role": "user", "content": f"agent {n}"}]
+            stream = await client.chat.completions.create(model="slow", messages=msgs, stream=True)
+            text = []
+            async for chunk in stream:  # the fake waits 50 ms between events
+                started.set()
+                if chunk.choices:
+                    text.append(chunk.choices[0].delta.content or "")
+            return "".join(text)
+
+        calls = [asyncio.create_task(agent(n)) for n in range(3)]
+        await started.wait()
+        proc.send_signal(signal.SIGTERM)
+        texts = await asyncio.gather(*calls)
+        await client.close()
+        assert all(t.startswith("ok ") for t in texts)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    steps = [r for r in Pool.open(pool_path).iter_records() if r["kind"] == "step"]
+    assert sorted(s["status"] for s in steps) == ["ok"] * 3
