@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -39,32 +41,33 @@ async def wait_healthy(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise AssertionError("proxy did not start")
 
 
+@contextlib.asynccontextmanager
+async def proxy_process(
+    pool_path: Path, upstream: str, *args: str
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
+    """`aw proxy` in its own process, healthy: (the process, its URL); killed if still up."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "agentworld.proxy", "--pool", str(pool_path)]
+    cmd += ["--upstream", upstream, "--port", str(port), *args]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_healthy(url, proc)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+
+
 @pytest.mark.slow
 async def test_strict_durability_survives_sigkill(tmp_path, fake):
     pool_path = tmp_path / "pool"
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentworld.proxy",
-            "--pool",
-            str(pool_path),
-            "--upstream",
-            fake[1],
-            "--durability",
-            "strict",
-            "--port",
-            str(port),
-        ],
-        env=env,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
     answered: list[str] = []
-    try:
-        await wait_healthy(url, proc)
+    async with proxy_process(pool_path, fake[1], "--durability", "strict") as (proc, url):
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=10)
 
         async def agent(n: int) -> None:
@@ -91,12 +94,7 @@ async def test_strict_durability_survives_sigkill(tmp_path, fake):
 
         await asyncio.gather(*(agent(n) for n in range(8)))
         await client.close()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+        await asyncio.to_thread(proc.wait, 30)
     assert proc.returncode == -signal.SIGKILL
     assert len(answered) >= 40
     pool = Pool.open(pool_path)  # recovers the dead proxy's journal
@@ -111,17 +109,10 @@ async def test_strict_durability_survives_sigkill(tmp_path, fake):
 
 @pytest.mark.slow
 async def test_sigterm_lets_the_calls_in_flight_finish_and_records_them(tmp_path, fake):
-    """How systemd or Kubernetes stop a proxy: new connections are refused, the streams
-    under way run to [DONE], their steps reach the pool, and the process exits 0."""
+    """How systemd or Kubernetes stop a proxy: the streams under way run to their end,
+    their steps reach the pool, and the process exits 0."""
     pool_path = tmp_path / "pool"
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "agentworld.proxy", "--pool", str(pool_path)]
-    cmd += ["--upstream", fake[1], "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        await wait_healthy(url, proc)
+    async with proxy_process(pool_path, fake[1]) as (proc, url):
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0, timeout=30)
         started = asyncio.Event()
 
@@ -142,11 +133,5 @@ async def test_sigterm_lets_the_calls_in_flight_finish_and_records_them(tmp_path
         await client.close()
         assert all(t.startswith("ok ") for t in texts)
         assert await asyncio.to_thread(proc.wait, 30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
     steps = [r for r in Pool.open(pool_path).iter_records() if r["kind"] == "step"]
     assert sorted(s["status"] for s in steps) == ["ok"] * 3
