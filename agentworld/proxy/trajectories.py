@@ -217,8 +217,8 @@ class Registry:
         if t.slot is None or t.slot >= n_urls:
             self._assign(t, n_urls, self._healthy(t.agent, n_urls))
         elif self._down and (t.agent, t.slot) in self._down:
-            healthy = self._healthy(t.agent, n_urls)
-            if healthy and t.slot not in healthy:
+            healthy = self._healthy(t.agent, n_urls)  # all of them when every one is down
+            if t.slot not in healthy:
                 self._assign(t, n_urls, healthy)
         return t.slot  # type: ignore[return-value]
 

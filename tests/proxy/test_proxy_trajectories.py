@@ -195,14 +195,21 @@ async def two_upstreams() -> tuple[list[FakeUpstream], list[TestServer], tuple[s
     return fakes, servers, tuple(str(s.make_url("")).rstrip("/") for s in servers)
 
 
+async def create_trajectories(proxy: Any, n: int, **body: Any) -> list[dict[str, Any]]:
+    """``n`` trajectories made through POST /aw/trajectories (each with its ``base_url``)."""
+    made = []
+    for _ in range(n):
+        status, created = await post(proxy.url + "/aw/trajectories", body)
+        assert status == 200, created
+        made.append(created)
+    return made
+
+
 async def test_trajectory_affinity_across_upstreams(pool):
     fakes, servers, urls = await two_upstreams()
     cfg = ProxyConfig(agents={"a": UpstreamConfig(urls=urls)})
     async with ProxyServer(cfg, pool) as proxy:
-        trajectories = []
-        for _ in range(4):
-            _, created = await post(proxy.url + "/aw/trajectories", {"agent": "a"})
-            trajectories.append(created)
+        trajectories = await create_trajectories(proxy, 4, agent="a")
         for turn in range(3):
             for t in trajectories:
                 c = client(t["base_url"])
@@ -224,10 +231,7 @@ async def test_when_an_upstream_url_goes_down_its_trajectories_move_to_another(p
     fakes, servers, urls = await two_upstreams()
     cfg = ProxyConfig(agents={"a": UpstreamConfig(urls=urls)})
     async with ProxyServer(cfg, pool) as proxy:
-        clients = []
-        for _ in range(4):
-            _, created = await post(proxy.url + "/aw/trajectories", {"agent": "a"})
-            clients.append(client(created["base_url"]))
+        clients = [client(t["base_url"]) for t in await create_trajectories(proxy, 4, agent="a")]
 
         async def turn(n: int) -> None:
             for c in clients:
