@@ -77,6 +77,10 @@ async def stream(
             status=200,
             headers={"Content-Type": ctype, "Cache-Control": "no-cache", **out_headers},
         )
+        if resp.buffered(b"\n\n"):
+            # The first event came with the upstream's headers: ours go out with it, in
+            # one write. Otherwise they go now, as the upstream's did.
+            out._send_headers_immediately = False  # type: ignore[attr-defined]
         try:
             await out.prepare(request)
         except WRITE_ERRORS:
@@ -140,10 +144,13 @@ async def _pump(
                 )
             parts: list[bytes] = []
             for ev in splitter.split(data):
-                payload = event_data(ev)
+                if ev[:6] == b"data: " and b"\n" not in ev:
+                    payload: bytes | None = ev[6:]  # the usual one-line event, inline
+                else:
+                    payload = event_data(ev)
                 if payload is None:
                     parts.append(ev + b"\n\n")
-                elif payload.strip() == b"[DONE]":
+                elif payload[:1] != b"{" and payload.strip() == b"[DONE]":
                     done = True  # released after the step is registered (and durable, if strict)
                     continue
                 else:

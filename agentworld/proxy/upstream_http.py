@@ -295,6 +295,11 @@ class UpstreamResponse:
                 del buf[:pos]
         return out[0] if len(out) == 1 else b"".join(out)
 
+    def buffered(self, marker: bytes) -> bool:
+        """Whether the body bytes already read (not yet consumed) hold ``marker``."""
+        conn = self._conn
+        return conn is not None and marker in conn.buf
+
     def release(self) -> None:
         """Done with the response: a fully read body lets the connection serve the next call."""
         conn, self._conn = self._conn, None

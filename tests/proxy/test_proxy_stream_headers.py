@@ -1,0 +1,120 @@
+"""When a stream's headers reach the agent: as soon as the upstream's did, and in the same
+write as the first event when that event came with them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from agentworld.proxy.config import UpstreamConfig
+from tests.proxy.conftest import steps_of
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+STALL_S = 0.6
+
+
+def chunk(obj: Any) -> bytes:
+    event = b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+def delta(text: str, finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+    }
+
+
+class StallingUpstream:
+    """Answers a stream in two writes with a stall between: ``first`` (the headers, and
+    perhaps the first event), then the rest."""
+
+    def __init__(self, *, first_event_with_headers: bool) -> None:
+        self.with_headers = first_event_with_headers
+
+    async def __aenter__(self) -> StallingUpstream:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        first, rest = chunk(delta("Hel")), chunk(delta("lo", "stop")) + chunk(b"[DONE]")
+        if self.with_headers:
+            writer.write(HEAD + first)
+        else:
+            writer.write(HEAD)
+            rest = first + rest
+        await writer.drain()
+        await asyncio.sleep(STALL_S)
+        writer.write(rest + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+
+async def call(proxy_url: str) -> tuple[float, float, bytes]:
+    """(seconds to the headers, seconds to the first event, the whole body)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with aiohttp.ClientSession() as session:
+        t0 = time.perf_counter()
+        async with session.post(proxy_url + "/v1/chat/completions", json=body) as resp:
+            t_head = time.perf_counter() - t0
+            assert resp.status == 200
+            assert resp.headers["Content-Type"] == "text/event-stream"
+            got = await resp.content.readuntil(b"\n\n")
+            t_first = time.perf_counter() - t0
+            got += await resp.read()
+    return t_head, t_first, got
+
+
+def contents(body: bytes) -> list[str]:
+    out = []
+    for ev in body.split(b"\n\n"):
+        if ev.startswith(b"data: {"):
+            out.append(orjson.loads(ev[6:])["choices"][0]["delta"]["content"])
+    return out
+
+
+async def test_headers_go_out_at_once_when_the_first_event_is_late(make_proxy, pool) -> None:
+    """An engine sends its headers when it takes the request, its first token after the
+    prefill: the agent must not wait for that token to see the headers."""
+    async with StallingUpstream(first_event_with_headers=False) as up:
+        proxy = await make_proxy(UpstreamConfig.single(up.url))
+        t_head, t_first, body = await call(proxy.url)
+        assert t_head < STALL_S * 0.6  # the headers did not wait for the first event
+        assert t_first >= STALL_S * 0.9
+        assert contents(body) == ["Hel", "lo"] and body.endswith(b"data: [DONE]\n\n")
+        await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "ok" and step["response"]["message"]["content"] == "Hello"
+
+
+async def test_a_first_event_that_came_with_the_headers_goes_out_with_them(
+    make_proxy, pool
+) -> None:
+    async with StallingUpstream(first_event_with_headers=True) as up:
+        proxy = await make_proxy(UpstreamConfig.single(up.url))
+        t_head, t_first, body = await call(proxy.url)
+        # Headers and first event both arrive before the upstream's stall ends.
+        assert t_first < STALL_S * 0.6
+        assert t_head <= t_first
+        assert contents(body) == ["Hel", "lo"] and body.endswith(b"data: [DONE]\n\n")
+        await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "ok" and step["response"]["message"]["content"] == "Hello"
