@@ -396,13 +396,14 @@ async def run(
 
                     added = med(lambda g: g["proxy"]["p50"] - g["direct"]["p50"]) * 1000
                     added99 = med(lambda g: g["proxy"]["p99"] - g["direct"]["p99"]) * 1000
-                    ratio = med(lambda g: g["proxy"]["rps"] / g["bare"]["rps"])
+                    ratios = sorted(g["proxy"]["rps"] / g["bare"]["rps"] for g in rounds_)
+                    ratio = statistics.median(ratios)
                     cpu = med(lambda g: g["bare"]["cpu_us"] / g["proxy"]["cpu_us"])
                     hop = med(lambda g: g["bare"]["p50"] - g["direct"]["p50"]) * 1000
                     line = (
                         f"  -> proxy adds p50 {added:+.3f} ms (a bare hop adds {hop:+.3f}),"
                         f" p99 {added99:+.3f} ms; throughput proxy/bare = {ratio:.2f}"
-                        f" (by CPU per request: {cpu:.2f})"
+                        f" (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}; by CPU per request: {cpu:.2f})"
                     )
                     if stream:
                         ttfc = med(lambda g: g["proxy"]["ttfc50"] - g["direct"]["ttfc50"]) * 1000
