@@ -266,6 +266,9 @@ async def test_cancelling_the_run_keeps_finished_trajectories(tmp_path, fake_pro
         if len(fake_proxy.completed) == 1 and len(fake_proxy.trajectories) == 3:
             break
         await asyncio.sleep(0.025)
+    # The fake counts a trajectory when its create call arrives; let the answers reach the
+    # runner, or the cancel can land on a create in flight (whose id the runner never learns).
+    await asyncio.sleep(0.2)
     run.cancel()
     report, summary = await run
     assert report.interrupted and summary["interrupted"]
