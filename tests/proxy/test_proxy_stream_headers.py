@@ -12,6 +12,7 @@ import orjson
 
 from agentworld.proxy.config import UpstreamConfig
 from tests.proxy.conftest import steps_of
+from tests.proxy.test_upstream_http import ScriptedServer
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 STALL_S = 0.6
@@ -32,31 +33,13 @@ def delta(text: str, finish: str | None = None) -> dict[str, Any]:
     }
 
 
-class StallingUpstream:
-    """Answers a stream in two writes with a stall between: ``first`` (the headers, and
-    perhaps the first event), then the rest."""
+def stalling(*, first_event_with_headers: bool) -> ScriptedServer:
+    """An upstream that answers a stream in two writes with a stall between: the headers
+    (with the first event, or not), then the rest."""
 
-    def __init__(self, *, first_event_with_headers: bool) -> None:
-        self.with_headers = first_event_with_headers
-
-    async def __aenter__(self) -> StallingUpstream:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+    async def script(reader, writer, n):  # type: ignore[no-untyped-def]
         first, rest = chunk(delta("Hel")), chunk(delta("lo", "stop")) + chunk(b"[DONE]")
-        if self.with_headers:
+        if first_event_with_headers:
             writer.write(HEAD + first)
         else:
             writer.write(HEAD)
@@ -66,6 +49,12 @@ class StallingUpstream:
         writer.write(rest + b"0\r\n\r\n")
         await writer.drain()
         writer.close()
+
+    return ScriptedServer(script)
+
+
+def base_of(server: ScriptedServer) -> str:
+    return server.url.removesuffix("/v1/x")
 
 
 async def call(proxy_url: str) -> tuple[float, float, bytes]:
@@ -94,8 +83,8 @@ def contents(body: bytes) -> list[str]:
 async def test_headers_go_out_at_once_when_the_first_event_is_late(make_proxy, pool) -> None:
     """An engine sends its headers when it takes the request, its first token after the
     prefill: the agent must not wait for that token to see the headers."""
-    async with StallingUpstream(first_event_with_headers=False) as up:
-        proxy = await make_proxy(UpstreamConfig.single(up.url))
+    async with stalling(first_event_with_headers=False) as up:
+        proxy = await make_proxy(UpstreamConfig.single(base_of(up)))
         t_head, t_first, body = await call(proxy.url)
         assert t_head < STALL_S * 0.6  # the headers did not wait for the first event
         assert t_first >= STALL_S * 0.9
@@ -108,8 +97,8 @@ async def test_headers_go_out_at_once_when_the_first_event_is_late(make_proxy, p
 async def test_a_first_event_that_came_with_the_headers_goes_out_with_them(
     make_proxy, pool
 ) -> None:
-    async with StallingUpstream(first_event_with_headers=True) as up:
-        proxy = await make_proxy(UpstreamConfig.single(up.url))
+    async with stalling(first_event_with_headers=True) as up:
+        proxy = await make_proxy(UpstreamConfig.single(base_of(up)))
         t_head, t_first, body = await call(proxy.url)
         # Headers and first event both arrive before the upstream's stall ends.
         assert t_first < STALL_S * 0.6
