@@ -12,7 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentworld import __version__, records
-from agentworld.errors import RecordError
+from agentworld.errors import PoolError, RecordError
 from agentworld.proxy.app import (
     STATE,
     BadRequest,
@@ -189,6 +189,17 @@ async def set_reward(request: web.Request) -> web.Response:
 
 
 def _indexed_steps(st: State, tid: str) -> list[dict[str, Any]]:
+    """The trajectory's steps in the pool's index, the ones this proxy appended included.
+
+    In batched durability a step can still be queued in the writer (up to
+    ``commit_interval_s``): it is written out first, or a reward sent right after
+    ``complete`` could miss the step it names.
+    """
+    if st.writer is not None:
+        try:
+            st.writer.flush()
+        except PoolError as exc:  # what did reach the pool can still be found
+            log.warning("flushing the pool writer before an index lookup failed: %s", exc)
     return st.pool.index().steps(tid)
 
 

@@ -100,6 +100,27 @@ async def test_unrelated_request_starts_a_new_trajectory(proxy, pool):
     assert [s["index"] for s in steps] == [0, 0, 1]
 
 
+async def test_a_step_reward_right_after_complete_finds_a_step_not_yet_committed(make_proxy, pool):
+    """An ended trajectory's steps are looked up in the pool's index; in batched mode the
+    last of them may still be queued in the writer, and must be found all the same."""
+    proxy = await make_proxy(commit_interval_s=30.0)  # nothing commits on its own meanwhile
+    status, created = await post(proxy.url + "/aw/trajectories", {"agent": "solver"})
+    tid = created["trajectory"]
+    c = client(created["base_url"])
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    await c.close()
+    status, _ = await post(f"{proxy.url}/aw/trajectories/{tid}/complete", {})
+    assert status == 200
+    status, body = await post(f"{proxy.url}/aw/trajectories/{tid}/reward", {"reward": 1, "step": 0})
+    assert status == 200, body
+    assert body["labelled"][0].startswith("step:st_")
+    status, body = await post(f"{proxy.url}/aw/trajectories/{tid}/reward", {"reward": 1, "step": 1})
+    assert status == 404 and "no step 1" in body["error"]["message"]
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert pool.labels.effective()[f"step:{step['id']}"]["reward"].value == 1
+
+
 async def test_explicit_trajectories_path_headers_and_lifecycle(proxy, pool):
     status, created = await post(
         proxy.url + "/aw/trajectories",
