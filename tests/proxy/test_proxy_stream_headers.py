@@ -1,5 +1,6 @@
-"""When a stream's headers reach the agent: as soon as the upstream's did, and in the same
-write as the first event when that event came with them."""
+"""When a stream's headers reach the agent: as soon as the upstream's did, in the same
+write as the first event when that event came with them, and with everything when the
+whole stream came in one read."""
 
 from __future__ import annotations
 
@@ -107,3 +108,42 @@ async def test_a_first_event_that_came_with_the_headers_goes_out_with_them(
         await proxy.stop()
     (step,) = steps_of(pool)
     assert step["status"] == "ok" and step["response"]["message"]["content"] == "Hello"
+
+
+async def test_a_stream_that_came_whole_goes_out_in_one_write(
+    make_proxy, pool, monkeypatch
+) -> None:
+    """A short answer read whole, [DONE] included, is not split into a first-event write
+    and the rest: one write carries the headers, every event and [DONE]."""
+    from aiohttp import web
+
+    writes: list[bytes] = []
+    real_write = web.StreamResponse.write
+
+    async def counting_write(self, data):  # type: ignore[no-untyped-def]
+        writes.append(bytes(data))
+        return await real_write(self, data)
+
+    monkeypatch.setattr(web.StreamResponse, "write", counting_write)
+
+    async def whole(reader, writer, n):  # type: ignore[no-untyped-def]
+        events = chunk(delta("Hel")) + chunk(delta("lo", "stop")) + chunk(b"[DONE]")
+        writer.write(HEAD + events + b"0\r\n\r\n")
+        await writer.drain()
+
+    async with ScriptedServer(whole) as up:
+        proxy = await make_proxy(UpstreamConfig.single(base_of(up)))
+        _, _, body = await call(proxy.url)
+        assert writes == []  # all of it went with write_eof, in one write
+        assert contents(body) == ["Hel", "lo"] and body.endswith(b"data: [DONE]\n\n")
+
+        writes.clear()  # a stream whose first read is not the whole of it: the first event early
+        async with stalling(first_event_with_headers=True) as slow:
+            proxy2 = await make_proxy(UpstreamConfig.single(base_of(slow)))
+            _, _, body = await call(proxy2.url)
+        assert len(writes) == 1 and contents(writes[0]) == ["Hel"]
+        assert contents(body) == ["Hel", "lo"]
+        await proxy.stop()
+        await proxy2.stop()
+    steps = steps_of(pool)
+    assert [s["response"]["message"]["content"] for s in steps] == ["Hello", "Hello"]
