@@ -86,19 +86,23 @@ async def stream(
                 **out_headers,
             },
         )
+        if resp.buffered(b"\n\n"):
+            # The first event came with the upstream's headers: ours go out with what it
+            # becomes, in one write (``_pump`` sends them alone if it becomes nothing).
+            out._send_headers_immediately = False  # type: ignore[attr-defined]
         try:
             await out.prepare(request)
         except WRITE_ERRORS:
             await st.recorder.steps(call.trajectory, cancelled_step(ctx))
             return out
-        held, cancelled, fault = await _pump(resp, out, ctx, asm, tr, url)
+        held, final, cancelled, fault = await _pump(resp, out, ctx, asm, tr, url)
         call.upstream_s = time.perf_counter() - t_up
-        return await _finish(ctx, out, asm, tr, held, cancelled, fault)
+        return await _finish(ctx, out, asm, tr, held, final, cancelled, fault)
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_step(ctx, asm.result()))
         raise
     finally:
-        resp.close()
+        resp.release()  # back to the pool when the body was read to its end, else closed
 
 
 async def _pump(
@@ -108,15 +112,20 @@ async def _pump(
     asm: Any,
     tr: Any,
     url: str,
-) -> tuple[bytes, bool, Fault | None]:
+) -> tuple[bytes, bytes, bool, Fault | None]:
     """Forward (or translate) events as they arrive; hold back the end until the step is recorded.
 
-    Returns (held-back final event, agent gone, fault).
+    Returns (held, final event, agent gone, fault): ``held`` is what came with the
+    end of the stream ([DONE] or the protocol's final event), which ``_finish``
+    sends in one write with the closing events once the step is recorded; a
+    stream read whole in one read thus reaches the agent in one write.
     """
     call = ctx.call
     splitter = EventSplitter()
     done = False
-    held = b""
+    held: list[bytes] = []  # what came with the end, and the final event
+    final = b""
+    first = True
     final_events = ctx.adapter.final_events
     try:
         async for data in resp.content.iter_any():
@@ -149,25 +158,28 @@ async def _pump(
                     ctx.seq = obj["sequence_number"]
                 if obj.get("type") in final_events:
                     done = True
-                    held = ev + b"\n\n"  # released once the step is registered (durable, if strict)
+                    final = (
+                        ev + b"\n\n"
+                    )  # released once the step is registered (durable, if strict)
                 else:
                     parts.append(ev + b"\n\n")
-            if parts:
+            if done:
+                held += parts  # goes with the closing events
+            elif parts or first:  # the first read sends the headers even if it made no event
                 try:
                     await out.write(b"".join(parts))
                 except WRITE_ERRORS:
-                    return held, True, None
+                    return b"", b"", True, None
+            first = False
     except SSEError as exc:
-        return held, False, Fault(502, "upstream_invalid", f"upstream {url}: {exc}")
+        fault = Fault(502, "upstream_invalid", f"upstream {url}: {exc}")
+        return b"".join(held), final, False, fault
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        return held, False, classify(exc, url)
+        return b"".join(held), final, False, classify(exc, url)
     if not done and asm.error is None:
-        return (
-            held,
-            False,
-            Fault(502, "upstream_disconnected", f"upstream {url} ended the stream early"),
-        )
-    return held, False, None
+        fault = Fault(502, "upstream_disconnected", f"upstream {url} ended the stream early")
+        return b"".join(held), final, False, fault
+    return b"".join(held), final, False, None
 
 
 async def _finish(
@@ -176,9 +188,11 @@ async def _finish(
     asm: Any,
     tr: Any,
     held: bytes,
+    final: bytes,
     cancelled: bool,
     fault: Fault | None,
 ) -> web.StreamResponse:
+    """Record the step; send ``held`` and the closing events (or an error) in one write."""
     st = ctx.st
     assert st.recorder is not None
     partial = asm.result()
@@ -205,37 +219,31 @@ async def _finish(
                     raise ValueError("the stream has no choices")
                 tokens = got[0][2]
                 counts = chat_usage(partial, tokens)
-                tail = b"".join(tr.finish(*counts))
+                tail = held + b"".join(tr.finish(*counts))
                 proto = ctx.adapter.streamed(tr, partial, ctx.body, tokens, counts)
                 recs, _ = answer(ctx, partial, proto)
             elif partial is None:
                 raise ValueError("the stream never started a message")
             else:
-                tail = held
+                tail = held + final
                 recs, _ = answer(ctx, partial)
         except ValueError as exc:
             fault = Fault(502, "upstream_invalid", f"unreadable stream: {exc}")
     if fault is not None:
-        if notify:
-            try:
-                await out.write(error_event(ctx, tr, fault.status, fault.message))
-            except WRITE_ERRORS:
-                pass
-        await record_fault(ctx, fault, partial)
         try:
-            await out.write_eof()
+            error = error_event(ctx, tr, fault.status, fault.message) if notify else b""
+            await out.write_eof(held + error)
         except WRITE_ERRORS:
             pass
+        await record_fault(ctx, fault, partial)
         return out
 
     async def send() -> None:
-        await out.write(tail)
-        await out.write_eof()
+        await out.write_eof(tail)
 
     async def fail(message: str) -> None:
         try:
-            await out.write(error_event(ctx, tr, 503, message))
-            await out.write_eof()
+            await out.write_eof(held + error_event(ctx, tr, 503, message))
         except WRITE_ERRORS:
             pass
 
