@@ -12,6 +12,7 @@ by side (the three paths alternate within a round).
     python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256] [--rounds 5]
                                     [--modes unary,stream] [--turns 0 --turn-chars 2000
                                     --reply-chars 0] [--baseline CHECKOUT]
+                                    [--api chat|anthropic|responses]
 
 The default call is tiny (one short message, a 32-character answer): it shows
 the fixed cost of a hop. ``--turns N`` sends an agent-shaped conversation
@@ -25,6 +26,10 @@ and prints how this checkout's proxy compares with it round by round.
 its own upstream connection, bytes copied both ways), the least any proxy
 process in Python can add on this machine: what is left of a hop is the HTTP
 work.
+``--api anthropic`` (or ``responses``) has the agent speak Anthropic Messages
+(or OpenAI Responses) to the proxy, which translates to the chat upstream; the
+fake speaks chat only, so there is no direct or bare path to compare with:
+it takes ``--baseline`` and compares the two proxies.
 """
 
 from __future__ import annotations
@@ -45,6 +50,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REPLY = "Hello! How can I help you today?"
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
+# The call each --api makes: its path and its tiny body.
+APIS = {
+    "chat": ("/v1/chat/completions", BODY),
+    "anthropic": ("/v1/messages", BODY),  # the same fields make an Anthropic Messages call
+    "responses": ("/v1/responses", {"model": "m", "input": "hi", "max_output_tokens": 16}),
+}
 
 
 # -- servers (each runs in its own process) ---------------------------------------------------
@@ -182,10 +193,16 @@ def against_base(rounds_: list[dict[str, dict]], stream: bool, med: Callable) ->
     return line
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (all held open while choosing: one at a time can repeat)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def cpu_s(pid: int) -> float:
@@ -253,6 +270,7 @@ async def load(
     stream: bool,
     max_s: float,
     request: dict,
+    path: str = "/v1/chat/completions",
 ) -> dict:
     """Bounded closed-loop load: latency (or time to first chunk) per request, and requests/s."""
     import orjson
@@ -269,7 +287,7 @@ async def load(
         while left > 0 and time.perf_counter() < deadline:
             left -= 1
             t0 = time.perf_counter()
-            async with session.post(url + "/v1/chat/completions", data=body, headers=headers) as r:
+            async with session.post(url + path, data=body, headers=headers) as r:
                 if stream:
                     first = None
                     async for _ in r.content.iter_any():
@@ -307,11 +325,13 @@ async def run(
     reply: str,
     baseline: Path | None = None,
     floor: bool = False,
+    api: str = "chat",
 ) -> None:
     import aiohttp
     import orjson
 
-    ports = {name: free_port() for name in ("fake", "bare", "proxy", "base", "relay")}
+    names = ("fake", "bare", "proxy", "base", "relay")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     up = f"http://127.0.0.1:{ports['fake']}"
     pool = tempfile.mkdtemp(prefix="aw-bench-pool-")
     here = str(Path(__file__).resolve())
@@ -336,6 +356,9 @@ async def run(
         )
         pids["relay"] = procs[-1].pid
         urls["relay"] = f"http://127.0.0.1:{ports['relay']}"
+    path = APIS[api][0]
+    if api != "chat":  # the fake and the bare hop speak chat only: proxy against base
+        del urls["direct"], urls["bare"]
     try:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -348,8 +371,9 @@ async def run(
             if baseline is not None:
                 print(f"# base: the proxy of checkout {baseline}")
             size = len(orjson.dumps(request))
+            count = len(request["messages"]) if "messages" in request else 1
             print(
-                f"# call: {len(request['messages'])} messages ({size:,} bytes), answer"
+                f"# call: {api} {path}, {count} messages ({size:,} bytes), answer"
                 f" {len(reply)} characters"
             )
             print(
@@ -372,6 +396,7 @@ async def run(
                                 stream=stream,
                                 max_s=max_s,
                                 request=request,
+                                path=path,
                             )
                             # The hop's own CPU per request (upstream excluded for bare/proxy).
                             r["cpu_us"] = (cpu_s(pids[name]) - cpu0) / r["n"] * 1e6
@@ -394,6 +419,9 @@ async def run(
                     def med(f: Callable[[dict[str, dict]], float], rs: list = rounds_) -> float:
                         return statistics.median(f(g) for g in rs)
 
+                    if "bare" not in urls:
+                        print("  " + against_base(rounds_, stream, med), flush=True)
+                        continue
                     added = med(lambda g: g["proxy"]["p50"] - g["direct"]["p50"]) * 1000
                     added99 = med(lambda g: g["proxy"]["p99"] - g["direct"]["p99"]) * 1000
                     ratios = sorted(g["proxy"]["rps"] / g["bare"]["rps"] for g in rounds_)
@@ -451,6 +479,12 @@ def main() -> None:
     ap.add_argument("--reply-chars", type=int, default=0, help="answer length (0: a short one)")
     ap.add_argument("--reply", help=argparse.SUPPRESS)
     ap.add_argument(
+        "--api",
+        choices=sorted(APIS),
+        default="chat",
+        help="the protocol the agent speaks to the proxy (not chat: needs --baseline)",
+    )
+    ap.add_argument(
         "--baseline",
         type=Path,
         help="another checkout (a git worktree of the base commit, say) whose proxy runs"
@@ -485,10 +519,12 @@ def main() -> None:
         if a.reply_chars:
             reply = (REPLY + " ") * (a.reply_chars // (len(REPLY) + 1) + 1)
             reply = reply[: a.reply_chars]
-        request = make_body(a.turns, a.turn_chars)
+        request = make_body(a.turns, a.turn_chars) if a.api == "chat" else APIS[a.api][1]
         base = a.baseline.resolve() if a.baseline else None
         if base is not None and not (base / "agentworld" / "proxy").is_dir():
             ap.error(f"--baseline: {base} is not an AgentWorld checkout")
+        if a.api != "chat" and (base is None or a.turns or a.floor):
+            ap.error(f"--api {a.api}: needs --baseline, and takes neither --turns nor --floor")
         asyncio.run(
             run(
                 levels,
@@ -501,6 +537,7 @@ def main() -> None:
                 reply,
                 base,
                 a.floor,
+                a.api,
             )
         )
 
