@@ -158,9 +158,8 @@ async def _pump(
                     ctx.seq = obj["sequence_number"]
                 if obj.get("type") in final_events:
                     done = True
-                    final = (
-                        ev + b"\n\n"
-                    )  # released once the step is registered (durable, if strict)
+                    # Released once the step is registered (and durable, if strict).
+                    final = ev + b"\n\n"
                 else:
                     parts.append(ev + b"\n\n")
             if done:
