@@ -10,6 +10,8 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
+from aiohttp import web
 
 from agentworld.proxy.config import UpstreamConfig
 from tests.proxy.conftest import steps_of
@@ -52,6 +54,20 @@ def stalling(*, first_event_with_headers: bool) -> ScriptedServer:
         writer.close()
 
     return ScriptedServer(script)
+
+
+def stream_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the proxy passes to ``StreamResponse.write`` from now on (``write_eof``'s
+    last piece is not in it)."""
+    writes: list[bytes] = []
+    real_write = web.StreamResponse.write
+
+    async def counting_write(self: web.StreamResponse, data: bytes) -> None:
+        writes.append(bytes(data))
+        await real_write(self, data)
+
+    monkeypatch.setattr(web.StreamResponse, "write", counting_write)
+    return writes
 
 
 def base_of(server: ScriptedServer) -> str:
@@ -115,16 +131,7 @@ async def test_a_stream_that_came_whole_goes_out_in_one_write(
 ) -> None:
     """A short answer read whole, [DONE] included, is not split into a first-event write
     and the rest: one write carries the headers, every event and [DONE]."""
-    from aiohttp import web
-
-    writes: list[bytes] = []
-    real_write = web.StreamResponse.write
-
-    async def counting_write(self, data):  # type: ignore[no-untyped-def]
-        writes.append(bytes(data))
-        return await real_write(self, data)
-
-    monkeypatch.setattr(web.StreamResponse, "write", counting_write)
+    writes = stream_writes(monkeypatch)
 
     async def whole(reader, writer, n):  # type: ignore[no-untyped-def]
         events = chunk(delta("Hel")) + chunk(delta("lo", "stop")) + chunk(b"[DONE]")

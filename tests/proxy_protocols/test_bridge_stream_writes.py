@@ -10,10 +10,9 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
 
 from tests.proxy.conftest import steps_of
-from tests.proxy.test_proxy_stream_headers import HEAD, chunk, delta
+from tests.proxy.test_proxy_stream_headers import HEAD, chunk, delta, stream_writes
 from tests.proxy.test_upstream_http import ScriptedServer
 
 STALL_S = 0.6
@@ -68,14 +67,7 @@ def event_types(body: bytes) -> list[str]:
 async def test_a_stream_read_whole_goes_out_in_one_write_on_a_kept_connection(
     make_proxy, pool, monkeypatch, path, body, last
 ) -> None:
-    writes: list[bytes] = []
-    real_write = web.StreamResponse.write
-
-    async def counting_write(self, data):  # type: ignore[no-untyped-def]
-        writes.append(bytes(data))
-        return await real_write(self, data)
-
-    monkeypatch.setattr(web.StreamResponse, "write", counting_write)
+    writes = stream_writes(monkeypatch)
 
     async def whole(reader, writer, n):  # type: ignore[no-untyped-def]
         writer.write(HEAD + whole_stream())  # and the connection stays open
