@@ -123,7 +123,7 @@ async def _pump(
     call = ctx.call
     splitter = EventSplitter()
     done = False
-    held: list[bytes] = []  # what came with the end, and the final event
+    held: list[bytes] = []  # what came with the end (the final event is kept apart)
     final = b""
     first = True
     final_events = ctx.adapter.final_events

@@ -21,9 +21,14 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding
 STALL_S = 0.6
 
 
+def sse(raw: bytes) -> bytes:
+    """One raw SSE event (blank line included) as an HTTP chunk."""
+    return b"%x\r\n%s\r\n" % (len(raw), raw)
+
+
 def chunk(obj: Any) -> bytes:
-    event = b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n"
-    return b"%x\r\n%s\r\n" % (len(event), event)
+    """A ``data:`` event of ``obj`` (JSON, or raw bytes such as ``[DONE]``) as an HTTP chunk."""
+    return sse(b"data: " + (obj if isinstance(obj, bytes) else orjson.dumps(obj)) + b"\n\n")
 
 
 def delta(text: str, finish: str | None = None) -> dict[str, Any]:

@@ -105,6 +105,7 @@ async def test_a_step_reward_right_after_complete_finds_a_step_not_yet_committed
     last of them may still be queued in the writer, and must be found all the same."""
     proxy = await make_proxy(commit_interval_s=30.0)  # nothing commits on its own meanwhile
     status, created = await post(proxy.url + "/aw/trajectories", {"agent": "solver"})
+    assert status == 200
     tid = created["trajectory"]
     c = client(created["base_url"])
     await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])

@@ -12,10 +12,17 @@ import orjson
 import pytest
 
 from tests.proxy.conftest import steps_of
-from tests.proxy.test_proxy_stream_headers import HEAD, chunk, delta, stream_writes
+from tests.proxy.test_proxy_stream_headers import (
+    HEAD,
+    STALL_S,
+    base_of,
+    chunk,
+    delta,
+    sse,
+    stream_writes,
+)
 from tests.proxy.test_upstream_http import ScriptedServer
 
-STALL_S = 0.6
 ANTHROPIC = {
     "model": "m",
     "max_tokens": 16,
@@ -31,21 +38,12 @@ def role() -> dict[str, Any]:
     return first
 
 
-def sse(raw: bytes) -> bytes:
-    """One raw SSE event as an HTTP chunk."""
-    return b"%x\r\n%s\r\n" % (len(raw), raw)
-
-
 KEEPALIVE = sse(b": keep-alive\n\n")  # a comment: translates to no event at all
 
 
 def whole_stream() -> bytes:
     events = [role(), delta("Hel"), delta("lo", "stop")]
     return b"".join(chunk(e) for e in events) + chunk(b"[DONE]") + b"0\r\n\r\n"
-
-
-def base_of(server: ScriptedServer) -> str:
-    return server.url.removesuffix("/v1/x")
 
 
 def event_types(body: bytes) -> list[str]:
