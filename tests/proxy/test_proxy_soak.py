@@ -28,6 +28,9 @@ EXPECTED: dict[str, int | None] = {
     "stream": 200,
     "n2": 200,
     "lifecycle": 200,
+    "completions": 200,
+    "anthropic": 200,
+    "responses": 200,
     "cut": None,
     "fail-500": 500,  # the upstream's own error, passed through
     "fail-400": 400,
@@ -42,6 +45,27 @@ EXPECTED: dict[str, int | None] = {
 }
 FAULTS = ("fail-500", "fail-400", "reset", "break", "bad-json", "hang")  # the fake's model names
 KINDS = ["ok"] * 8 + ["stream"] * 6 + [k for k in EXPECTED if k not in ("ok", "stream")]
+# The other protocols: their route, body, and what their answer must hold (unary, streamed).
+OTHERS: dict[str, tuple[str, dict[str, Any], bytes, bytes]] = {
+    "completions": (
+        "/v1/completions",
+        {"model": "m", "prompt": "hi"},
+        b'"text":"ok 0: hi"',
+        b"data: [DONE]\n\n",
+    ),
+    "anthropic": (
+        "/v1/messages",
+        {"model": "m", "max_tokens": 16, "messages": USER},
+        b'"text":"ok 1: hi"',
+        b'data: {"type":"message_stop"}\n\n',
+    ),
+    "responses": (
+        "/v1/responses",
+        {"model": "m", "input": "hi"},
+        b'"text":"ok 1: hi"',
+        b'"type":"response.completed"',
+    ),
+}
 
 
 def stream_texts(raw: bytes) -> dict[int, str]:
@@ -58,8 +82,13 @@ def stream_texts(raw: bytes) -> dict[int, str]:
 
 
 async def one_call(
-    s: aiohttp.ClientSession, base: str, kind: str, answered: set[tuple[str, int]]
+    s: aiohttp.ClientSession,
+    base: str,
+    kind: str,
+    answered: set[tuple[str, int]],
+    streamed: bool = False,
 ) -> None:
+    """One call of ``kind``; ``streamed`` chooses the mode of the other protocols' calls."""
     url = base + "/v1/chat/completions"
     body: dict[str, Any] = {"model": "m", "messages": USER}
     data: bytes | None = None
@@ -81,6 +110,10 @@ async def one_call(
         body["messages"] = [{"role": "user", "content": "x" * 200_000}]
     elif kind in FAULTS:
         body["model"] = kind
+    elif kind in OTHERS:
+        route, body, _, _ = OTHERS[kind]
+        url = base + route
+        body = {**body, "stream": streamed}
     payload = data if data is not None else orjson.dumps(body)
     async with s.post(url, data=payload, headers={"Content-Type": "application/json"}) as r:
         if kind == "cut":
@@ -92,7 +125,11 @@ async def one_call(
         if r.status != 200:
             assert orjson.loads(raw)["error"]["message"], (kind, raw[:300])
             return
-        if kind == "stream":
+        if kind in OTHERS:
+            whole, ending = OTHERS[kind][2:]
+            assert (ending if streamed else whole) in raw, (kind, raw[-300:])
+            assert b"token_ids" not in raw and b"-0.01" not in raw  # nothing injected
+        elif kind == "stream":
             assert raw.endswith(b"data: [DONE]\n\n")
             assert stream_texts(raw) == {0: "ok 1: hi"}
         else:
@@ -112,17 +149,18 @@ async def test_a_seeded_mix_of_calls_faults_and_bad_input(make_proxy, pool, fake
     fake[0].hang_s = 1.0
     proxy = await make_proxy(UpstreamConfig(urls=(fake[1],), timeout_s=0.3), max_body_bytes=100_000)
     rng = random.Random(SEED)
-    plan = [rng.choice(KINDS) for _ in range(CALLS)]
-    assert set(plan) == set(EXPECTED)  # the seed draws every kind
+    plan = [(rng.choice(KINDS), rng.random() < 0.5) for _ in range(CALLS)]
+    kinds = [k for k, _ in plan]
+    assert set(kinds) == set(EXPECTED)  # the seed draws every kind
     answered: set[tuple[str, int]] = set()
     gate = asyncio.Semaphore(CONCURRENCY)
 
-    async def gated(kind: str) -> None:
+    async def gated(kind: str, streamed: bool) -> None:
         async with gate:
-            await one_call(s, proxy.url, kind, answered)
+            await one_call(s, proxy.url, kind, answered, streamed)
 
     async with aiohttp.ClientSession() as s:
-        await asyncio.gather(*(gated(k) for k in plan))
+        await asyncio.gather(*(gated(k, streamed) for k, streamed in plan))
         await one_call(s, proxy.url, "ok", answered)  # and after the storm, as before it
     for _ in range(200):  # the cut streams' steps are written once their handlers end
         if all(t.inflight == 0 for t in proxy.state.registry.open.values()):
@@ -140,7 +178,7 @@ async def test_a_seeded_mix_of_calls_faults_and_bad_input(make_proxy, pool, fake
     by_status: dict[str, int] = {}
     for r in steps.values():
         by_status[r["status"]] = by_status.get(r["status"], 0) + 1
-    assert by_status["cancelled"] == plan.count("cut")
+    assert by_status["cancelled"] == kinds.count("cut")
     # Bad input never reaches the upstream or the pool; every upstream fault is a failed step.
-    assert by_status["error"] == sum(plan.count(k) for k in FAULTS)
+    assert by_status["error"] == sum(kinds.count(k) for k in FAULTS)
     assert fsck(pool).ok
