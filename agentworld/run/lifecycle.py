@@ -14,6 +14,14 @@ import aiohttp
 from agentworld.errors import UpstreamError
 
 
+class ProxyHTTPError(UpstreamError):
+    """The proxy answered with an HTTP error status (``status``)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass(frozen=True)
 class TrajectoryHandle:
     """A trajectory the proxy opened: its id and the base URLs bound to it."""
@@ -49,7 +57,9 @@ class ProxyClient:
             async with self._session.request(method, url, json=body) as resp:
                 text = await resp.text()
                 if resp.status >= 400:
-                    raise UpstreamError(f"proxy {method} {url}: HTTP {resp.status}: {text[:300]}")
+                    raise ProxyHTTPError(
+                        f"proxy {method} {url}: HTTP {resp.status}: {text[:300]}", resp.status
+                    )
                 try:
                     return await resp.json(content_type=None) if text else {}
                 except ValueError:
@@ -72,9 +82,15 @@ class ProxyClient:
         task: str | None = None,
         group: str | None = None,
         metadata: dict[str, Any] | None = None,
+        trajectory: str | None = None,
     ) -> TrajectoryHandle:
-        """POST /aw/trajectories: open a trajectory and get the base URLs bound to it."""
+        """POST /aw/trajectories: open a trajectory and get the base URLs bound to it.
+
+        ``trajectory`` is the id to give it (the proxy mints one otherwise): a caller
+        that knows the id can still end the trajectory if it gives up on the answer.
+        """
         body = {
+            "trajectory": trajectory,
             "agent": agent,
             "dataset": dataset,
             "split": split,

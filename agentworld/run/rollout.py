@@ -9,6 +9,7 @@ agent that crashes or hangs fails its own trajectory only; cancelling the run
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,10 +17,12 @@ from typing import Any, Protocol
 
 from agentworld.errors import AgentWorldError
 from agentworld.records import new_id
-from agentworld.run.lifecycle import ProxyClient, TrajectoryHandle
+from agentworld.run.lifecycle import ProxyClient, ProxyHTTPError, TrajectoryHandle
 from agentworld.run.runners import Outcome
 from agentworld.run.scoring import Scorer
 from agentworld.run.tasks import Task
+
+log = logging.getLogger(__name__)
 
 _MAX_ANSWER_CHARS = 10_000
 
@@ -96,9 +99,12 @@ async def run_rollouts(
         await asyncio.gather(*jobs)
     except asyncio.CancelledError:
         report.interrupted = True
+        # gather has cancelled every job once, and it returns as soon as the first of them
+        # ends: the others may still be ending their trajectories (a call to the proxy).
+        # Cancelling those again would cut that call short, so only the untouched ones are.
         for job in jobs:
-            job.cancel()
-        # Each job in flight completes its trajectory as cancelled before it ends.
+            if not job.done() and not job.cancelling():
+                job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
         # Handled: let the caller finish cleanly (close the proxy, print the summary).
         current = asyncio.current_task()
@@ -122,6 +128,8 @@ async def _episode(
     """Run one episode, filling in ``result`` as it goes."""
     t0 = time.monotonic()
     rollout = result.rollout
+    # The id is ours, so a run cancelled while the proxy opens the trajectory can end it.
+    tid = new_id("tr")
     try:
         handle = await proxy.create_trajectory(
             agent=agent,
@@ -130,9 +138,12 @@ async def _episode(
             task=task.id,
             group=result.group,
             metadata={"rollout": rollout},
+            trajectory=tid,
         )
     except asyncio.CancelledError:
         result.status = "cancelled"
+        result.error = {"type": "cancelled", "message": "the run was interrupted"}
+        await _end_if_opened(proxy, tid, result, {"rollout": rollout})
         raise
     except AgentWorldError as exc:
         result.error = {"type": "proxy", "message": str(exc)}
@@ -161,6 +172,22 @@ async def _episode(
     result.wall_s = time.monotonic() - t0
     meta["wall_s"] = round(result.wall_s, 3)
     await _complete(proxy, handle.id, result, meta)
+
+
+async def _end_if_opened(
+    proxy: ProxyClient, tid: str, result: EpisodeResult, meta: dict[str, Any]
+) -> None:
+    """End a trajectory whose create call was cancelled, if the proxy opened it after all."""
+    result.trajectory = tid
+    try:
+        await proxy.complete(tid, status=result.status, error=result.error, metadata=meta)
+    except ProxyHTTPError as exc:
+        if exc.status == 404:  # the create call never reached the proxy: nothing to end
+            result.trajectory = None
+        else:
+            log.warning("could not end trajectory %s: %s", tid, exc)
+    except AgentWorldError as exc:
+        log.warning("could not end trajectory %s: %s", tid, exc)
 
 
 async def _complete(

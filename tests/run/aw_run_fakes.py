@@ -8,6 +8,7 @@ records into a real pool, as the proxy would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import sys
@@ -61,6 +62,7 @@ class FakeProxy:
         self.trajectories: dict[str, dict[str, Any]] = {}
         self.completed: dict[str, dict[str, Any]] = {}
         self.seen_auth: list[str | None] = []
+        self.create_delay_s = 0.0  # how long a create call waits before it is answered
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -72,6 +74,7 @@ class FakeProxy:
         return self
 
     async def _start(self) -> None:
+        self._stopping = asyncio.Event()
         self.writer = self.pool.writer(durability="strict", name="fake")
         app = web.Application()
         app.router.add_get("/aw/health", self.health)
@@ -88,6 +91,7 @@ class FakeProxy:
     def stop(self) -> None:
         async def _stop() -> None:
             assert self._runner is not None
+            self._stopping.set()
             await self._runner.cleanup()
 
         asyncio.run_coroutine_threadsafe(_stop(), self._loop).result(10)
@@ -108,8 +112,13 @@ class FakeProxy:
     async def create(self, request: web.Request) -> web.Response:
         self._check_auth(request)
         body = await request.json()
-        tid = records.new_id("tr")
+        tid = body.pop("trajectory", None) or records.new_id("tr")  # as the proxy does
+        if tid in self.trajectories:
+            raise web.HTTPConflict(text=f"trajectory {tid} is already open")
         self.trajectories[tid] = {**body, "steps": 0}
+        if self.create_delay_s:
+            with contextlib.suppress(TimeoutError):  # or until the fake stops
+                await asyncio.wait_for(self._stopping.wait(), self.create_delay_s)
         return web.json_response(
             {
                 "trajectory": tid,

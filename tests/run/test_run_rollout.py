@@ -16,8 +16,11 @@ from typer.testing import CliRunner
 from agentworld.errors import ConfigError
 from agentworld.pool import Pool
 from agentworld.run.command import run as run_command
+from agentworld.run.lifecycle import TrajectoryHandle
+from agentworld.run.rollout import run_rollouts
 from agentworld.run.session import RunOptions, run_session
 from agentworld.run.summary import render
+from agentworld.run.tasks import Task
 
 TASKS = [("Compute 2 + 3?", "5"), ("Compute 4 * 5?", "20"), ("Compute 7 - 1? WRONG", "6")]
 
@@ -266,10 +269,7 @@ async def test_cancelling_the_run_keeps_finished_trajectories(tmp_path, fake_pro
         if len(fake_proxy.completed) == 1 and len(fake_proxy.trajectories) == 3:
             break
         await asyncio.sleep(0.025)
-    # The fake counts a trajectory when its create call arrives; let the answers reach the
-    # runner, or the cancel can land on a create in flight (whose id the runner never learns).
-    await asyncio.sleep(0.2)
-    run.cancel()
+    run.cancel()  # maybe while a create call is still being answered: see the next test
     report, summary = await run
     assert report.interrupted and summary["interrupted"]
     statuses = {
@@ -278,6 +278,87 @@ async def test_cancelling_the_run_keeps_finished_trajectories(tmp_path, fake_pro
     assert statuses == {"t0": "done", "t1": "cancelled", "t2": "cancelled"}
     assert Counter(r.status for r in report.results) == {"done": 1, "cancelled": 2}
     assert "interrupted" in str(render(summary).title)
+
+
+async def test_a_run_cancelled_while_the_proxy_opens_a_trajectory_still_ends_it(
+    tmp_path, fake_proxy, test_agents
+):
+    """The runner names its trajectories, so a create call it gave up on is ended too."""
+    agents, datasets = _setup(
+        tmp_path,
+        '[agents.slow]\nkind = "python"\nfunction = "TESTMOD:wait_forever_after_first"\n',
+        test_agents,
+    )
+    fake_proxy.create_delay_s = 30.0  # every create call is opened, then hangs
+    run = asyncio.create_task(run_session(_opts(tmp_path, fake_proxy, agents, datasets, "slow")))
+    for _ in range(400):
+        if len(fake_proxy.trajectories) == 3:
+            break
+        await asyncio.sleep(0.025)
+    assert len(fake_proxy.trajectories) == 3 and not fake_proxy.completed
+    run.cancel()
+    report, _ = await run
+    assert report.interrupted
+    assert {c["status"] for c in fake_proxy.completed.values()} == {"cancelled"}
+    assert fake_proxy.completed.keys() == fake_proxy.trajectories.keys()
+    assert sorted(r.trajectory for r in report.results) == sorted(fake_proxy.trajectories)
+
+
+class SlowToEndProxy:
+    """A lifecycle client whose complete calls take a while, the later ones longer."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.completed: dict[str, str] = {}
+        self.ending = 0
+
+    async def create_trajectory(
+        self, *, trajectory: str | None = None, **_: object
+    ) -> TrajectoryHandle:
+        trajectory = trajectory or f"tr_{len(self.created)}"
+        self.created.append(trajectory)
+        return TrajectoryHandle(trajectory, "http://proxy/v1", "http://proxy")
+
+    async def complete(self, trajectory: str, *, status: str, **_: object) -> dict:
+        self.ending += 1
+        await asyncio.sleep(0.05 * self.ending)
+        self.completed[trajectory] = status
+        return {}
+
+
+class NeverDone:
+    async def run(self, task: Task, handle: TrajectoryHandle) -> object:
+        await asyncio.sleep(3600)
+
+
+async def test_a_cancelled_run_lets_every_episode_finish_ending_its_trajectory():
+    """The first episode to end must not cut the others' complete calls short."""
+    proxy = SlowToEndProxy()
+
+    async def score(answer: str | None, task: Task) -> float:
+        return 0.0
+
+    run = asyncio.create_task(
+        run_rollouts(
+            proxy=proxy,  # type: ignore[arg-type]
+            runner=NeverDone(),  # type: ignore[arg-type]
+            scorer=score,
+            agent="a",
+            dataset="d",
+            split="test",
+            tasks=[Task(f"t{i}", "?") for i in range(3)],
+            concurrency=3,
+        )
+    )
+    for _ in range(200):
+        if len(proxy.created) == 3:
+            break
+        await asyncio.sleep(0.01)
+    run.cancel()
+    report = await run
+    assert report.interrupted
+    assert proxy.completed == dict.fromkeys(proxy.created, "cancelled")
+    assert sorted(r.trajectory for r in report.results) == sorted(proxy.created)
 
 
 async def test_in_process_proxy_needs_an_upstream(tmp_path, test_agents):
