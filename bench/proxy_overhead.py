@@ -7,7 +7,10 @@ pool (batched durability). The load generator (this process) calls the
 upstream directly, through the bare pass-through and through the proxy, side
 by side, at each concurrency level, and prints ratios. Loopback only. Each
 figure is the median over ``--rounds`` rounds of what that round measured side
-by side (the three paths alternate within a round).
+by side (the three paths alternate within a round). CPU is read from /proc:
+``hop CPU`` is the hop's process per call (for ``direct``, the fake's), and
+``upstream CPU`` the fake's for the same calls, what each path asks of it (the
+proxy asks for token ids and log-probs, which the fake then writes).
 
     python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256] [--rounds 5]
                                     [--modes unary,stream] [--turns 0 --turn-chars 2000
@@ -340,7 +343,12 @@ async def run(
         start([here, "--serve", "bare", "--port", str(ports["bare"]), "--upstream", up]),
         start_proxy(ROOT, pool, up, ports["proxy"], proxy_args),
     ]
-    pids = {"direct": procs[0].pid, "bare": procs[1].pid, "proxy": procs[2].pid}
+    pids = {
+        "fake": procs[0].pid,
+        "direct": procs[0].pid,
+        "bare": procs[1].pid,
+        "proxy": procs[2].pid,
+    }
     urls = {
         "direct": up,
         "bare": f"http://127.0.0.1:{ports['bare']}",
@@ -378,7 +386,7 @@ async def run(
             )
             print(
                 f"{'mode':7} {'conc':>5} {'path':7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'ttfc ms':>8}"
-                f" {'hop CPU us/req':>15}"
+                f" {'hop CPU us/req':>15} {'upstream CPU':>12}"
             )
             for stream in modes:
                 for c in levels:
@@ -388,6 +396,7 @@ async def run(
                         for name, u in urls.items():  # interleaved, so drift hits them all
                             n = requests if c > 1 else max(200, requests // 5)
                             cpu0 = cpu_s(pids[name])
+                            up0 = cpu_s(pids["fake"])
                             r = await load(
                                 session,
                                 u,
@@ -400,6 +409,8 @@ async def run(
                             )
                             # The hop's own CPU per request (upstream excluded for bare/proxy).
                             r["cpu_us"] = (cpu_s(pids[name]) - cpu0) / r["n"] * 1e6
+                            # The fake's, for the same calls: what the hop asked of it.
+                            r["up_us"] = (cpu_s(pids["fake"]) - up0) / r["n"] * 1e6
                             got[name] = r
                         rounds_.append(got)
                     mode = "stream" if stream else "unary"
@@ -412,6 +423,7 @@ async def run(
                         print(
                             f"{mode:7} {c:5d} {name:7} {r['rps']:9.0f} {r['p50'] * 1000:8.3f}"
                             f" {r['p99'] * 1000:8.3f} {ttfc} {r['cpu_us']:15.0f}"
+                            f" {r['up_us']:12.0f}"
                         )
 
                     # Each figure is the median over rounds of what that round measured side
