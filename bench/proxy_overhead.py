@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import signal
 import socket
 import statistics
@@ -201,8 +202,6 @@ def against_base(rounds_: list[dict[str, dict]], stream: bool, med: Callable) ->
 def median_interval(values: list[float], level: float = 0.9) -> tuple[float, float]:
     """A bootstrap interval of the median of ``values`` (seeded: the same rounds, the same
     interval): how far the median itself could move with other rounds of the same run."""
-    import random
-
     rng = random.Random(0)
     meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(2000))
     cut = int(len(meds) * (1 - level) / 2)
