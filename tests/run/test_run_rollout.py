@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from agentworld.errors import ConfigError
 from agentworld.pool import Pool
 from agentworld.run.command import run as run_command
-from agentworld.run.lifecycle import TrajectoryHandle
+from agentworld.run.lifecycle import ProxyHTTPError, TrajectoryHandle
 from agentworld.run.rollout import run_rollouts
 from agentworld.run.session import RunOptions, run_session
 from agentworld.run.summary import render
@@ -359,6 +359,46 @@ async def test_a_cancelled_run_lets_every_episode_finish_ending_its_trajectory()
     assert report.interrupted
     assert proxy.completed == dict.fromkeys(proxy.created, "cancelled")
     assert sorted(r.trajectory for r in report.results) == sorted(proxy.created)
+
+
+class NeverOpensProxy(SlowToEndProxy):
+    """Its create calls never arrive; it knows no trajectory to complete (the proxy's 404)."""
+
+    async def create_trajectory(self, **_: object) -> TrajectoryHandle:
+        self.created.append("asked")
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def complete(self, trajectory: str, **_: object) -> dict:
+        raise ProxyHTTPError(f"no trajectory {trajectory}", 404)
+
+
+async def test_a_create_call_that_never_reached_the_proxy_leaves_no_trajectory(caplog):
+    proxy = NeverOpensProxy()
+
+    async def score(answer: str | None, task: Task) -> float:
+        return 0.0
+
+    run = asyncio.create_task(
+        run_rollouts(
+            proxy=proxy,  # type: ignore[arg-type]
+            runner=NeverDone(),  # type: ignore[arg-type]
+            scorer=score,
+            agent="a",
+            dataset="d",
+            split="test",
+            tasks=[Task("t0", "?")],
+        )
+    )
+    for _ in range(200):
+        if proxy.created:
+            break
+        await asyncio.sleep(0.01)
+    run.cancel()
+    report = await run
+    [result] = report.results
+    assert result.status == "cancelled" and result.trajectory is None
+    assert "could not end" not in caplog.text  # a 404 here is expected, not a warning
 
 
 async def test_in_process_proxy_needs_an_upstream(tmp_path, test_agents):
