@@ -32,14 +32,18 @@ def full_step(trajectory: str, index: int, **over: Any) -> dict[str, Any]:
             "model": "tiny",
             "messages": [
                 {"role": "system", "content": "be brief"},
-                {"role": "user", "content": f"turn {index}: héllo ✓ \u2028 \"quoted\""},
+                {"role": "user", "content": f'turn {index}: héllo ✓ \u2028 "quoted"'},
                 {
                     "role": "assistant",
                     "content": None,
                     "tool_calls": [{"id": "c1", "name": "ls", "arguments": '{"path": "/"}'}],
                     "reasoning": "think",
                 },
-                {"role": "tool", "content": [{"type": "text", "text": "a b"}], "tool_call_id": "c1"},
+                {
+                    "role": "tool",
+                    "content": [{"type": "text", "text": "a b"}],
+                    "tool_call_id": "c1",
+                },
             ],
             "tools": [{"type": "function", "function": {"name": "ls", "parameters": {}}}],
             "params": {"temperature": 0.7, "max_tokens": 64, "stop": ["\n\n"]},

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from agentworld import records
 from agentworld.pool import Pool, Selection
-from .conftest import close_keeping_sealed_journal
 from tests.synth import conversation_step
+
+from .conftest import close_keeping_sealed_journal
 
 
 def test_index_tails_live_journal_then_follows_seal(pool: Pool) -> None:

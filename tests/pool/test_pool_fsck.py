@@ -88,7 +88,10 @@ def test_duplicates_and_steps_after_end(pool: Pool) -> None:
     second = write_shard(pool.layout, [records.encode(s0), records.encode(small_step("tr_b", 0))])
     report = fsck(pool)
     texts = [(p.path, p.line, p.problem) for p in report.problems]
-    assert any(p == _rel(pool, first) and ln == 3 and "after its trajectory's end" in t for p, ln, t in texts)
+    assert any(
+        p == _rel(pool, first) and ln == 3 and "after its trajectory's end" in t
+        for p, ln, t in texts
+    )
     assert any("2 steps but its end record says 1" in t for _, _, t in texts)
     dup = [t for p, _, t in texts if "duplicate record id" in t]
     assert len(dup) == 1 and s0["id"] in dup[0]
@@ -103,7 +106,9 @@ def test_bad_label_lines_named(pool: Pool) -> None:
     pool.labels.set(["step:st_1"], {"trainable": False}, author="me")
     (path,) = pool.labels.files()
     with open(path, "ab") as f:
-        f.write(b'{"target": "step:st_2", "author": "me", "id": "x", "time": 1, "set": {"colour": 1}}\n')
+        f.write(
+            b'{"target": "step:st_2", "author": "me", "id": "x", "time": 1, "set": {"colour": 1}}\n'
+        )
         f.write(b"not json\n")
         f.write(b'{"target": "nope", "author": "me", "id": "y", "time": 1, "set": {}}\n')
         f.write(b'{"target": "step:st_3", "author": "me"')  # torn append

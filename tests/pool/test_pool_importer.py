@@ -42,7 +42,9 @@ def test_import_round_trips_and_is_idempotent(pool: Pool, tmp_path, zst: bool) -
 def test_bad_rows_refused_with_line_and_field(pool: Pool, tmp_path) -> None:
     tid = records.new_id("tr")
     good = [full_step(tid, i) for i in range(3)]
-    nan_reward = orjson.dumps({**full_step(tid, 9), "reward": 1.0}).replace(b'"reward":1.0', b'"reward":NaN')
+    nan_reward = orjson.dumps({**full_step(tid, 9), "reward": 1.0}).replace(
+        b'"reward":1.0', b'"reward":NaN'
+    )
     rows = [
         good[0],
         b"{not json",

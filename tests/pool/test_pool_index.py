@@ -12,7 +12,9 @@ def _snapshot(pool: Pool) -> dict:
     idx = pool.index(refresh=False)
     db = idx.db
     return {
-        "steps": sorted(tuple(r) for r in db.execute("SELECT id, trajectory, idx, source, line FROM steps")),
+        "steps": sorted(
+            tuple(r) for r in db.execute("SELECT id, trajectory, idx, source, line FROM steps")
+        ),
         "ends": sorted(tuple(r) for r in db.execute("SELECT * FROM ends")),
         "trajectories": sorted(tuple(r) for r in db.execute("SELECT * FROM trajectories")),
         "labels": sorted(tuple(r) for r in db.execute("SELECT * FROM labels")),
