@@ -9,7 +9,6 @@ from __future__ import annotations
 import getpass
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +56,6 @@ def _index(pool: Any) -> Any:
 
 def _emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-
-
-def _fmt_time(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
 def _fmt_reward(r: float | None) -> str:
@@ -205,22 +200,10 @@ def ls(
         _emit_json(rows)
         return
     total = idx.count_trajectories(sel)
-    from rich.table import Table
-    from rich.text import Text
+    from agentworld.pool import listing
+    from agentworld.pool.listing import Column
 
-    t = Table(caption=f"{len(rows)} of {total:,} trajectories", caption_justify="left")
-    for col in (
-        "trajectory",
-        "agent",
-        "dataset",
-        "task",
-        "status",
-        "steps",
-        "reward",
-        "labels",
-        "last",
-    ):
-        t.add_column(col, no_wrap=col in ("trajectory", "last"))
+    cells = []
     for r in rows:
         labels = " ".join(
             x
@@ -231,18 +214,33 @@ def ls(
             )
             if x
         )
-        t.add_row(
-            Text(r["id"]),
-            Text(r["agent"] or "-"),
-            Text(r["dataset"] or "-"),
-            Text((r["task"] or "-")[:24]),
-            r["status"],
-            str(r["n_steps"]),
-            _fmt_reward(r["effective_reward"]),
-            Text(labels),
-            _fmt_time(r["last_at"]),
+        cells.append(
+            (
+                r["id"],
+                r["agent"] or "-",
+                r["dataset"] or "-",
+                r["task"] or "-",
+                r["status"],
+                str(r["n_steps"]),
+                _fmt_reward(r["effective_reward"]),
+                labels,
+                listing.short_time(r["last_at"]),
+            )
         )
-    _console().print(t)
+    out = listing.console()
+    columns = (
+        Column("trajectory"),
+        Column("agent", flex=True),
+        Column("dataset", flex=True),
+        Column("task", flex=True),
+        Column("status"),
+        Column("steps", right=True),
+        Column("reward", right=True),
+        Column("labels", flex=True),
+        Column("last"),
+    )
+    caption = f"{len(rows)} of {total:,} trajectories"
+    out.print(listing.fit_table(columns, cells, out.width, caption=caption))
 
 
 def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
@@ -254,23 +252,32 @@ def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
     if as_json:
         _emit_json(rows)
         return
-    from rich.table import Table
-    from rich.text import Text
+    from agentworld.pool import listing
+    from agentworld.pool.listing import Column
 
-    t = Table(title=f"trajectory {trajectory}")
-    for col in ("#", "step", "status", "policy", "tokens", "source", "text"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(
+    cells = [
+        (
             str(r["idx"]) + (f".{r['choice']}" if r["choice"] else ""),
-            Text(r["id"]),
+            r["id"],
             r["status"],
             str(r["policy_version"]),
             f"{r['prompt_tokens'] or 0}+{r['completion_tokens'] or 0}",
             r["token_source"] or "-",
-            Text((r["text"] or "")[:80]),
+            " ".join((r["text"] or "").split())[:200],
         )
-    _console().print(t)
+        for r in rows
+    ]
+    columns = (
+        Column("#", right=True),
+        Column("step"),
+        Column("status"),
+        Column("policy", right=True),
+        Column("tokens", right=True),
+        Column("source"),
+        Column("text", flex=True),
+    )
+    out = listing.console()
+    out.print(listing.fit_table(columns, cells, out.width, title=f"trajectory {trajectory}"))
 
 
 @pool_app.command()
