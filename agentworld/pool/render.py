@@ -129,7 +129,7 @@ def render_trajectory(traj: Trajectory) -> RenderableType:
         e = traj.end
         items.append(
             Text(
-                f"end: {e['status']} after {e['steps']} steps at "
+                f"end: {e['status']} after {e['steps']} step{'' if e['steps'] == 1 else 's'} at "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e['ended_at']))}"
                 + (f", error {e['error'].get('message')}" if e.get("error") else ""),
                 style="bold",
