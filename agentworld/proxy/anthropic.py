@@ -73,12 +73,15 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 # -- checks -------------------------------------------------------------------------------
 
 
-def check(body: dict[str, Any]) -> None:
-    """Raise BadRequest naming the first malformed field of a Messages request."""
+def check(body: dict[str, Any], *, count_only: bool = False) -> None:
+    """Raise BadRequest naming the first malformed field of a Messages request (of a
+    count_tokens request with ``count_only``: no ``max_tokens`` then)."""
     if not isinstance(body.get("model"), str):
         raise BadRequest("model: Field required (a string)", "model")
     max_tokens = body.get("max_tokens")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+    if not count_only and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
         raise BadRequest("max_tokens: Field required (a positive integer)", "max_tokens")
     messages = body.get("messages")
     if not isinstance(messages, list):

@@ -258,7 +258,7 @@ async def _access_middleware(request: web.Request, handler: Any) -> web.StreamRe
 
 def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Application:
     """The proxy app over an open Pool; creates (and closes) its own writer unless given one."""
-    from agentworld.proxy import bridge, forward, lifecycle, passthrough, running
+    from agentworld.proxy import bridge, count_tokens, forward, lifecycle, passthrough, running
 
     stats = ProxyStats()
     middlewares: list[Any] = [_errors_middleware]
@@ -289,6 +289,7 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         app.router.add_post(prefix + CHAT.path, bind(CHAT))
         app.router.add_post(prefix + COMPLETIONS.path, bind(COMPLETIONS))
         bridge.add_routes(app, prefix)  # Anthropic Messages, OpenAI Responses
+        count_tokens.add_routes(app, prefix)  # Anthropic's token count (not recorded)
         app.router.add_get(prefix + "/v1/models", passthrough.models)
         app.router.add_route("*", prefix + "/v1/{tail:.*}", passthrough.passthrough)
     lifecycle.add_routes(app)

@@ -403,6 +403,25 @@ class FakeUpstream:
         self.finished += 1
         return resp
 
+    async def tokenize(self, request: web.Request) -> web.StreamResponse:
+        """vLLM's ``POST /tokenize``: the ids a chat call's prompt (or a ``prompt``) would have."""
+        body = await request.json(loads=orjson.loads)
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        fault = await self._fault(request, body)
+        if fault is not None:
+            return fault
+        if "messages" in body:
+            text = render(body["messages"])
+            if not body.get("add_generation_prompt", True):
+                text = text[: -len("<assistant>")]
+        else:
+            text = body.get("prompt") or ""
+        toks = ids(text)
+        return web.json_response(
+            {"count": len(toks), "max_model_len": 32768, "tokens": toks, "token_strs": None}
+        )
+
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response(
             {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": self.name}]}
@@ -431,6 +450,7 @@ def make_fake_app(fake: FakeUpstream | None = None) -> web.Application:
     app.router.add_post("/v1/chat/completions", fake.chat)
     app.router.add_post("/v1/completions", fake.completions)
     app.router.add_get("/v1/models", fake.models)
+    app.router.add_post("/tokenize", fake.tokenize)
     app.router.add_route("*", "/v1/{tail:.*}", fake.echo)
     return app
 

@@ -41,17 +41,11 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
 
 async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
     st = request.app[STATE]
-    assert st.session is not None
     try:
         up, base, api_key = _target(st, request)
     except BadRequest as exc:
         return bad_request(exc)
     url = base + "/v1/" + tail
-    if request.query_string:
-        url += "?" + request.query_string
-    headers = upstream_headers(
-        request.headers, api_key, forward_client_auth=not st.config.auth_token
-    )
     try:
         data = (
             await read_body(request, st.config.max_body_bytes, st.config.client_timeout_s)
@@ -60,6 +54,25 @@ async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
         )
     except AgentTimeout as exc:
         return bad_request(exc)
+    return await forward(request, st, up, url, api_key, data)
+
+
+async def forward(
+    request: web.Request,
+    st: State,
+    up: UpstreamConfig,
+    url: str,
+    api_key: str | None,
+    data: bytes | None,
+) -> web.StreamResponse:
+    """Send the agent's request (its method, query and ``data``) to ``url``; stream back the
+    answer as it comes, status and headers included."""
+    assert st.session is not None
+    if request.query_string:
+        url += "?" + request.query_string
+    headers = upstream_headers(
+        request.headers, api_key, forward_client_auth=not st.config.auth_token
+    )
     try:
         async with st.session.request(
             request.method,

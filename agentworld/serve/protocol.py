@@ -77,9 +77,7 @@ DEFAULT_ALIAS = "default"
 
 def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> GenerationRequest:
     """Validate the sampling fields shared by /v1/chat/completions and /v1/completions."""
-    model = body.get("model")
-    if model is not None and model not in (model_name, DEFAULT_ALIAS):
-        raise ApiError(f"The model `{model}` does not exist.", "model", 404, code="model_not_found")
+    check_model(body, model_name)
     n = _get(body, "n", int, 1)
     if not 1 <= n <= MAX_N:
         raise ApiError(f"'n' must be between 1 and {MAX_N}", "n")
@@ -181,6 +179,26 @@ def parse_tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, bool
         # Like vLLM: with tool_choice none the tools stay out of the output parsing.
         return tools or None, False
     return tools, True
+
+
+def check_model(body: dict[str, Any], model_name: str) -> None:
+    model = body.get("model")
+    if model is not None and model not in (model_name, DEFAULT_ALIAS):
+        raise ApiError(f"The model `{model}` does not exist.", "model", 404, code="model_not_found")
+
+
+def parse_flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    return bool(_get(body, name, bool, default))
+
+
+def parse_token_ids(body: dict[str, Any], vocab_size: int) -> list[int]:
+    """``tokens`` of a /detokenize request: ids the tokenizer knows."""
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in tokens
+    ):
+        raise ApiError(f"'tokens' must be a list of token ids in [0, {vocab_size})", "tokens")
+    return tokens
 
 
 def parse_prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:

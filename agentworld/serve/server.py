@@ -177,6 +177,56 @@ def make_app(
         }
         return _json(body_out, version=gen.policy_version)
 
+    async def tokenize(request: web.Request) -> web.Response:
+        """vLLM's ``POST /tokenize``: a chat (``messages``, ``tools``) or a ``prompt`` as the
+        token ids generation would see; the proxy counts Anthropic tokens with it."""
+        body = await read_body(request)
+        P.check_model(body, name)
+        strs = P.parse_flag(body, "return_token_strs", False)
+        if "messages" in body:
+            messages = P.parse_messages(body)
+            tools, _ = P.parse_tools(body)
+            kwargs = body.get("chat_template_kwargs") or {}
+            if not isinstance(kwargs, dict):
+                raise P.ApiError("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+            add_prompt = P.parse_flag(body, "add_generation_prompt", True)
+            if P.parse_flag(body, "continue_final_message", False):
+                if add_prompt:
+                    raise P.ApiError(
+                        "Cannot set both `continue_final_message` and `add_generation_prompt` "
+                        "to True.",
+                        "continue_final_message",
+                    )
+                kwargs = {**kwargs, "continue_final_message": True}
+            try:
+                tokens = render_prompt(tokenizer, messages, tools, add_prompt, kwargs)
+            except Exception as e:  # template errors are the caller's messages
+                raise P.ApiError(f"cannot apply the chat template: {e}", "messages") from e
+            if P.parse_flag(body, "add_special_tokens", False):
+                bos = tokenizer.bos_token_id
+                if bos is not None and tokens[:1] != [bos]:
+                    tokens = [bos, *tokens]
+        elif isinstance(body.get("prompt"), str):
+            special = P.parse_flag(body, "add_special_tokens", True)
+            tokens = tokenizer.encode(body["prompt"], add_special_tokens=special)
+        else:
+            raise P.ApiError("give 'messages' (a chat) or 'prompt' (a string)", "messages")
+        return _json(
+            {
+                "count": len(tokens),
+                "max_model_len": engine.max_model_len,
+                "tokens": tokens,
+                "token_strs": tokenizer.convert_ids_to_tokens(tokens) if strs else None,
+            }
+        )
+
+    async def detokenize(request: web.Request) -> web.Response:
+        """vLLM's ``POST /detokenize``: token ids back to text."""
+        body = await read_body(request)
+        P.check_model(body, name)
+        tokens = P.parse_token_ids(body, len(tokenizer))
+        return _json({"prompt": tokenizer.decode(tokens)})
+
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await read_body(request)
         g = P.parse_common(body, name, chat=False)
@@ -363,6 +413,8 @@ def make_app(
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
     app.router.add_post("/aw/reload", reload)
     app.router.add_get("/aw/version", version)
     return app

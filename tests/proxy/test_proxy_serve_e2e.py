@@ -62,3 +62,43 @@ async def test_proxy_records_aw_serve_token_ids(tmp_path, pool, monkeypatch, raw
     assert a["response"]["message"] == b["response"]["message"]
     n = len(a["tokens"]["prompt_ids"])
     assert raw_made == ([n, n] if raw else [])  # unary and streamed: both cut, checked, kept
+
+
+async def test_anthropic_token_count_is_the_engines_prompt(tmp_path, pool):
+    """Claude Code's count_tokens through the proxy onto `aw serve`: the count is the prompt
+    (chat template, tools) the engine then generates from."""
+    import anthropic
+
+    model_dir = serve_tiny.make_tiny_model(tmp_path / "policy0", seed=0)
+    engine = serve_engine.Engine(model_dir, device="cpu", max_batch_size=4, model_name="tiny")
+    upstream = TestServer(serve_server.make_app(engine), host="127.0.0.1")
+    await upstream.start_server()
+    tools = [
+        {
+            "name": "add",
+            "description": "Add two numbers",
+            "input_schema": {"type": "object", "properties": {"a": {"type": "number"}}},
+        }
+    ]
+    kw = {
+        "model": "tiny",
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "add 2 and 3"}],
+        "tools": tools,
+    }
+    try:
+        cfg = ProxyConfig(
+            default_upstream=UpstreamConfig.single(str(upstream.make_url("")).rstrip("/"))
+        )
+        async with ProxyServer(cfg, pool) as proxy:
+            c = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="k", max_retries=0)
+            counted = await c.messages.count_tokens(**kw)
+            without_tools = await c.messages.count_tokens(**{**kw, "tools": []})
+            answer = await c.messages.create(max_tokens=4, **kw)
+            await c.close()
+    finally:
+        await upstream.close()
+        engine.close()
+    assert counted.input_tokens == answer.usage.input_tokens > without_tools.input_tokens
+    (step,) = steps_of(pool)
+    assert len(step["tokens"]["prompt_ids"]) == counted.input_tokens

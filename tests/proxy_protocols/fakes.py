@@ -59,6 +59,12 @@ class FakeAnthropic:
             "usage": {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 2},
         }
 
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append({**body, "_query": request.query_string})
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
+        return web.json_response({"input_tokens": 7 * len(body["messages"])})
+
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
@@ -269,5 +275,6 @@ class FakeResponses:
 def make_fake_protocols_app(anthropic: FakeAnthropic, responses: FakeResponses) -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/messages", anthropic.messages)
+    app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
     app.router.add_post("/v1/responses", responses.responses)
     return app

@@ -305,3 +305,65 @@ async def test_default_alias_is_served_like_the_model_name(client: Any):
     by_alias = await client.post("/v1/chat/completions", json={**body, "model": "default"})
     assert by_alias.status == 200
     assert (await by_alias.json())["choices"][0]["message"] == by_name["choices"][0]["message"]
+
+
+async def test_tokenize_a_chat_gives_the_prompt_generation_sees(client: Any, engine: Engine):
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    resp = await client.post("/tokenize", json={"model": "tiny", "messages": MESSAGES})
+    assert resp.status == 200, await resp.text()
+    out = await resp.json()
+    prompt = render_prompt(engine.tokenizer, MESSAGES)
+    assert out == {
+        "count": len(prompt),
+        "max_model_len": engine.max_model_len,
+        "tokens": prompt,
+        "token_strs": None,
+    }
+    # the same as the prompt a chat call is answered from
+    chat = await client.post(
+        "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 1, "tools": tools}
+    )
+    with_tools = await client.post(
+        "/tokenize", json={"messages": MESSAGES, "tools": tools, "return_token_strs": True}
+    )
+    counted = await with_tools.json()
+    assert counted["count"] == (await chat.json())["usage"]["prompt_tokens"] > out["count"]
+    assert counted["token_strs"] == engine.tokenizer.convert_ids_to_tokens(counted["tokens"])
+    bare = await client.post(
+        "/tokenize", json={"messages": MESSAGES, "add_generation_prompt": False}
+    )
+    assert (await bare.json())["tokens"] == render_prompt(engine.tokenizer, MESSAGES, None, False)
+
+
+async def test_tokenize_a_prompt_and_detokenize_it_back(client: Any, engine: Engine):
+    resp = await client.post("/tokenize", json={"prompt": "add 2 and 3"})
+    tokens = (await resp.json())["tokens"]
+    assert tokens == engine.tokenizer.encode("add 2 and 3")
+    back = await client.post("/detokenize", json={"tokens": tokens})
+    assert back.status == 200
+    assert (await back.json())["prompt"] == engine.tokenizer.decode(tokens)
+
+
+@pytest.mark.parametrize(
+    "path,body,status,param",
+    [
+        ("/tokenize", {"model": "other", "prompt": "x"}, 404, "model"),
+        ("/tokenize", {"nothing": 1}, 400, "messages"),
+        ("/tokenize", {"messages": []}, 400, "messages"),
+        ("/tokenize", {"prompt": "x", "add_special_tokens": "yes"}, 400, "add_special_tokens"),
+        (
+            "/tokenize",
+            {"messages": MESSAGES, "continue_final_message": True},
+            400,
+            "continue_final_message",
+        ),
+        ("/detokenize", {"tokens": [1, "2"]}, 400, "tokens"),
+        ("/detokenize", {"tokens": [10**9]}, 400, "tokens"),
+    ],
+)
+async def test_tokenize_bad_input_names_the_field(
+    client: Any, path: str, body: dict, status: int, param: str
+):
+    resp = await client.post(path, json=body)
+    assert resp.status == status, await resp.text()
+    assert (await resp.json())["error"]["param"] == param
