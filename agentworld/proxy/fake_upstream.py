@@ -62,6 +62,23 @@ def logprob_entry(token: str, i: int) -> dict[str, Any]:
     return entry
 
 
+def _named_tool(choice: Any, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The tool a ``tool_choice`` names, if it names one."""
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        return next((t for t in tools if t["function"]["name"] == name), None)
+    return None
+
+
+def _arguments(fn: dict[str, Any], text: str, j: int) -> dict[str, Any]:
+    """A call's arguments: one free-form ``input`` when that is the tool's one parameter
+    (how the proxy gives custom tools to a chat model), else a small fixed object."""
+    params = fn.get("parameters") or {}
+    if params.get("required") == ["input"]:
+        return {"input": f'*** Begin Patch\n{text[:10]} "✓"\n*** End Patch'}
+    return {"q": text[:10], "j": j}
+
+
 class FakeUpstream:
     """State and handlers of one fake server (``name`` tells servers apart in affinity tests)."""
 
@@ -113,9 +130,12 @@ class FakeUpstream:
                 and msgs[-1].get("role") == "user"
             ):
                 k = 2 if "parallel" in text else 1
+                named = _named_tool(body.get("tool_choice"), tools)
                 for j in range(k):
-                    fn = tools[j % len(tools)]["function"]
-                    args = orjson.dumps({"q": text[:10], "j": j}).decode()
+                    fn = (named if named is not None and j == 0 else tools[j % len(tools)])[
+                        "function"
+                    ]
+                    args = orjson.dumps(_arguments(fn, text, j)).decode()
                     calls.append(
                         {
                             "id": f"call_{i}_{j}",

@@ -7,12 +7,19 @@ assistant turn (how the chat shape and the response record hold it), and each
 ``function_call_output`` is a tool message. A chat upstream stores nothing, so
 the proxy keeps every response's items and rebuilds the conversation a
 ``previous_response_id`` points to.
+
+Custom (free-form) tools, such as Codex's ``apply_patch``, reach a chat model as
+functions of one string parameter, ``input``: their calls come back as
+``custom_tool_call`` items holding that string, and the record keeps the call as
+the model wrote it (``{"input": ...}`` arguments).
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+import orjson
 
 from agentworld.proxy.chat_form import (
     CONTENT_FILTER,
@@ -36,8 +43,18 @@ PATH = "/v1/responses"
 
 _NOT_PARAMS = frozenset({"model", "input", "instructions", "tools"})
 _ITEM_TYPES = frozenset(
-    {"message", "function_call", "function_call_output", "reasoning", "item_reference"}
+    {
+        "message",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "reasoning",
+        "item_reference",
+    }
 )
+_CALLS = ("function_call", "custom_tool_call")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 
 
@@ -69,9 +86,7 @@ def check(body: dict[str, Any]) -> None:
                 raise BadRequest(
                     f"{where}.content: expected a string or a list of parts", f"{where}.content"
                 )
-        elif kind in ("function_call", "function_call_output") and not isinstance(
-            item.get("call_id"), str
-        ):
+        elif kind in (*_CALLS, *_OUTPUTS) and not isinstance(item.get("call_id"), str):
             raise BadRequest(f"{where}.call_id: required (a string)", f"{where}.call_id")
     for key in ("instructions", "previous_response_id"):
         if body.get(key) is not None and not isinstance(body[key], str):
@@ -159,18 +174,23 @@ def messages(
             turn = None
             content = _content(item.get("content"), f"{where}.content", as_text=False)
             out.append({"role": item.get("role"), "content": content})
-        elif kind == "function_call":
+        elif kind in _CALLS:
             if turn is None:
                 turn = {"role": "assistant", "content": None}
                 out.append(turn)
+            arguments = (
+                dumps_args(item.get("arguments"))
+                if kind == "function_call"
+                else custom_arguments(item.get("input"))
+            )
             turn.setdefault("tool_calls", []).append(
                 {
                     "id": str(item.get("call_id", "")),
                     "name": str(item.get("name", "")),
-                    "arguments": dumps_args(item.get("arguments")),
+                    "arguments": arguments,
                 }
             )
-        elif kind == "function_call_output":
+        elif kind in _OUTPUTS:
             turn = None
             output = item.get("output")
             content = _content(
@@ -201,9 +221,12 @@ def messages(
 
 
 def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Function tools in the chat shape; built-in tools need a Responses upstream."""
+    """Function and custom tools in the chat shape; built-in tools need a Responses upstream."""
     out = []
     for i, t in enumerate(body.get("tools") or ()):
+        if t.get("type") == "custom":
+            out.append(custom_tool(t, f"tools[{i}]"))
+            continue
         if t.get("type") != "function":
             raise BadRequest(
                 f"tools[{i}].type: tool type {t.get('type')!r} needs an upstream that speaks "
@@ -220,15 +243,71 @@ def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Tools for the record: function tools in the chat shape, others as the agent sent them."""
+    """Tools for the record: function and custom tools as the chat model sees them, others as
+    the agent sent them."""
     out = []
-    for t in body.get("tools") or ():
+    for i, t in enumerate(body.get("tools") or ()):
         if t.get("type") == "function" and isinstance(t.get("name"), str):
             fn = {k: t[k] for k in ("name", "description", "parameters", "strict") if k in t}
             out.append({"type": "function", "function": fn})
+        elif t.get("type") == "custom" and isinstance(t.get("name"), str):
+            out.append(custom_tool(t, f"tools[{i}]"))
         else:
             out.append(t)
     return out or None
+
+
+# -- custom (free-form) tools ---------------------------------------------------------------
+
+CUSTOM_INPUT = "input"  # the one string parameter a custom tool is given to a chat model as
+_CUSTOM_PARAMETERS = {
+    "type": "object",
+    "properties": {CUSTOM_INPUT: {"type": "string", "description": "The tool's free-form input."}},
+    "required": [CUSTOM_INPUT],
+    "additionalProperties": False,
+}
+
+
+def custom_names(body: dict[str, Any]) -> frozenset[str]:
+    """Names of the request's custom tools (their calls answer as ``custom_tool_call``)."""
+    return frozenset(
+        t["name"]
+        for t in body.get("tools") or ()
+        if isinstance(t, dict) and t.get("type") == "custom" and isinstance(t.get("name"), str)
+    )
+
+
+def custom_tool(t: dict[str, Any], where: str) -> dict[str, Any]:
+    """A custom tool as a chat function taking its text as one string; a grammar the input
+    must follow (Codex's ``apply_patch`` has one) is told in the description."""
+    description = t.get("description") if isinstance(t.get("description"), str) else ""
+    fmt = t.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar":
+        definition = fmt.get("definition")
+        if not isinstance(definition, str):
+            raise BadRequest(f"{where}.format.definition: a grammar needs its text", where)
+        syntax = fmt.get("syntax")
+        label = f" ({syntax})" if isinstance(syntax, str) and syntax else ""
+        rule = f"The {CUSTOM_INPUT} must follow this grammar{label}:\n{definition}"
+        description = f"{description}\n\n{rule}" if description else rule
+    return function_tool(t.get("name"), description or None, dict(_CUSTOM_PARAMETERS), where)
+
+
+def custom_arguments(value: Any) -> str:
+    """A custom call's input as the arguments the chat model writes for it."""
+    return orjson.dumps({CUSTOM_INPUT: value if isinstance(value, str) else ""}).decode()
+
+
+def custom_input(arguments: str) -> str:
+    """The input out of a chat call's arguments; the arguments themselves when the model
+    wrote something else (the agent then sees what it wrote)."""
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):
+        return value[CUSTOM_INPUT]
+    return arguments
 
 
 def params(body: dict[str, Any]) -> dict[str, Any]:
@@ -238,7 +317,11 @@ def params(body: dict[str, Any]) -> dict[str, Any]:
 def _tool_choice(choice: Any) -> Any:
     if choice in ("auto", "none", "required"):
         return choice
-    if isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") in ("function", "custom")
+        and isinstance(choice.get("name"), str)
+    ):
         return {"type": "function", "function": {"name": choice["name"]}}
     raise BadRequest(f"tool_choice: {choice!r} cannot be given to a chat upstream", "tool_choice")
 
@@ -347,8 +430,19 @@ def call_item(
     }
 
 
-def output_of(msg: dict[str, Any]) -> list[dict[str, Any]]:
-    """Output items for one chat assistant message: reasoning, message, function calls."""
+def custom_call_item(item_id: str, call_id: str, name: str, input_: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "custom_tool_call",
+        "call_id": call_id,
+        "name": name,
+        "input": input_,
+    }
+
+
+def output_of(msg: dict[str, Any], custom: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """Output items for one chat assistant message: reasoning, message, function calls
+    (``custom_tool_call`` items for the tools named in ``custom``)."""
     out = []
     reasoning = msg.get("reasoning")
     if reasoning is None:
@@ -361,14 +455,12 @@ def output_of(msg: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(c, dict):
             continue
         fn = c.get("function") if isinstance(c.get("function"), dict) else {}
-        out.append(
-            call_item(
-                short_id("fc"),
-                c.get("id") or short_id("call"),
-                str(fn.get("name") or ""),
-                dumps_args(fn.get("arguments")),
-            )
-        )
+        name, call_id = str(fn.get("name") or ""), c.get("id") or short_id("call")
+        arguments = dumps_args(fn.get("arguments"))
+        if name in custom:
+            out.append(custom_call_item(short_id("ctc"), call_id, name, custom_input(arguments)))
+        else:
+            out.append(call_item(short_id("fc"), call_id, name, arguments))
     return out
 
 
@@ -416,7 +508,7 @@ def from_chat(
     created = chat.get("created") if isinstance(chat.get("created"), int | float) else time.time()
     resp = skeleton(body, response_id, model, created)
     resp["status"], resp["incomplete_details"] = status_of(choice.get("finish_reason"))
-    resp["output"] = output_of(msg)
+    resp["output"] = output_of(msg, custom_names(body))
     resp["usage"] = usage_of(*chat_usage(chat, tokens))
     return resp
 
@@ -424,7 +516,7 @@ def from_chat(
 def response_record(resp: dict[str, Any]) -> dict[str, Any]:
     """A Response object (pass-through) as the record's normalised response."""
     output = [o for o in resp.get("output") or () if isinstance(o, dict)]
-    known = [o for o in output if o.get("type") in ("message", "function_call", "reasoning")]
+    known = [o for o in output if o.get("type") in ("message", *_CALLS, "reasoning")]
     msgs = messages(known, strict=False)
     message: dict[str, Any] = {"role": "assistant", "content": None}
     for m in msgs:  # one turn; join defensively if the upstream split it

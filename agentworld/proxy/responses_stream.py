@@ -5,6 +5,10 @@ Every event carries a ``sequence_number``. The grammar: ``response.created``,
 ``response.in_progress``, then per output item ``response.output_item.added``,
 its parts and deltas, ``response.output_item.done``, and finally
 ``response.completed`` (or ``response.incomplete``) holding the whole Response.
+
+A call to a custom tool streams from the model as JSON arguments
+(``{"input": ...}``); its item's input is sent whole, in one
+``response.custom_tool_call_input.delta`` and its ``.done``, once the call ends.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from typing import Any
 from agentworld.proxy.chat_form import short_id, sse
 from agentworld.proxy.responses import (
     call_item,
+    custom_call_item,
+    custom_input,
+    custom_names,
     message_item,
     reasoning_item,
     skeleton,
@@ -34,8 +41,11 @@ class ChatToResponses:
         self.response: dict[str, Any] | None = None
         self.output: list[dict[str, Any]] = []  # items, open or done, by output_index
         self.open: int | None = None  # output_index of the item receiving deltas
-        self.kind: str | None = None  # "reasoning" | "message" | "function_call"
+        # "reasoning" | "message" | "function_call" | "custom_tool_call"
+        self.kind: str | None = None
         self.calls: dict[int, int] = {}  # chat tool-call index -> output_index
+        self.custom = custom_names(body)
+        self.custom_args: dict[int, str] = {}  # output_index -> a custom call's JSON so far
         self.finish_reason: Any = None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
@@ -123,7 +133,18 @@ class ChatToResponses:
                     arguments=item["arguments"],
                 )
             )
-        item["status"] = "completed"
+        elif self.kind == "custom_tool_call":
+            item["input"] = custom_input(self.custom_args[i])
+            ids = {"item_id": item["id"], "output_index": i}
+            if item["input"]:
+                out.append(
+                    self._event("response.custom_tool_call_input.delta", **ids, delta=item["input"])
+                )
+            out.append(
+                self._event("response.custom_tool_call_input.done", **ids, input=item["input"])
+            )
+        if self.kind != "custom_tool_call":  # the one item type without a status
+            item["status"] = "completed"
         out.append(
             self._event("response.output_item.done", output_index=i, item=copy.deepcopy(item))
         )
@@ -171,18 +192,23 @@ class ChatToResponses:
         fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
         out: list[bytes] = []
         if k not in self.calls:
-            item = call_item(
-                short_id("fc"),
-                tc.get("id") or short_id("call"),
-                str(fn.get("name") or ""),
-                "",
-                "in_progress",
-            )
-            out += self._add("function_call", item)
+            name, call_id = str(fn.get("name") or ""), tc.get("id") or short_id("call")
+            if name in self.custom:
+                out += self._add(
+                    "custom_tool_call", custom_call_item(short_id("ctc"), call_id, name, "")
+                )
+                self.custom_args[self.open or 0] = ""
+            else:
+                out += self._add(
+                    "function_call", call_item(short_id("fc"), call_id, name, "", "in_progress")
+                )
             self.calls[k] = self.open or 0
         i = self.calls[k]
         args = fn.get("arguments")
-        if isinstance(args, str) and args:
+        if i in self.custom_args:
+            if isinstance(args, str):
+                self.custom_args[i] += args  # sent whole when the call ends
+        elif isinstance(args, str) and args:
             self.output[i]["arguments"] += args
             if i == self.open:  # a late piece of an earlier call shows in its done event
                 out.append(
@@ -210,6 +236,8 @@ class ChatToResponses:
         resp = dict(self.response or skeleton(self.body, self.response_id, "", time.time()))
         resp["status"], resp["incomplete_details"] = status_of(self.finish_reason)
         resp["output"] = copy.deepcopy(self.output)
+        for i, args in self.custom_args.items():  # with any late piece of a call's arguments
+            resp["output"][i]["input"] = custom_input(args)
         resp["usage"] = usage_of(prompt, completion, cached)
         return resp
 
@@ -262,6 +290,9 @@ class ResponsesAssembler:
         elif kind == "response.function_call_arguments.delta" and i in self.items:
             item = self.items[i]
             item["arguments"] = item.get("arguments", "") + str(event.get("delta", ""))
+        elif kind == "response.custom_tool_call_input.delta" and i in self.items:
+            item = self.items[i]
+            item["input"] = item.get("input", "") + str(event.get("delta", ""))
         elif kind == "error":
             self.error = {"message": str(event.get("message", "")), "code": event.get("code")}
 
