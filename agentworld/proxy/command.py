@@ -84,6 +84,7 @@ def proxy(
 
     from aiohttp import web
 
+    from agentworld import listen
     from agentworld.errors import ConfigError
     from agentworld.pool import Pool
     from agentworld.proxy.app import make_app
@@ -120,10 +121,10 @@ def proxy(
             logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         logging.getLogger("agentworld.proxy.access").addHandler(logging.StreamHandler(sys.stderr))
         logging.getLogger("agentworld.proxy.access").propagate = False
+    sock = listen.bind(host, port, "aw proxy")  # before the pool: a port in use changes nothing
+    port = listen.port_of(sock)  # --port 0: the URL announced below is one agents can use
     the_pool = Pool.create(pool)
     app = make_app(cfg, the_pool)
-    if port == 0:
-        port = _free_port(host)  # so the URL announced below is one agents can use
     targets = ", ".join(
         [f"{n} -> {' '.join(u.urls)}" for n, u in agents.items()]
         + ([f"default -> {default.urls[0]}"] if default else [])
@@ -137,8 +138,7 @@ def proxy(
     _raise_open_files_limit()
     web.run_app(
         app,
-        host=host,
-        port=port,
+        sock=sock,
         access_log=None,
         print=None,
         loop=_event_loop(uvloop),
@@ -192,14 +192,6 @@ def _raise_open_files_limit(wanted: int = OPEN_FILES_WANTED) -> int:
         except (ValueError, OSError) as exc:
             typer.echo(f"aw proxy: could not raise the open-files limit ({soft}): {exc}", err=True)
     return soft
-
-
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _event_loop(want_uvloop: bool) -> Any:
