@@ -180,6 +180,8 @@ class ResponsesAdapter:
     ) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
             return
+        if body.get("store") is False:  # as OpenAI: nothing to chain to (Codex sends it so)
+            return
         output = [o for o in obj.get("output") or () if isinstance(o, dict)]
         prev = body.get("previous_response_id")
         chains.put(

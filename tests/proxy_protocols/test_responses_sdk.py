@@ -149,3 +149,19 @@ async def test_upstream_error_reaches_the_agent(translating, pool):
     (step,) = steps_of(pool)
     assert step["status"] == "error" and step["error"]["status"] == 500
     assert step["protocol"] == "openai.responses"
+
+
+async def test_store_false_keeps_no_chain_as_openai(translating, chat_fake):
+    """Codex sends ``store: false`` and its whole history each turn: nothing is kept for it."""
+    client = client_for(translating.base_url)
+    first = await client.responses.create(model="gpt-test", input="hi", store=False)
+    assert first.store is False
+    with pytest.raises(openai.BadRequestError) as err:
+        await client.responses.create(model="gpt-test", input="and?", previous_response_id=first.id)
+    assert f"Previous response with id '{first.id}' not found" in str(err.value)
+    kept = await client.responses.create(model="gpt-test", input="hi")  # store defaults to true
+    again = await client.responses.create(
+        model="gpt-test", input="and?", previous_response_id=kept.id
+    )
+    assert again.previous_response_id == kept.id
+    await client.close()

@@ -175,6 +175,20 @@ def test_chains_rebuild_history_and_forget_evicted_ancestors():
     assert info.value.param == "previous_response_id"
 
 
+def test_chains_stay_within_their_byte_budget():
+    big = [{"type": "message", "role": "user", "content": "x" * 1000}]
+    chains = ResponseChains(max_bytes=2500)
+    for i in range(3):
+        chains.put(f"r{i}", Stored("tr_a", None, big, []))
+    assert len(chains) == 2 and 2000 < chains.bytes <= 2500  # the oldest went
+    assert chains.get("r0") is None and chains.get("r2") is not None
+    chains.put("r2", Stored("tr_a", None, [], []))  # replacing one gives its bytes back
+    assert len(chains) == 2 and 1000 < chains.bytes < 1100
+    alone = ResponseChains(max_bytes=10)
+    alone.put("r", Stored("tr_a", None, big, []))  # the newest stays even when over
+    assert alone.get("r") is not None
+
+
 def test_unary_answer_is_a_valid_response():
     chat = chat_body(
         content="Sunny.",
