@@ -121,7 +121,8 @@ async def _pump(
     Returns (saw [DONE], agent gone, fault, held): ``held`` is the events that
     came with [DONE] (and after it), sent by ``_finish_stream`` in one write with
     [DONE] and the end of the body (the agent sees them no later: [DONE] waits
-    for the step to be registered anyway). The first event goes out on its own,
+    for the step to be registered anyway), or, in strict mode, ahead of [DONE],
+    which alone waits for the disk. The first event goes out on its own,
     ahead of the rest of its read, so the first token is not held up by them;
     unless that read is the whole stream (a short answer, [DONE] included, in
     under ``WHOLE_READ_BYTES``): then the agent gets it all in one write, a few
@@ -247,7 +248,14 @@ async def _finish_stream(
     replies = add_reply_continuations(st, call, prompt_key, body)
     tail = b"data: [DONE]\n\n"
     recs = None
+    gone = False
     if st.recorder.strict:
+        if held:  # the answer's events go now, as a longer stream's would have: only [DONE]
+            try:  # waits for the disk (a whole-read stream's first token must not)
+                await out.write(held)
+            except WRITE_ERRORS:
+                gone = True
+            held = b""
         recs = ok_steps(call, body, replies)
         try:
             await st.recorder.steps(call.trajectory, recs)
@@ -258,11 +266,11 @@ async def _finish_stream(
                 "code": 503,
             }
             tail = encode_event({"error": error})
-    gone = False
-    try:
-        await out.write_eof(held + tail)  # one write: the held events, [DONE], the body's end
-    except WRITE_ERRORS:
-        gone = True
+    if not gone:
+        try:
+            await out.write_eof(held + tail)  # one write: the held events, [DONE], the body's end
+        except WRITE_ERRORS:
+            gone = True
     if recs is None:
         recs = ok_steps(call, body, replies)
         if gone:

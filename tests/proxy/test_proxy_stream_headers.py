@@ -159,3 +159,42 @@ async def test_a_stream_that_came_whole_goes_out_in_one_write(
         await proxy2.stop()
     steps = steps_of(pool)
     assert [s["response"]["message"]["content"] for s in steps] == ["Hello", "Hello"]
+
+
+async def test_strict_mode_sends_a_whole_streams_events_before_the_disk_is_done(
+    make_proxy, pool, monkeypatch
+) -> None:
+    """Strict durability holds back only [DONE] until the step is on disk: a stream read
+    whole must not wait for the fsync before its first token, as a longer one would not."""
+    from agentworld.proxy.recorder import Recorder
+
+    real_steps = Recorder.steps
+
+    async def slow_disk(self, trajectory, recs):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(STALL_S)
+        return await real_steps(self, trajectory, recs)
+
+    monkeypatch.setattr(Recorder, "steps", slow_disk)
+
+    async def whole(reader, writer, n):  # type: ignore[no-untyped-def]
+        events = chunk(delta("Hel")) + chunk(delta("lo", "stop")) + chunk(b"[DONE]")
+        writer.write(HEAD + events + b"0\r\n\r\n")
+        await writer.drain()
+
+    async with ScriptedServer(whole) as up:
+        proxy = await make_proxy(UpstreamConfig.single(base_of(up)), durability="strict")
+        t0 = time.perf_counter()
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(proxy.url + "/v1/chat/completions", json=body) as resp,
+        ):
+            first = await resp.content.readuntil(b"\n\n")
+            t_first = time.perf_counter() - t0
+            rest = await resp.read()
+            t_done = time.perf_counter() - t0
+        assert t_first < STALL_S * 0.6 <= STALL_S * 0.9 <= t_done
+        assert contents(first + rest) == ["Hel", "lo"] and rest.endswith(b"data: [DONE]\n\n")
+        await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "ok" and step["response"]["message"]["content"] == "Hello"
