@@ -191,11 +191,12 @@ async def _unary(
         await record_fault(ctx, fault)
         return error_response(adapter, fault.status, fault.message)
     call.upstream_s = call.first_token_s = time.perf_counter() - t_up
+    out_headers.update(call.relay)
     if status != 200:
         fault = Fault(status, "upstream_status", upstream_error_message(raw))
         await record_fault(ctx, fault)
         if ctx.translate:
-            return error_response(adapter, status, fault.message)
+            return error_response(adapter, status, fault.message, headers=call.relay)
         return web.Response(status=status, body=raw, headers={"Content-Type": ctype, **out_headers})
     try:
         obj = upstream_json.loads(raw)

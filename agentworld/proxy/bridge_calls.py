@@ -39,13 +39,19 @@ class Ctx:
 
 
 def error_response(
-    adapter: ProtocolAdapter, status: int, message: str, param: str | None = None
+    adapter: ProtocolAdapter,
+    status: int,
+    message: str,
+    param: str | None = None,
+    *,
+    headers: dict[str, str] | None = None,
 ) -> web.Response:
-    """An HTTP error in the protocol's own shape."""
+    """An HTTP error in the protocol's own shape (with ``headers``: the upstream's relayed)."""
     return web.Response(
         status=status,
         body=adapter.error_body(status, message, param),
         content_type="application/json",
+        headers=headers,
     )
 
 

@@ -54,6 +54,7 @@ async def stream(
     tr = adapter.translator(ctx.body, ctx.rid) if ctx.translate else None
     try:
         stamp(st, call, resp.headers)
+        out_headers.update(call.relay)
         ctype = resp.headers.get("Content-Type", "")
         if resp.status != 200 or not ctype.startswith("text/event-stream"):
             try:
@@ -72,7 +73,7 @@ async def stream(
             )
             await record_fault(ctx, fault)
             if ctx.translate or ok:
-                return error_response(adapter, fault.status, fault.message)
+                return error_response(adapter, fault.status, fault.message, headers=call.relay)
             return web.Response(
                 status=resp.status,
                 body=raw,

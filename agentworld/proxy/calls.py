@@ -12,7 +12,7 @@ from agentworld.proxy.app import State
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
-from agentworld.proxy.upstream import Fault, policy_from, read_limited
+from agentworld.proxy.upstream import Fault, policy_from, read_limited, relayed
 from agentworld.proxy.upstream_http import UpstreamConnectError, UpstreamResponse
 
 log = logging.getLogger("agentworld.proxy")
@@ -142,6 +142,8 @@ async def post_upstream(
 
 
 def stamp(st: State, call: Call, headers: Any) -> None:
+    """What the upstream's response headers say: the policy version, and what to relay."""
+    call.relay = relayed(headers)
     pv = policy_from(headers)
     if pv is not None:
         st.set_policy(pv)

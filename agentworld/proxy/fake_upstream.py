@@ -5,7 +5,7 @@ It answers in vLLM's JSON and SSE shapes, including ``return_token_ids``
 (id = code point) of a rendered prompt, so consecutive turns of one
 conversation have prompts that extend each other, as with a real chat template.
 Faults are chosen by the request's ``model``: ``fail-500``, ``fail-400``,
-``hang``, ``reset``, ``break``, ``slow``, ``bad-json``.
+``rate-limit``, ``hang``, ``reset``, ``break``, ``slow``, ``bad-json``.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ class FakeUpstream:
         self.started = 0
         self.finished = 0
         self.hang_s = 30.0  # how long "hang" hangs
+        self.response_headers: dict[str, str] = {}  # sent with every generation's answer
 
     # -- what to answer ------------------------------------------------------------------
 
@@ -188,6 +189,24 @@ class FakeUpstream:
                 },
                 status=400,
             )
+        if model == "rate-limit":  # as OpenAI sends a 429, back-off headers included
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "Rate limit reached for requests",
+                        "type": "requests",
+                        "param": None,
+                        "code": "rate_limit_exceeded",
+                    }
+                },
+                status=429,
+                headers={
+                    "retry-after": "7",
+                    "x-ratelimit-remaining-requests": "0",
+                    "x-request-id": "req-limited",
+                    "x-engine-internal": "not for agents",
+                },
+            )
         if model == "hang":
             await asyncio.sleep(self.hang_s)
         if model == "reset":
@@ -231,7 +250,7 @@ class FakeUpstream:
             ids(prompt) if isinstance(body.get("prompt"), str) or chat else list(body["prompt"])
         )
         choices = self._choices(body, chat)
-        headers = {}
+        headers = dict(self.response_headers)
         if self.policy_version is not None:
             headers["X-AW-Policy-Version"] = str(self.policy_version)
         if body.get("stream"):

@@ -139,6 +139,7 @@ async def _unary(
         await record_fault(st, call, fault)
         return error_response(fault.status, fault.message, "upstream_error", code=fault.status)
     call.upstream_s = call.first_token_s = time.perf_counter() - t_up
+    out_headers.update(call.relay)
     if status != 200:
         fault = Fault(status, "upstream_status", upstream_error_message(raw))
         await record_fault(st, call, fault)

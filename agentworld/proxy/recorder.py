@@ -41,6 +41,7 @@ class Call:
     upstream_s: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     messages: list[dict[str, Any]] | None = None  # normalised once, shared with threading
+    relay: dict[str, str] = field(default_factory=dict)  # upstream headers for the agent
 
     def timings(self) -> dict[str, Any]:
         t: dict[str, Any] = {"started_at": self.started_at, "ended_at": time.time()}

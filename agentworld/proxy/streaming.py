@@ -55,6 +55,7 @@ async def stream(
     clean = False  # fully read: the connection can go back to the pool (keep-alive)
     try:
         stamp(st, call, resp.headers)
+        out_headers.update(call.relay)
         ctype = resp.headers.get("Content-Type", "")
         if resp.status != 200 or not ctype.startswith("text/event-stream"):
             try:

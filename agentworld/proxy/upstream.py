@@ -115,6 +115,31 @@ def _header_kind(name: str) -> int:
     return kind
 
 
+# Upstream response headers an agent's SDK acts on: retry and back-off (the OpenAI and
+# Anthropic SDKs read these), rate-limit budgets, and request ids to quote to a provider.
+# Recorded routes relay these and set the rest themselves.
+_RELAY_NAMES = frozenset(
+    {"retry-after", "retry-after-ms", "x-should-retry", "x-request-id", "request-id"}
+)
+_RELAY_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+_RELAY: dict[str, bool] = {}  # header name as sent -> relayed? (names repeat)
+
+
+def relayed(headers: Mapping[str, str]) -> dict[str, str]:
+    """The upstream headers a recorded route hands on to the agent (see ``_RELAY_NAMES``)."""
+    out: dict[str, str] = {}
+    for k, v in headers.items():
+        keep = _RELAY.get(k)
+        if keep is None:
+            lk = k.lower()
+            keep = lk in _RELAY_NAMES or lk.startswith(_RELAY_PREFIXES)
+            if len(_RELAY) < _MAX_HEADER_NAMES:
+                _RELAY[k] = keep
+        if keep:
+            out[k] = v
+    return out
+
+
 def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
     """The upstream's response headers that are safe to hand to the agent."""
     out: CIMultiDict[str] = CIMultiDict()
