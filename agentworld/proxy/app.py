@@ -33,6 +33,11 @@ ROUTE_PREFIXES = (
     "/t/{trajectory}/g/{group}",
     "/t/{trajectory}/a/{agent}",
     "/t/{trajectory}/g/{group}/a/{agent}",
+    # No trajectory: automatic threading, within this agent and group. For agents that
+    # take only a base URL (ANTHROPIC_BASE_URL=http://HOST:PORT/a/claude-code).
+    "/a/{agent}",
+    "/g/{group}",
+    "/g/{group}/a/{agent}",
 )
 
 

@@ -456,3 +456,31 @@ async def test_headers_and_query_label_new_trajectories(proxy, pool):
     got = sorted((s["agent"], s["group"], s["task"], s["dataset"]) for s in steps_of(pool))
     # The query string wins over headers; headers fill what it does not say.
     assert got == [("query-bot", "g8", "task 12", "hotpot"), ("rag-bot", "g7", "task 12", "hotpot")]
+
+
+async def test_agent_and_group_path_prefixes_thread_without_a_trajectory(proxy, pool):
+    """A CLI that takes only a base URL names its agent (and group) in it; its turns thread
+    into one trajectory per conversation, each agent's apart from the others'."""
+    import anthropic
+
+    ask = [{"role": "user", "content": "fix it"}]
+    codex = client(f"{proxy.url}/g/batch-1/a/codex/v1")
+    first = await codex.chat.completions.create(model="m", messages=ask)
+    follow = [*ask, first.choices[0].message.model_dump(exclude_none=True)]
+    follow.append({"role": "user", "content": "and the tests?"})
+    await codex.chat.completions.create(model="m", messages=follow)
+    await codex.close()
+    claude = anthropic.AsyncAnthropic(base_url=f"{proxy.url}/a/claude", api_key="k")
+    await claude.messages.create(model="m", max_tokens=8, messages=ask)  # the same question
+    await claude.close()
+    await proxy.stop()
+    steps = steps_of(pool)
+    by_agent = {}
+    for s in steps:
+        by_agent.setdefault(s["agent"], []).append(s)
+    assert sorted(by_agent) == ["claude", "codex"]
+    c0, c1 = sorted(by_agent["codex"], key=lambda s: s["index"])
+    assert c0["trajectory"] == c1["trajectory"] and (c0["index"], c1["index"]) == (0, 1)
+    assert c0["group"] == c1["group"] == "batch-1"
+    (cl,) = by_agent["claude"]
+    assert cl["trajectory"] != c0["trajectory"] and "group" not in cl
