@@ -260,12 +260,18 @@ def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
 # -- custom (free-form) tools ---------------------------------------------------------------
 
 CUSTOM_INPUT = "input"  # the one string parameter a custom tool is given to a chat model as
-_CUSTOM_PARAMETERS = {
-    "type": "object",
-    "properties": {CUSTOM_INPUT: {"type": "string", "description": "The tool's free-form input."}},
-    "required": [CUSTOM_INPUT],
-    "additionalProperties": False,
-}
+
+
+def _custom_parameters() -> dict[str, Any]:
+    """The JSON schema of that parameter (a new one each time: records must not share it)."""
+    return {
+        "type": "object",
+        "properties": {
+            CUSTOM_INPUT: {"type": "string", "description": "The tool's free-form input."}
+        },
+        "required": [CUSTOM_INPUT],
+        "additionalProperties": False,
+    }
 
 
 def custom_names(body: dict[str, Any]) -> frozenset[str]:
@@ -290,7 +296,7 @@ def custom_tool(t: dict[str, Any], where: str) -> dict[str, Any]:
         label = f" ({syntax})" if isinstance(syntax, str) and syntax else ""
         rule = f"The {CUSTOM_INPUT} must follow this grammar{label}:\n{definition}"
         description = f"{description}\n\n{rule}" if description else rule
-    return function_tool(t.get("name"), description or None, dict(_CUSTOM_PARAMETERS), where)
+    return function_tool(t.get("name"), description or None, _custom_parameters(), where)
 
 
 def custom_arguments(value: Any) -> str:
