@@ -77,7 +77,8 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         )
         base = up.urls[slot]
         if (up.protocol_mode or TRANSLATE) == PASSTHROUGH:
-            return await forward(request, st, up, base + PATH, api_key, orjson.dumps(raw_body))
+            data = orjson.dumps(raw_body)
+            return await forward(request, st, up, base + PATH, api_key, data, anthropic=True)
         if up.engine != "vllm":
             raise BadRequest(
                 f"counting tokens needs a tokenizer: agent {agent!r}'s upstream is "
@@ -96,6 +97,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         request.headers, api_key, forward_client_auth=not st.config.auth_token
     )
     headers["Content-Type"] = "application/json"
+    headers["Accept-Encoding"] = "identity"  # read here, and the session does not decompress
     assert st.session is not None
     try:
         async with st.session.post(

@@ -64,15 +64,24 @@ async def forward(
     url: str,
     api_key: str | None,
     data: bytes | None,
+    *,
+    anthropic: bool = False,
 ) -> web.StreamResponse:
     """Send the agent's request (its method, query and ``data``) to ``url``; stream back the
-    answer as it comes, status and headers included."""
+    answer as it comes, status and headers included. ``anthropic``: the configured key goes
+    as Anthropic's API takes it (``x-api-key``)."""
     assert st.session is not None
     if request.query_string:
         url += "?" + request.query_string
     headers = upstream_headers(
         request.headers, api_key, forward_client_auth=not st.config.auth_token
     )
+    # The body comes back as the upstream encodes it (the session does not decompress):
+    # only in an encoding the agent itself accepts.
+    headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
+    if anthropic and api_key is not None:
+        del headers["Authorization"]
+        headers["x-api-key"] = api_key
     try:
         async with st.session.request(
             request.method,

@@ -140,11 +140,16 @@ def relayed(headers: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+# A body relayed byte for byte keeps its Content-Encoding (the agent asked for it).
+_NOT_RELAYED = (HOP_HEADERS - {"content-encoding"}) | {"set-cookie"}
+
+
 def response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
-    """The upstream's response headers that are safe to hand to the agent."""
+    """The upstream's response headers that are safe to hand to the agent with its body as
+    it came (pass-through routes)."""
     out: CIMultiDict[str] = CIMultiDict()
     for k, v in upstream.items():
-        if k.lower() not in HOP_HEADERS and k.lower() != "set-cookie":
+        if k.lower() not in _NOT_RELAYED:
             out.add(k, v)
     return out
 

@@ -291,3 +291,40 @@ async def test_upstream_connection_is_kept_alive_across_unary_and_streamed_calls
     await proxy.stop()
     assert len(opened) == 1  # six calls, one upstream connection
     assert len([r for r in pool.iter_records() if r["kind"] == "step"]) == 6
+
+
+async def test_passed_through_bodies_keep_the_encoding_the_agent_asked_for(make_proxy):
+    """A hosted API compresses what the agent accepts; the body travels as it came, with its
+    Content-Encoding, and an agent that accepts none gets it plain."""
+    import aiohttp
+    import orjson
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def models(request: web.Request) -> web.Response:
+        data = [{"id": "m" * 40 + str(i), "object": "model", "owned_by": "x"} for i in range(50)]
+        resp = web.json_response({"object": "list", "data": data})
+        resp.enable_compression()  # as the client's Accept-Encoding allows
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    hosted = TestServer(app, host="127.0.0.1")
+    await hosted.start_server()
+    try:
+        proxy = await make_proxy(UpstreamConfig.single(str(hosted.make_url("")).rstrip("/")))
+        c = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
+        raw = await c.models.with_raw_response.list()  # the SDK accepts gzip and others
+        assert raw.headers.get("content-encoding") in ("gzip", "deflate", "br", "zstd")
+        assert len(raw.parse().data) == 50
+        await c.close()
+        async with (
+            aiohttp.ClientSession(
+                auto_decompress=False, skip_auto_headers=["Accept-Encoding"]
+            ) as s,
+            s.get(proxy.base_url + "/models") as r,
+        ):
+            assert "Content-Encoding" not in r.headers
+            assert len(orjson.loads(await r.read())["data"]) == 50
+    finally:
+        await hosted.close()

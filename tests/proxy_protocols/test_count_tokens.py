@@ -141,3 +141,14 @@ async def test_passthrough_forwards_to_the_anthropic_upstream(passing, native_fa
     assert fake_anthropic.headers[0]["anthropic-beta"] == "token-counting-2024-11-01"
     got = fake_anthropic.headers[0]  # the agent's own key goes with it
     assert "agent-key" in (got.get("x-api-key") or got.get("authorization", ""))
+
+
+async def test_passthrough_sends_the_configured_key_as_anthropic_takes_it(make_proxy, native_fake):
+    fake_anthropic, _, url = native_fake
+    proxy = await make_proxy(url, mode="passthrough", api_keys={"default": "sk-ant-configured"})
+    client = client_for(proxy.url)
+    await client.messages.count_tokens(**CONVERSATION)
+    await client.close()
+    got = fake_anthropic.headers[0]
+    assert got["x-api-key"] == "sk-ant-configured"
+    assert "agent-key" not in got.get("authorization", "")  # the agent's own key stays behind
