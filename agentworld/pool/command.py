@@ -230,9 +230,9 @@ def ls(
     out = listing.console()
     columns = (
         Column("trajectory"),
-        Column("agent", flex=True),
-        Column("dataset", flex=True),
-        Column("task", flex=True),
+        Column("agent", flex=True, keep=3),
+        Column("dataset", flex=True, keep=1),
+        Column("task", flex=True, keep=2),
         Column("status"),
         Column("steps", right=True),
         Column("reward", right=True),

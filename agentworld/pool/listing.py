@@ -4,8 +4,9 @@ Rich shrinks every column of a table wider than the terminal, ids included,
 down to ``…``: on an 80-column terminal a trajectory listing showed only ids
 and ellipses. Here the columns a user copies or scans (ids, status, counts,
 times) keep their full width, the free-text ones (agent, task, text) share
-what is left and end in ``…`` when cut, and a free-text column empty in every
-row is left out. Piped output is not cut at all.
+what is left and end in ``…`` when cut; a free-text column empty in every
+row is left out, and so are the least useful ones (lowest ``keep``) when too
+little room is left for them. Piped output is not cut at all.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Column:
     name: str
     flex: bool = False  # free text: may be cut, left out when empty in every row
     right: bool = False  # numbers
+    keep: int = 0  # free text: the lowest is the first left out when the width is short
 
 
 def console() -> Console:
@@ -61,8 +63,13 @@ def fit_table(
     """A table of ``rows`` (plain strings, never markup) that fits ``width`` where it can."""
     keep = [i for i, c in enumerate(columns) if not c.flex or any(r[i] not in EMPTY for r in rows)]
     natural = {i: max([len(columns[i].name), *(len(r[i]) for r in rows)]) for i in keep}
-    flex = [i for i in keep if columns[i].flex]
-    fixed = sum(natural[i] for i in keep if i not in flex) + GAP * (len(keep) - 1)
+    while True:
+        flex = [i for i in keep if columns[i].flex]
+        fixed = sum(natural[i] for i in keep if i not in flex) + GAP * (len(keep) - 1)
+        least = sum(min(natural[i], MIN_FLEX) for i in flex)
+        if not flex or fixed + least <= width:
+            break
+        keep.remove(min(reversed(flex), key=lambda i: columns[i].keep))  # ties: the rightmost
     limits = _share(max(0, width - fixed), {i: natural[i] for i in flex})
     table = Table(
         box=box.SIMPLE_HEAD,

@@ -103,3 +103,21 @@ def test_short_time_shows_the_year_only_for_other_years() -> None:
     assert short_time(time.mktime((2026, 3, 4, 5, 6, 7, 0, 0, -1)), now) == "03-04 05:06"
     assert short_time(time.mktime((2025, 12, 31, 23, 0, 0, 0, 0, -1)), now) == "2025-12-31"
     assert short_time(None, now) == "-"
+
+
+def test_the_least_useful_free_text_goes_first_when_the_width_is_short() -> None:
+    cols = (
+        Column("trajectory"),
+        Column("agent", flex=True, keep=3),
+        Column("dataset", flex=True, keep=1),
+        Column("task", flex=True, keep=2),
+        Column("status"),
+        Column("last"),
+    )
+    row = ("tr_" + "x" * 26, "math", "arithmetic", "basic_arithmetic-7-0", "done", "12-01 06:48")
+    out = Console(width=64, record=True, highlight=False)
+    out.print(fit_table(cols, [row], 64))
+    header, _, line = _lines(out.export_text())
+    assert header.split() == ["trajectory", "agent", "task", "status", "last"]  # no dataset
+    assert len(line) <= 64 and line.endswith("done    12-01 06:48")
+    assert line.split()[1] == "math" and line.split()[2].endswith("…")
