@@ -282,7 +282,9 @@ def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
 
 @pool_app.command()
 def show(
-    ident: str = typer.Argument(..., help="A step or trajectory id (or a unique prefix)."),
+    ident: str = typer.Argument(
+        ..., help="A step or trajectory id, a unique prefix, or the end `aw tui` shows (6+ chars)."
+    ),
     pool_path: Path = POOL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the raw record(s) as JSON."),
 ) -> None:

@@ -14,6 +14,7 @@ import orjson
 from agentworld.pool.selection import Selection
 
 _IN_CHUNK = 500  # ids per IN (...): old SQLite builds take at most 999 parameters
+MIN_SUFFIX = 6  # the shortest end of an id `find` looks ids up by (`aw tui` shows 10)
 
 TRAJECTORY_SORTS = {
     "time": "t.last_at",
@@ -153,20 +154,20 @@ class IndexQueries:
         return dict(r) if r else None
 
     def find(self, prefix: str) -> list[tuple[str, str]]:
-        """Resolve an id or unique prefix to ('step'|'trajectory', id) candidates."""
-        out = [
-            ("trajectory", r[0])
-            for r in self.db.execute(
-                "SELECT id FROM trajectories WHERE id >= ? AND id < ? LIMIT 5",
-                (prefix, prefix + "\uffff"),
-            )
-        ]
-        out += [
-            ("step", r[0])
-            for r in self.db.execute(
-                "SELECT id FROM steps WHERE id >= ? AND id < ? LIMIT 5", (prefix, prefix + "\uffff")
-            )
-        ]
+        """Resolve an id or unique prefix to ('step'|'trajectory', id) candidates; failing
+        that, an id's end of at least ``MIN_SUFFIX`` characters (the short ids `aw tui`
+        lists: the random end of an id, where the start is its time)."""
+        out = self._matching("id >= ? AND id < ?", (prefix, prefix + "\uffff"))
+        if out or len(prefix) < MIN_SUFFIX:
+            return out
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return self._matching("id LIKE ? ESCAPE '\\'", ("%" + escaped,))
+
+    def _matching(self, where: str, args: tuple[str, ...]) -> list[tuple[str, str]]:
+        out = []
+        for kind, table in (("trajectory", "trajectories"), ("step", "steps")):
+            rows = self.db.execute(f"SELECT id FROM {table} WHERE {where} LIMIT 5", args)
+            out += [(kind, r[0]) for r in rows]
         return out
 
     def end(self, trajectory_id: str) -> dict[str, Any] | None:

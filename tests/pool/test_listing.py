@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import orjson
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -121,3 +122,17 @@ def test_the_least_useful_free_text_goes_first_when_the_width_is_short() -> None
     assert header.split() == ["trajectory", "agent", "task", "status", "last"]  # no dataset
     assert len(line) <= 64 and line.endswith("done    12-01 06:48")
     assert line.split()[1] == "math" and line.split()[2].endswith("…")
+
+
+def test_the_short_ids_the_tui_shows_find_their_trajectory_and_step(pool: Pool) -> None:
+    (tid,) = _write(pool, n=1)
+    res = runner.invoke(app, ["pool", "show", tid[-10:], "--pool", str(pool.root), "--json"])
+    assert res.exit_code == 0, res.output
+    data = orjson.loads(res.stdout)
+    assert data["end"]["trajectory"] == tid
+    step_id = data["steps"][0]["id"]
+    res = runner.invoke(app, ["pool", "show", step_id[-8:], "--pool", str(pool.root), "--json"])
+    assert res.exit_code == 0 and orjson.loads(res.stdout)["id"] == step_id
+    for wild in ("%" * 8, "_" * 8, tid[-5:]):  # LIKE wildcards are literal; 5 is too short
+        res = runner.invoke(app, ["pool", "show", wild, "--pool", str(pool.root)])
+        assert res.exit_code != 0 and "no step or trajectory matches" in str(res.exception)
