@@ -331,14 +331,13 @@ class NeverDone:
         await asyncio.sleep(3600)
 
 
-async def test_a_cancelled_run_lets_every_episode_finish_ending_its_trajectory():
-    """The first episode to end must not cut the others' complete calls short."""
-    proxy = SlowToEndProxy()
+def endless_run(proxy: object, tasks: int) -> asyncio.Task:
+    """``run_rollouts`` of episodes that never finish, all at once, through ``proxy``."""
 
     async def score(answer: str | None, task: Task) -> float:
         return 0.0
 
-    run = asyncio.create_task(
+    return asyncio.create_task(
         run_rollouts(
             proxy=proxy,  # type: ignore[arg-type]
             runner=NeverDone(),  # type: ignore[arg-type]
@@ -346,10 +345,16 @@ async def test_a_cancelled_run_lets_every_episode_finish_ending_its_trajectory()
             agent="a",
             dataset="d",
             split="test",
-            tasks=[Task(f"t{i}", "?") for i in range(3)],
-            concurrency=3,
+            tasks=[Task(f"t{i}", "?") for i in range(tasks)],
+            concurrency=tasks,
         )
     )
+
+
+async def test_a_cancelled_run_lets_every_episode_finish_ending_its_trajectory():
+    """The first episode to end must not cut the others' complete calls short."""
+    proxy = SlowToEndProxy()
+    run = endless_run(proxy, 3)
     for _ in range(200):
         if len(proxy.created) == 3:
             break
@@ -375,21 +380,7 @@ class NeverOpensProxy(SlowToEndProxy):
 
 async def test_a_create_call_that_never_reached_the_proxy_leaves_no_trajectory(caplog):
     proxy = NeverOpensProxy()
-
-    async def score(answer: str | None, task: Task) -> float:
-        return 0.0
-
-    run = asyncio.create_task(
-        run_rollouts(
-            proxy=proxy,  # type: ignore[arg-type]
-            runner=NeverDone(),  # type: ignore[arg-type]
-            scorer=score,
-            agent="a",
-            dataset="d",
-            split="test",
-            tasks=[Task("t0", "?")],
-        )
-    )
+    run = endless_run(proxy, 1)
     for _ in range(200):
         if proxy.created:
             break
