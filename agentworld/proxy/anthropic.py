@@ -285,18 +285,32 @@ def params(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in _NOT_PARAMS}
 
 
-def to_chat(
+def chat_prompt(
     body: dict[str, Any], normalised: list[dict[str, Any]], *, engine: str, model: str | None
 ) -> dict[str, Any]:
-    """The chat-completions body asking a chat upstream the same question."""
+    """What makes the prompt a chat upstream renders: model, messages, tools and the
+    thinking switch (also what ``count_tokens`` asks the tokenizer about)."""
     chat: dict[str, Any] = {
         "model": model or body["model"],
         "messages": chat_messages(normalised, engine=engine),
-        "max_tokens": body["max_tokens"],
     }
     chat_tools = tools(body)
     if chat_tools:
         chat["tools"] = chat_tools
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and engine == "vllm":
+        # Chat templates that can think (Qwen3, DeepSeek, ...) read this switch; others ignore it.
+        chat["chat_template_kwargs"] = {"enable_thinking": thinking.get("type") != "disabled"}
+    return chat
+
+
+def to_chat(
+    body: dict[str, Any], normalised: list[dict[str, Any]], *, engine: str, model: str | None
+) -> dict[str, Any]:
+    """The chat-completions body asking a chat upstream the same question."""
+    chat = chat_prompt(body, normalised, engine=engine, model=model)
+    chat["max_tokens"] = body["max_tokens"]
+    chat_tools = chat.get("tools")
     if isinstance(body.get("tool_choice"), dict):
         choice, parallel = _tool_choice(body["tool_choice"])
         if chat_tools or choice == "none":
@@ -310,10 +324,6 @@ def to_chat(
         chat["top_k"] = body["top_k"]
     if body.get("stop_sequences"):
         chat["stop"] = body["stop_sequences"]
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict) and engine == "vllm":
-        # Chat templates that can think (Qwen3, DeepSeek, ...) read this switch; others ignore it.
-        chat["chat_template_kwargs"] = {"enable_thinking": thinking.get("type") != "disabled"}
     if body.get("stream"):
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}

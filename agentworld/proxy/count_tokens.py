@@ -20,11 +20,11 @@ from aiohttp import web
 
 from agentworld.proxy import anthropic as am
 from agentworld.proxy.app import STATE, agent_for, get_trajectory, identify, read_json, upstream_of
+from agentworld.proxy.bridge_calls import error_response
 from agentworld.proxy.calls import upstream_error_message
-from agentworld.proxy.chat_form import chat_messages
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.passthrough import forward
-from agentworld.proxy.protocol_adapters import PASSTHROUGH, TRANSLATE
+from agentworld.proxy.protocol_adapters import MESSAGES, PASSTHROUGH, TRANSLATE
 from agentworld.proxy.protocols import BadRequest
 from agentworld.proxy.upstream import classify, upstream_headers
 
@@ -38,27 +38,13 @@ def add_routes(app: web.Application, prefix: str) -> None:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return web.Response(
-        status=status,
-        body=orjson.dumps(am.error_body(status, message)),
-        content_type="application/json",
-    )
+    return error_response(MESSAGES, status, message)
 
 
 def tokenize_body(body: dict[str, Any], up: UpstreamConfig) -> dict[str, Any]:
     """vLLM's ``/tokenize`` request for the prompt a Messages call would be sent as."""
-    out: dict[str, Any] = {
-        "model": up.model or body["model"],
-        "messages": chat_messages(am.messages(body), engine=up.engine),
-        "add_generation_prompt": True,
-    }
-    tools = am.tools(body)
-    if tools:
-        out["tools"] = tools
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict):  # the same switch generation sends (see anthropic.to_chat)
-        out["chat_template_kwargs"] = {"enable_thinking": thinking.get("type") != "disabled"}
-    return out
+    prompt = am.chat_prompt(body, am.messages(body), engine=up.engine, model=up.model)
+    return {**prompt, "add_generation_prompt": True}
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
