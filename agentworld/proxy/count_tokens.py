@@ -101,7 +101,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         return _error(fault.status, fault.message)
     count = _count(raw) if status == 200 else None
     if count is None:
-        if status in (404, 405):
+        if _no_route(status, raw):
             out, why = (
                 404,
                 f"the upstream {base} has no {TOKENIZE} endpoint (vLLM and `aw serve` do)",
@@ -117,6 +117,20 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         return _error(out, f"cannot count tokens: {why}")
     st.stats.request(ROUTE, 200)
     return web.Response(body=orjson.dumps({"input_tokens": count}), content_type="application/json")
+
+
+def _no_route(status: int, raw: bytes) -> bool:
+    """The upstream has no such endpoint (rather than refusing this request, say for a
+    model it does not serve: vLLM's 404s carry an error object)."""
+    if status == 405:
+        return True
+    if status != 404:
+        return False
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return True
+    return not (isinstance(body, dict) and isinstance(body.get("error"), dict | str))
 
 
 def _count(raw: bytes) -> int | None:

@@ -152,3 +152,29 @@ async def test_passthrough_sends_the_configured_key_as_anthropic_takes_it(make_p
     got = fake_anthropic.headers[0]
     assert got["x-api-key"] == "sk-ant-configured"
     assert "agent-key" not in got.get("authorization", "")  # the agent's own key stays behind
+
+
+async def test_a_model_the_engine_does_not_serve_is_its_own_404(make_proxy):
+    """vLLM answers an unknown model with a 404 error object: that is the answer, not a
+    missing endpoint."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def tokenize(request: web.Request) -> web.Response:
+        err = {"message": "The model `claude-x` does not exist.", "type": "NotFoundError"}
+        return web.json_response({"error": {**err, "param": None, "code": 404}}, status=404)
+
+    app = web.Application()
+    app.router.add_post("/tokenize", tokenize)
+    engine = TestServer(app, host="127.0.0.1")
+    await engine.start_server()
+    try:
+        proxy = await make_proxy(str(engine.make_url("")).rstrip("/"))
+        client = client_for(proxy.url)
+        with pytest.raises(anthropic.NotFoundError) as err:
+            await client.messages.count_tokens(**CONVERSATION)
+        await client.close()
+    finally:
+        await engine.close()
+    assert "The model `claude-x` does not exist." in str(err.value)
+    assert "no /tokenize endpoint" not in str(err.value)
