@@ -1,16 +1,27 @@
 """Counters the proxy keeps: JSON for /aw/stats and Prometheus metrics for /metrics.
 
-Each app gets its own CollectorRegistry, so several proxies (tests, `aw run`)
-can live in one process.
+The counts are plain numbers, bumped on the request path without locks or
+metric objects; ``/metrics`` turns them into Prometheus families when it is
+scraped (a collector), so nothing is counted twice. Each app gets its own
+CollectorRegistry, so several proxies (tests, `aw run`) can live in one process.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
 
 RATE_WINDOW_S = 60.0
 
@@ -54,12 +65,37 @@ class _Lags:
         }
 
 
+class _Histogram:
+    """Observations by upper bound (Prometheus' cumulative buckets made at scrape time)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last: over every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+        buckets, total = [], 0
+        for bound, n in zip((*map(floatToGoString, self.bounds), "+Inf"), self.counts, strict=True):
+            total += n
+            buckets.append((bound, total))
+        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=self.sum)
+
+
+UPSTREAM_BUCKETS_S = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+LOOP_LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
 class ProxyStats:
     """Everything /aw/stats and /metrics report."""
 
     def __init__(self) -> None:
         self.started = time.time()
         self.requests = 0
+        self.by_route: dict[tuple[str, int], int] = {}  # (route kind, HTTP status) -> requests
         self.steps = {"ok": 0, "error": 0, "cancelled": 0}
         self.tokens = {"prompt": 0, "completion": 0}
         self.errors = {
@@ -71,82 +107,82 @@ class ProxyStats:
             "agent_timeout": 0,  # an agent kept the proxy waiting (agent_conn.py)
         }
         self.trajectories_done = 0
+        self.ended_by: dict[str, int] = {}  # end status -> trajectories
         self.whitebox_steps = 0
+        self.upstream_s = _Histogram(UPSTREAM_BUCKETS_S)
+        self.loop_lag_s = _Histogram(LOOP_LAG_BUCKETS_S)
+        self._open = 0  # as of the last snapshot (taken by each /aw/stats and /metrics)
+        self._policy = 0
         self._step_rate = _Rate()
         self._token_rate = _Rate()
         self._lags = _Lags()
         self.registry = CollectorRegistry()
-        r = self.registry
         # CPU seconds, memory, open files: a proxy near one CPU second per second is CPU-bound.
-        ProcessCollector(namespace="aw_proxy", registry=r)
-        self.m_requests = Counter(
-            "aw_proxy_requests",
-            "HTTP requests by route kind and status",
-            ["route", "status"],
-            registry=r,
-        )
-        self.m_steps = Counter("aw_proxy_steps", "Step records by status", ["status"], registry=r)
-        self.m_tokens = Counter("aw_proxy_tokens", "Tokens recorded", ["kind"], registry=r)
-        self.m_errors = Counter("aw_proxy_errors", "Errors by kind", ["kind"], registry=r)
-        self.m_open = Gauge("aw_proxy_trajectories_open", "Open trajectories", registry=r)
-        self.m_done = Counter(
-            "aw_proxy_trajectories_ended", "Ended trajectories", ["status"], registry=r
-        )
-        self.m_policy = Gauge("aw_proxy_policy_version", "Current policy version", registry=r)
-        self.m_upstream_s = Histogram(
-            "aw_proxy_upstream_seconds",
-            "Upstream time per generation request",
-            buckets=(0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
-            registry=r,
-        )
-        self.m_loop_lag = Histogram(
-            "aw_proxy_event_loop_lag_seconds",
-            "How late the event loop ran a timer: high when the proxy is CPU-bound",
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-            registry=r,
-        )
-
-        # Bound children once: labels() lookups cost more than the increments on the hot path.
-        self._c_requests: dict[tuple[str, int], Any] = {}
-        self._c_steps = {s: self.m_steps.labels(s) for s in self.steps}
-        self._c_prompt = self.m_tokens.labels("prompt")
-        self._c_completion = self.m_tokens.labels("completion")
+        ProcessCollector(namespace="aw_proxy", registry=self.registry)
+        self.registry.register(self)  # ``collect`` below
 
     def request(self, route: str, status: int) -> None:
         self.requests += 1
-        child = self._c_requests.get((route, status))
-        if child is None:
-            child = self._c_requests[(route, status)] = self.m_requests.labels(route, str(status))
-        child.inc()
+        key = (route, status)
+        self.by_route[key] = self.by_route.get(key, 0) + 1
 
     def step(self, status: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         self.steps[status] = self.steps.get(status, 0) + 1
-        self._c_steps[status].inc()
         self._step_rate.add()
         if prompt_tokens:
             self.tokens["prompt"] += prompt_tokens
-            self._c_prompt.inc(prompt_tokens)
         if completion_tokens:
             self.tokens["completion"] += completion_tokens
-            self._c_completion.inc(completion_tokens)
             self._token_rate.add(completion_tokens)
+
+    def upstream(self, seconds: float) -> None:
+        """One generation call's time at the upstream (first byte sent to last byte read)."""
+        self.upstream_s.observe(seconds)
 
     def loop_lag(self, lag_s: float) -> None:
         """One check of how late the event loop ran a timer."""
         self._lags.add(lag_s, time.monotonic())
-        self.m_loop_lag.observe(lag_s)
+        self.loop_lag_s.observe(lag_s)
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
-        self.m_errors.labels(kind).inc()
 
     def ended(self, status: str) -> None:
         self.trajectories_done += 1
-        self.m_done.labels(status).inc()
+        self.ended_by[status] = self.ended_by.get(status, 0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        """The Prometheus families, made from the counts at scrape time."""
+        requests = CounterMetricFamily(
+            "aw_proxy_requests",
+            "HTTP requests by route kind and status",
+            labels=["route", "status"],
+        )
+        for (route, status), n in sorted(self.by_route.items()):
+            requests.add_metric([route, str(status)], n)
+        yield requests
+        for name, doc, label, counts in (
+            ("aw_proxy_steps", "Step records by status", "status", self.steps),
+            ("aw_proxy_tokens", "Tokens recorded", "kind", self.tokens),
+            ("aw_proxy_errors", "Errors by kind", "kind", self.errors),
+            ("aw_proxy_trajectories_ended", "Ended trajectories", "status", self.ended_by),
+        ):
+            family = CounterMetricFamily(name, doc, labels=[label])
+            for value, n in counts.items():
+                family.add_metric([value], n)
+            yield family
+        yield GaugeMetricFamily("aw_proxy_trajectories_open", "Open trajectories", self._open)
+        yield GaugeMetricFamily("aw_proxy_policy_version", "Current policy version", self._policy)
+        yield self.upstream_s.family(
+            "aw_proxy_upstream_seconds", "Upstream time per generation request"
+        )
+        yield self.loop_lag_s.family(
+            "aw_proxy_event_loop_lag_seconds",
+            "How late the event loop ran a timer: high when the proxy is CPU-bound",
+        )
 
     def snapshot(self, *, open_trajectories: int, policy_version: int) -> dict[str, Any]:
-        self.m_open.set(open_trajectories)
-        self.m_policy.set(policy_version)
+        self._open, self._policy = open_trajectories, policy_version
         return {
             "uptime_s": round(time.time() - self.started, 3),
             "requests": self.requests,

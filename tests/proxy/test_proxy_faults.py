@@ -284,6 +284,12 @@ async def test_health_stats_and_metrics(proxy):
     assert stats["rates"]["steps_per_s"] > 0
     assert 'aw_proxy_steps_total{status="ok"} 1.0' in metrics
     assert "aw_proxy_trajectories_open 1.0" in metrics
+    assert 'aw_proxy_requests_total{route="openai.chat",status="200"} 1.0' in metrics
+    assert f'aw_proxy_tokens_total{{kind="completion"}} {len("ok 1: hi")}.0' in metrics
+    # the one generation call's upstream time, in the buckets and the count
+    assert "aw_proxy_upstream_seconds_count 1.0" in metrics
+    assert 'aw_proxy_upstream_seconds_bucket{le="+Inf"} 1.0' in metrics
+    assert 'aw_proxy_upstream_seconds_bucket{le="300.0"} 1.0' in metrics
 
 
 async def test_a_blocked_event_loop_shows_in_stats_metrics_and_the_log(make_proxy, caplog):
