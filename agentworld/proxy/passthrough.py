@@ -68,8 +68,9 @@ async def forward(
     anthropic: bool = False,
 ) -> web.StreamResponse:
     """Send the agent's request (its method, query and ``data``) to ``url``; stream back the
-    answer as it comes, status and headers included. ``anthropic``: the configured key goes
-    as Anthropic's API takes it (``x-api-key``)."""
+    answer as it comes, status and headers included. The configured key goes as Anthropic's
+    API takes it (``x-api-key``) for ``anthropic`` routes and for any request an Anthropic
+    client sent (it carries ``anthropic-version``)."""
     assert st.session is not None
     if request.query_string:
         url += "?" + request.query_string
@@ -79,7 +80,7 @@ async def forward(
     # The body comes back as the upstream encodes it (the session does not decompress):
     # only in an encoding the agent itself accepts.
     headers["Accept-Encoding"] = request.headers.get("Accept-Encoding", "identity")
-    if anthropic and api_key is not None:
+    if api_key is not None and (anthropic or "anthropic-version" in request.headers):
         del headers["Authorization"]
         headers["x-api-key"] = api_key
     try:

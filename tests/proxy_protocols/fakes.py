@@ -59,6 +59,13 @@ class FakeAnthropic:
             "usage": {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 2},
         }
 
+    async def models(self, request: web.Request) -> web.Response:
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
+        model = {"type": "model", "id": "claude-x", "display_name": "X", "created_at": "2026"}
+        return web.json_response(
+            {"data": [model], "has_more": False, "first_id": "claude-x", "last_id": "claude-x"}
+        )
+
     async def count_tokens(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append({**body, "_query": request.query_string})
@@ -276,5 +283,6 @@ def make_fake_protocols_app(anthropic: FakeAnthropic, responses: FakeResponses) 
     app = web.Application()
     app.router.add_post("/v1/messages", anthropic.messages)
     app.router.add_post("/v1/messages/count_tokens", anthropic.count_tokens)
+    app.router.add_get("/v1/models", anthropic.models)
     app.router.add_post("/v1/responses", responses.responses)
     return app

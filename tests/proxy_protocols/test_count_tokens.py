@@ -178,3 +178,18 @@ async def test_a_model_the_engine_does_not_serve_is_its_own_404(make_proxy):
         await engine.close()
     assert "The model `claude-x` does not exist." in str(err.value)
     assert "no /tokenize endpoint" not in str(err.value)
+
+
+async def test_an_anthropic_clients_other_calls_carry_the_key_as_x_api_key(make_proxy, native_fake):
+    """Pass-through paths cannot know the protocol from the path; an Anthropic client says
+    so in ``anthropic-version``, and its configured key then goes as Anthropic takes it."""
+    fake_anthropic, _, url = native_fake
+    proxy = await make_proxy(url, mode="passthrough", api_keys={"default": "sk-ant-configured"})
+    agent = {"anthropic-version": "2023-06-01", "x-api-key": "agent-key"}
+    async with aiohttp.ClientSession() as s, s.get(proxy.url + "/v1/models", headers=agent) as r:
+        assert r.status == 200 and (await r.json())["data"][0]["id"] == "claude-x"
+    got = fake_anthropic.headers[0]
+    assert got["x-api-key"] == "sk-ant-configured" and "authorization" not in got
+    async with aiohttp.ClientSession() as s, s.get(proxy.url + "/v1/models") as r:
+        assert r.status == 200  # no anthropic-version: the usual Authorization header
+    assert fake_anthropic.headers[1]["authorization"] == "Bearer sk-ant-configured"
