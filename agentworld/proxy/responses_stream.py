@@ -7,15 +7,21 @@ its parts and deltas, ``response.output_item.done``, and finally
 ``response.completed`` (or ``response.incomplete``) holding the whole Response.
 
 A call to a custom tool streams from the model as JSON arguments
-(``{"input": ...}``); its item's input is sent whole, in one
-``response.custom_tool_call_input.delta`` and its ``.done``, once the call ends.
+(``{"input": "..."}``): ``InputDecoder`` decodes the string as it arrives, so
+its ``response.custom_tool_call_input.delta`` events follow the model's tokens
+(an agent with an idle timeout sees a long patch being written). Arguments of
+another shape are sent whole when the call ends; ``.done`` always holds the
+input as the finished arguments give it.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import time
 from typing import Any
+
+import orjson
 
 from agentworld.proxy.chat_form import short_id, sse
 from agentworld.proxy.responses import (
@@ -29,6 +35,96 @@ from agentworld.proxy.responses import (
     status_of,
     usage_of,
 )
+
+_OPENING = re.compile(r'\s*\{\s*"input"\s*:\s*"')
+_OPENING_TEXT = '{"input":"'
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+class InputDecoder:
+    """The text of ``{"input": "..."}`` decoded piece by piece as the arguments arrive.
+
+    ``feed`` returns the newly decoded text: never half an escape, never half a
+    surrogate pair. Arguments that do not open that way (or hold an escape that
+    does not decode) stop it: ``ok`` turns false and it returns nothing more.
+    """
+
+    def __init__(self) -> None:
+        self.raw = ""
+        self.ok = True
+        self.text = ""  # decoded so far
+        self._start: int | None = None  # index of the value's first character
+        self._done = 0  # raw index up to which ``text`` is decoded
+        self._scan = 0  # raw index up to which the closing quote was looked for
+        self._end: int | None = None  # index of the closing quote, once seen
+
+    def feed(self, piece: str) -> str:
+        self.raw += piece
+        if not self.ok or self._end is not None:
+            return ""
+        if self._start is None:
+            m = _OPENING.match(self.raw)
+            if m is None:
+                squeezed = "".join(self.raw.split())
+                if not _OPENING_TEXT.startswith(squeezed):
+                    self.ok = False
+                return ""
+            self._start = self._scan = self._done = m.end()
+        limit = self._scan_for_end()
+        safe = _safe_end(self.raw, self._done, limit)
+        if safe <= self._done:
+            return ""
+        try:
+            new = orjson.loads('"' + self.raw[self._done : safe] + '"')
+        except orjson.JSONDecodeError:
+            self.ok = False
+            return ""
+        self._done = safe
+        self.text += new
+        return new
+
+    def _scan_for_end(self) -> int:
+        """Where the decodable part ends: the closing quote, or the end of what came."""
+        i, raw = self._scan, self.raw
+        while i < len(raw):
+            c = raw[i]
+            if c == "\\":
+                if i + 1 >= len(raw):
+                    break  # the escaped character has not come yet
+                i += 2
+                continue
+            if c == '"':
+                self._end = i
+                self._scan = i
+                return i
+            i += 1
+        self._scan = i
+        return len(raw)
+
+
+def _safe_end(raw: str, start: int, limit: int) -> int:
+    """The last index <= ``limit`` that splits no escape and no ``\\uD8xx\\uDCxx`` pair."""
+    end = limit
+    while (back := raw.rfind("\\", start, end)) >= 0:
+        run = back  # the backslashes in a row ending at ``back``: an even run is complete
+        while run - 1 >= start and raw[run - 1] == "\\":
+            run -= 1
+        if (back - run) % 2 == 1:
+            return end
+        if back + 1 >= end:
+            end = back  # a backslash whose escaped character has not come
+            continue
+        if raw[back + 1] != "u":
+            return end  # a two-character escape, whole
+        hexes = raw[back + 2 : back + 6]
+        if back + 6 > end or not _HEX.issuperset(hexes):
+            end = back  # its four hex digits have not all come
+            continue
+        if 0xD800 <= int(hexes, 16) <= 0xDBFF and back + 6 == end:
+            end = back  # a high surrogate whose low half has not come
+            continue
+        return end
+    return end
 
 
 class ChatToResponses:
@@ -45,7 +141,7 @@ class ChatToResponses:
         self.kind: str | None = None
         self.calls: dict[int, int] = {}  # chat tool-call index -> output_index
         self.custom = custom_names(body)
-        self.custom_args: dict[int, str] = {}  # output_index -> a custom call's JSON so far
+        self.custom_calls: dict[int, InputDecoder] = {}  # output_index -> its arguments so far
         self.finish_reason: Any = None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
@@ -134,12 +230,12 @@ class ChatToResponses:
                 )
             )
         elif self.kind == "custom_tool_call":
-            item["input"] = custom_input(self.custom_args[i])
+            decoder = self.custom_calls[i]
+            item["input"] = custom_input(decoder.raw)
             ids = {"item_id": item["id"], "output_index": i}
-            if item["input"]:
-                out.append(
-                    self._event("response.custom_tool_call_input.delta", **ids, delta=item["input"])
-                )
+            rest = item["input"][len(decoder.text) :]
+            if rest and item["input"].startswith(decoder.text):  # what was not streamed yet
+                out.append(self._event("response.custom_tool_call_input.delta", **ids, delta=rest))
             out.append(
                 self._event("response.custom_tool_call_input.done", **ids, input=item["input"])
             )
@@ -197,7 +293,7 @@ class ChatToResponses:
                 out += self._add(
                     "custom_tool_call", custom_call_item(short_id("ctc"), call_id, name, "")
                 )
-                self.custom_args[self.open or 0] = ""
+                self.custom_calls[self.open or 0] = InputDecoder()
             else:
                 out += self._add(
                     "function_call", call_item(short_id("fc"), call_id, name, "", "in_progress")
@@ -205,9 +301,20 @@ class ChatToResponses:
             self.calls[k] = self.open or 0
         i = self.calls[k]
         args = fn.get("arguments")
-        if i in self.custom_args:
-            if isinstance(args, str):
-                self.custom_args[i] += args  # sent whole when the call ends
+        decoder = self.custom_calls.get(i)
+        if decoder is not None:
+            if isinstance(args, str) and args:
+                text = decoder.feed(args)
+                if text and i == self.open:
+                    self.output[i]["input"] += text
+                    out.append(
+                        self._event(
+                            "response.custom_tool_call_input.delta",
+                            item_id=self.output[i]["id"],
+                            output_index=i,
+                            delta=text,
+                        )
+                    )
         elif isinstance(args, str) and args:
             self.output[i]["arguments"] += args
             if i == self.open:  # a late piece of an earlier call shows in its done event
@@ -236,8 +343,8 @@ class ChatToResponses:
         resp = dict(self.response or skeleton(self.body, self.response_id, "", time.time()))
         resp["status"], resp["incomplete_details"] = status_of(self.finish_reason)
         resp["output"] = copy.deepcopy(self.output)
-        for i, args in self.custom_args.items():  # with any late piece of a call's arguments
-            resp["output"][i]["input"] = custom_input(args)
+        for i, decoder in self.custom_calls.items():  # with any late piece of its arguments
+            resp["output"][i]["input"] = custom_input(decoder.raw)
         resp["usage"] = usage_of(prompt, completion, cached)
         return resp
 

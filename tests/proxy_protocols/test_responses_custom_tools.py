@@ -71,7 +71,7 @@ async def test_custom_tool_round_trip(translating, pool, chat_fake, mode):
     assert s0["raw"]["response"]["output"][0]["input"] == PATCH  # what the agent saw
 
 
-async def test_custom_call_streams_its_input_once_whole(translating, chat_fake):
+async def test_custom_call_input_streams_as_the_model_writes_it(translating, chat_fake):
     client = client_for(translating.base_url)
     events = [
         ev
@@ -81,18 +81,69 @@ async def test_custom_call_streams_its_input_once_whole(translating, chat_fake):
     ]
     await client.close()
     kinds = [ev.type for ev in events]
-    assert kinds == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.custom_tool_call_input.delta",
+    deltas = [ev for ev in events if ev.type == "response.custom_tool_call_input.delta"]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert kinds[3 : 3 + len(deltas)] == ["response.custom_tool_call_input.delta"] * len(deltas)
+    assert kinds[3 + len(deltas) :] == [
         "response.custom_tool_call_input.done",
         "response.output_item.done",
         "response.completed",
     ]
-    assert events[2].item.input == "" and events[3].delta == PATCH == events[4].input
-    assert events[5].item.input == PATCH == events[6].response.output[0].input
+    # the fake writes one token per character: the escaped text arrives in many pieces
+    assert len(deltas) > 10 and "".join(d.delta for d in deltas) == PATCH
+    done, item_done, completed = events[-3:]
+    assert events[2].item.input == "" and done.input == PATCH == item_done.item.input
+    assert completed.response.output[0].input == PATCH
     assert [ev.sequence_number for ev in events] == list(range(len(events)))
+
+
+def test_input_decoder_never_splits_an_escape_or_a_surrogate_pair():
+    import random
+
+    from agentworld.proxy.responses_stream import InputDecoder
+
+    rng = random.Random(7)
+    for text in (PATCH, 'a "b" \\ c\n\u2028 ✓ 😀', ""):
+        plain = orjson.dumps({"input": text}).decode()
+        escaped = plain.replace("✓", "\\u2713").replace("😀", "\\ud83d\\ude00")
+        for args in (plain, escaped, ' { "input" : ' + plain[len('{"input":') :]):
+            for _ in range(100):
+                decoder, got, i = InputDecoder(), "", 0
+                while i < len(args):
+                    k = rng.randint(1, 5)
+                    got += decoder.feed(args[i : i + k])
+                    i += k
+                assert decoder.ok and got == text, (args, got)
+    other = InputDecoder()  # arguments of another shape: nothing streams, ok turns false
+    assert other.feed('{"q": "x", "input": "y"}') == "" and not other.ok
+
+
+def test_arguments_of_another_shape_reach_the_agent_whole_at_the_end():
+    """A model that ignores the one-``input`` schema: nothing streams while it writes, and
+    the agent gets what it wrote once the call ends."""
+    from agentworld.proxy.responses_stream import ChatToResponses
+
+    tr = ChatToResponses({"model": "m", "tools": [APPLY_PATCH]}, "resp_1")
+
+    def chunk(args: str, *, first: bool = False) -> dict:
+        call = {"index": 0, "function": {"arguments": args}}
+        if first:
+            call.update(id="call_1", type="function", function={"name": "apply_patch"})
+        return {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+
+    events = tr.feed(chunk("", first=True))
+    for piece in ('{"pat', 'ch": "x', '"}'):
+        events += tr.feed(chunk(piece))
+    events += tr.finish(1, 3, 0)
+    parsed = [orjson.loads(e.split(b"data: ", 1)[1]) for e in events]
+    kinds = [p["type"] for p in parsed]
+    assert kinds.count("response.custom_tool_call_input.delta") == 1
+    delta = next(p for p in parsed if p["type"] == "response.custom_tool_call_input.delta")
+    done = next(p for p in parsed if p["type"] == "response.custom_tool_call_input.done")
+    assert delta["delta"] == done["input"] == '{"patch": "x"}'
+    assert kinds.index("response.custom_tool_call_input.delta") > kinds.index(
+        "response.output_item.added"
+    )
 
 
 def test_a_call_the_model_wrote_without_an_input_reaches_the_agent_as_written():
