@@ -301,31 +301,22 @@ class ChatToResponses:
             self.calls[k] = self.open or 0
         i = self.calls[k]
         args = fn.get("arguments")
+        if not isinstance(args, str) or not args:
+            return out
         decoder = self.custom_calls.get(i)
-        if decoder is not None:
-            if isinstance(args, str) and args:
-                text = decoder.feed(args)
-                if text and i == self.open:
-                    self.output[i]["input"] += text
-                    out.append(
-                        self._event(
-                            "response.custom_tool_call_input.delta",
-                            item_id=self.output[i]["id"],
-                            output_index=i,
-                            delta=text,
-                        )
-                    )
-        elif isinstance(args, str) and args:
+        if decoder is not None:  # a custom call: its input, decoded as far as it came
+            kind, field, delta = (
+                "response.custom_tool_call_input.delta",
+                "input",
+                decoder.feed(args),
+            )
+        else:
+            kind, field, delta = "response.function_call_arguments.delta", "arguments", args
+        if delta and i == self.open:  # a late piece of an earlier call shows in its done event
+            self.output[i][field] += delta
+            out.append(self._event(kind, item_id=self.output[i]["id"], output_index=i, delta=delta))
+        elif decoder is None:
             self.output[i]["arguments"] += args
-            if i == self.open:  # a late piece of an earlier call shows in its done event
-                out.append(
-                    self._event(
-                        "response.function_call_arguments.delta",
-                        item_id=self.output[i]["id"],
-                        output_index=i,
-                        delta=args,
-                    )
-                )
         return out
 
     def finish(self, prompt: int, completion: int, cached: int) -> list[bytes]:
