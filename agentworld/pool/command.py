@@ -201,7 +201,6 @@ def ls(
         return
     total = idx.count_trajectories(sel)
     from agentworld.pool import listing
-    from agentworld.pool.listing import Column
 
     cells = []
     for r in rows:
@@ -228,19 +227,8 @@ def ls(
             )
         )
     out = listing.console()
-    columns = (
-        Column("trajectory"),
-        Column("agent", flex=True, keep=3),
-        Column("dataset", flex=True, keep=1),
-        Column("task", flex=True, keep=2),
-        Column("status"),
-        Column("steps", right=True),
-        Column("reward", right=True),
-        Column("labels", flex=True),
-        Column("last"),
-    )
     caption = f"{len(rows)} of {total:,} trajectories"
-    out.print(listing.fit_table(columns, cells, out.width, caption=caption))
+    out.print(listing.fit_table(listing.TRAJECTORIES, cells, out.width, caption=caption))
 
 
 def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
@@ -253,7 +241,6 @@ def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
         _emit_json(rows)
         return
     from agentworld.pool import listing
-    from agentworld.pool.listing import Column
 
     cells = [
         (
@@ -267,17 +254,9 @@ def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
         )
         for r in rows
     ]
-    columns = (
-        Column("#", right=True),
-        Column("step"),
-        Column("status"),
-        Column("policy", right=True),
-        Column("tokens", right=True),
-        Column("source"),
-        Column("text", flex=True),
-    )
     out = listing.console()
-    out.print(listing.fit_table(columns, cells, out.width, title=f"trajectory {trajectory}"))
+    title = f"trajectory {trajectory}"
+    out.print(listing.fit_table(listing.STEPS, cells, out.width, title=title))
 
 
 @pool_app.command()

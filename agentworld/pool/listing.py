@@ -34,6 +34,29 @@ class Column:
     keep: int = 0  # free text: the lowest is the first left out when the width is short
 
 
+# `aw pool ls`: one row per trajectory, and with --trajectory one row per step.
+TRAJECTORIES = (
+    Column("trajectory"),
+    Column("agent", flex=True, keep=3),
+    Column("dataset", flex=True, keep=1),
+    Column("task", flex=True, keep=2),
+    Column("status"),
+    Column("steps", right=True),
+    Column("reward", right=True),
+    Column("labels", flex=True),
+    Column("last"),
+)
+STEPS = (
+    Column("#", right=True),
+    Column("step"),
+    Column("status"),
+    Column("policy", right=True),
+    Column("tokens", right=True),
+    Column("source"),
+    Column("text", flex=True),
+)
+
+
 def console() -> Console:
     """The console for a listing: the terminal's width, or unlimited when piped."""
     out = Console(highlight=False)

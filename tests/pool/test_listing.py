@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from agentworld import records
 from agentworld.cli import app
 from agentworld.pool import Pool
-from agentworld.pool.listing import Column, fit_table, short_time
+from agentworld.pool.listing import TRAJECTORIES, Column, fit_table, short_time
 
 runner = CliRunner()
 
@@ -107,21 +107,29 @@ def test_short_time_shows_the_year_only_for_other_years() -> None:
 
 
 def test_the_least_useful_free_text_goes_first_when_the_width_is_short() -> None:
-    cols = (
-        Column("trajectory"),
-        Column("agent", flex=True, keep=3),
-        Column("dataset", flex=True, keep=1),
-        Column("task", flex=True, keep=2),
-        Column("status"),
-        Column("last"),
+    """The trajectory listing's own columns: dataset goes before task, task before agent."""
+    row = (
+        "tr_" + "x" * 26,
+        "math",
+        "arithmetic",
+        "basic_arithmetic-7-0",
+        "done",
+        "1",
+        "0",
+        "",
+        "12-01 06:48",
     )
-    row = ("tr_" + "x" * 26, "math", "arithmetic", "basic_arithmetic-7-0", "done", "12-01 06:48")
-    out = Console(width=64, record=True, highlight=False)
-    out.print(fit_table(cols, [row], 64))
+    out = Console(width=80, record=True, highlight=False)
+    out.print(fit_table(TRAJECTORIES, [row], 80))
     header, _, line = _lines(out.export_text())
-    assert header.split() == ["trajectory", "agent", "task", "status", "last"]  # no dataset
-    assert len(line) <= 64 and line.endswith("done    12-01 06:48")
+    names = ["trajectory", "agent", "task", "status", "steps", "reward", "last"]
+    assert header.split() == names  # no dataset (labels: empty in every row)
+    assert len(line) <= 80 and line.endswith("done        1       0  12-01 06:48")
     assert line.split()[1] == "math" and line.split()[2].endswith("…")
+    narrower = Console(width=72, record=True, highlight=False)
+    narrower.print(fit_table(TRAJECTORIES, [row], 72))
+    text = narrower.export_text()
+    assert "task" not in text and "basic" not in text and "math" in text
 
 
 def test_the_short_ids_the_tui_shows_find_their_trajectory_and_step(pool: Pool) -> None:
