@@ -16,15 +16,34 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_port_zero_binds_a_free_port_that_is_then_taken():
-    sock = listen.bind("127.0.0.1", 0, "aw proxy")
+    socks = listen.bind("127.0.0.1", 0, "aw proxy")
     try:
-        port = listen.port_of(sock)
-        assert port > 0
-        sock.listen()
+        port = listen.port_of(socks)
+        assert port > 0 and len(socks) == 1
+        socks[0].listen()
         with pytest.raises(ConfigError, match=f"--port {port}: 127.0.0.1:{port} is already in use"):
             listen.bind("127.0.0.1", port, "aw proxy")
     finally:
-        sock.close()
+        for s in socks:
+            s.close()
+
+
+def test_a_name_with_two_addresses_is_bound_on_both_on_one_port(monkeypatch):
+    """``localhost`` is 127.0.0.1 and ::1 on many machines: an agent may dial either."""
+    both = [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0)),
+        (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 0, 0, 0)),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0)),  # listed twice
+    ]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: both)
+    socks = listen.bind("localhost", 0, "aw proxy")
+    try:
+        assert [s.family for s in socks] == [socket.AF_INET, socket.AF_INET6]
+        port = listen.port_of(socks)
+        assert [s.getsockname()[:2] for s in socks] == [("127.0.0.1", port), ("::1", port)]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @pytest.mark.parametrize(

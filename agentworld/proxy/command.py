@@ -121,8 +121,8 @@ def proxy(
             logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         logging.getLogger("agentworld.proxy.access").addHandler(logging.StreamHandler(sys.stderr))
         logging.getLogger("agentworld.proxy.access").propagate = False
-    sock = listen.bind(host, port, "aw proxy")  # before the pool: a port in use changes nothing
-    port = listen.port_of(sock)  # --port 0: the URL announced below is one agents can use
+    socks = listen.bind(host, port, "aw proxy")  # before the pool: a port in use changes nothing
+    port = listen.port_of(socks)  # --port 0: the URL announced below is one agents can use
     the_pool = Pool.create(pool)
     app = make_app(cfg, the_pool)
     targets = ", ".join(
@@ -138,7 +138,7 @@ def proxy(
     _raise_open_files_limit()
     web.run_app(
         app,
-        sock=sock,
+        sock=socks,
         access_log=None,
         print=None,
         loop=_event_loop(uvloop),

@@ -76,7 +76,7 @@ def _serve_embedded(
     from agentworld.serve.engine import Engine
     from agentworld.serve.server import make_app
 
-    sock = listen.bind(host, port, "aw serve")  # before the model loads: a port in use fails fast
+    socks = listen.bind(host, port, "aw serve")  # before the model loads: a port in use fails fast
     eng = Engine(
         model_dir,
         device=device,
@@ -95,7 +95,7 @@ def _serve_embedded(
 
     app.on_startup.append(announce)
     try:
-        web.run_app(app, sock=sock, print=None, access_log=None)
+        web.run_app(app, sock=socks, print=None, access_log=None)
     finally:
         eng.close()
 
