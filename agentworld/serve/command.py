@@ -18,7 +18,7 @@ def serve(
     ),
     engine: str = typer.Option("embedded", "--engine", help="embedded (transformers) or vllm."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
-    port: int = typer.Option(8000, "--port", help="Port to bind."),
+    port: int = typer.Option(8000, "--port", help="Port to bind (embedded: 0 for any free one)."),
     device: str = typer.Option("auto", "--device", help="embedded: auto, cpu, cuda, cuda:N."),
     dtype: str | None = typer.Option(
         None, "--dtype", help="float32, bfloat16, float16. Default: fp32 on CPU, bf16 on GPU."
@@ -38,8 +38,10 @@ def serve(
     """Serve a model over an OpenAI-compatible API (vLLM response shapes, token ids)."""
     if engine not in ENGINES:
         raise ConfigError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}")
-    if not 0 < port < 65536:
+    if not 0 <= port < 65536:
         raise ConfigError(f"--port: {port} is not a TCP port")
+    if port == 0 and engine == "vllm":
+        raise ConfigError("--port 0 (any free port) is for the embedded engine; give vllm a port")
     if max_batch_size < 1:
         raise ConfigError("--max-batch-size: must be at least 1")
     from agentworld.serve.model_files import default_aw_home, resolve_model
@@ -77,6 +79,7 @@ def _serve_embedded(
     from agentworld.serve.server import make_app
 
     socks = listen.bind(host, port, "aw serve")  # before the model loads: a port in use fails fast
+    port = listen.port_of(socks)  # --port 0: the URL announced is the one bound
     eng = Engine(
         model_dir,
         device=device,

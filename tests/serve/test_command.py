@@ -47,7 +47,8 @@ def test_help_lists_the_flags():
     ("args", "flag"),
     [
         (["--engine", "tgi"], "--engine"),
-        (["--port", "0"], "--port"),
+        (["--port", "70000"], "--port"),
+        (["--engine", "vllm", "--port", "0"], "--port 0"),
         (["--max-batch-size", "0"], "--max-batch-size"),
     ],
 )
@@ -55,6 +56,16 @@ def test_bad_flags_raise_config_error_naming_the_flag(args: list[str], flag: str
     result = CliRunner().invoke(cli(), ["serve", *args])
     assert isinstance(result.exception, ConfigError)
     assert flag in str(result.exception)
+
+
+def test_port_zero_is_any_free_port_for_the_embedded_engine(tmp_path: Path):
+    # accepted: what stops this run is the model folder, checked next
+    result = CliRunner().invoke(
+        cli(),
+        ["serve", "--port", "0", "--model", str(tmp_path / "nope"), "--aw-home", str(tmp_path)],
+    )
+    assert isinstance(result.exception, ConfigError)
+    assert "--model" in str(result.exception) and "--port" not in str(result.exception)
 
 
 def test_model_that_is_not_a_folder_is_a_config_error(tmp_path: Path):
