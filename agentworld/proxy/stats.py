@@ -26,11 +26,18 @@ from prometheus_client.utils import floatToGoString
 RATE_WINDOW_S = 60.0
 
 
+def rate_window(started: float, now: float) -> float:
+    """The seconds a rate is taken over: the last minute, or the time since the start when
+    shorter (a proxy up for 10 s that served 10 steps did 1 step/s, not 1/6), at least 1."""
+    return max(1.0, min(RATE_WINDOW_S, now - started))
+
+
 class _Rate:
     """Events per second over the last minute (one bucket per second, bounded)."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
         self._buckets: deque[list[float]] = deque(maxlen=int(RATE_WINDOW_S) + 1)
+        self.started = started if started is not None else time.monotonic()
 
     def add(self, n: float = 1.0, now: float | None = None) -> None:
         sec = int(now if now is not None else time.monotonic())
@@ -42,7 +49,7 @@ class _Rate:
     def per_s(self, now: float | None = None) -> float:
         now = now if now is not None else time.monotonic()
         total = sum(n for sec, n in self._buckets if now - sec <= RATE_WINDOW_S)
-        return total / RATE_WINDOW_S
+        return total / rate_window(self.started, now)
 
 
 class _Lags:
@@ -183,6 +190,7 @@ class ProxyStats:
 
     def snapshot(self, *, open_trajectories: int, policy_version: int) -> dict[str, Any]:
         self._open, self._policy = open_trajectories, policy_version
+        now = time.monotonic()
         return {
             "uptime_s": round(time.time() - self.started, 3),
             "requests": self.requests,
@@ -192,12 +200,12 @@ class ProxyStats:
             "tokens": {**self.tokens, "total": sum(self.tokens.values())},
             "errors": {**self.errors, "total": sum(self.errors.values())},
             "rates": {
-                "steps_per_s": round(self._step_rate.per_s(), 3),
-                "completion_tokens_per_s": round(self._token_rate.per_s(), 3),
-                "window_s": RATE_WINDOW_S,
+                "steps_per_s": round(self._step_rate.per_s(now), 3),
+                "completion_tokens_per_s": round(self._token_rate.per_s(now), 3),
+                "window_s": round(rate_window(self._step_rate.started, now), 3),
             },
-            # Over the same window; the process's CPU seconds include the pool's threads.
-            "event_loop": self._lags.summary(time.monotonic()),
+            # Over the last minute; the process's CPU seconds include the pool's threads.
+            "event_loop": self._lags.summary(now),
             "process_cpu_s": round(time.process_time(), 3),
             "policy_version": policy_version,
         }

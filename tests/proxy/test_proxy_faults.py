@@ -391,3 +391,17 @@ async def test_agent_hanging_up_on_a_unary_call_cancels_it_upstream(proxy, pool,
     await proxy.stop()
     (step,) = [s for s in steps_of(pool) if s["status"] == "cancelled"]
     assert step["error"]["type"] == "client_disconnected"
+
+
+def test_rates_cover_the_time_since_start_within_the_first_minute():
+    from agentworld.proxy.stats import RATE_WINDOW_S, _Rate
+
+    rate = _Rate(started=1000.0)
+    for sec in range(10):  # 10 steps in the proxy's first 10 s: 1 step/s, not 10/60
+        rate.add(1, now=1000.0 + sec)
+    assert rate.per_s(now=1010.0) == 1.0
+    # past the first minute: the last minute's count over the minute (older buckets age out)
+    for sec in range(10, 130):
+        rate.add(2, now=1000.0 + sec)
+    assert rate.per_s(now=1130.0) == pytest.approx(2.0, abs=2 / RATE_WINDOW_S)
+    assert _Rate(started=1000.0).per_s(now=1000.2) == 0.0  # no division by ~0 at start
