@@ -106,7 +106,9 @@ class Registry:
     def __init__(self, *, max_open: int = 100_000) -> None:
         self.open: OrderedDict[str, Trajectory] = OrderedDict()  # least recently active first
         self.closed: OrderedDict[str, str] = OrderedDict()  # id -> end status
-        self.threads: dict[bytes, str] = {}  # continuation key -> trajectory id
+        # continuation key -> the open trajectories that can continue there, first come
+        # first: twins (rollouts of one task that got the same answers) share a key
+        self.threads: dict[bytes, list[str]] = {}
         self.max_open = max_open
         self.done_count = 0
         self._rr = 0
@@ -147,10 +149,7 @@ class Registry:
         t = self.open.pop(tid)
         if t.slot is not None:
             self._slot_load[t.agent][t.slot] -= 1
-        for k in t.thread_keys:
-            if self.threads.get(k) == tid:
-                del self.threads[k]
-        t.thread_keys.clear()
+        self._forget_keys(t)
         self.closed[tid] = status
         if len(self.closed) > MAX_CLOSED_REMEMBERED:
             self.closed.popitem(last=False)
@@ -184,18 +183,32 @@ class Registry:
     # -- automatic threading ----------------------------------------------------------
 
     def find_thread(self, keys: Sequence[bytes]) -> Trajectory | None:
-        """The open trajectory whose last request + response the messages continue (longest)."""
+        """The open trajectory whose last request + response the messages continue (longest).
+
+        Where several do (identical conversations, as a group's rollouts of one task
+        can be), the one that got there first: each is taken once (``continue_thread``
+        spends its keys), so every twin conversation keeps a trajectory of its own.
+        """
         for i in range(len(keys) - 2, 0, -1):
-            tid = self.threads.get(keys[i])
-            if tid is not None and tid in self.open:
-                return self.open[tid]
+            tids = self.threads.get(keys[i])
+            if tids is not None:
+                for tid in tids:
+                    t = self.open.get(tid)
+                    if t is not None:
+                        return t
         return None
 
     def continue_thread(self, t: Trajectory) -> None:
         """The conversation moved on: the old continuation points are spent."""
+        self._forget_keys(t)
+
+    def _forget_keys(self, t: Trajectory) -> None:
         for k in t.thread_keys:
-            if self.threads.get(k) == t.id:
-                del self.threads[k]
+            tids = self.threads.get(k)
+            if tids is not None and t.id in tids:
+                tids.remove(t.id)
+                if not tids:
+                    del self.threads[k]
         t.thread_keys.clear()
 
     def add_continuations(
@@ -206,7 +219,13 @@ class Registry:
             return
         for msg in responses:
             k = _chain(prompt_key, msg)
-            self.threads[k] = t.id
+            if k in t.thread_keys:
+                continue  # two choices with the same reply: one way on
+            tids = self.threads.get(k)
+            if tids is None:
+                self.threads[k] = [t.id]
+            else:
+                tids.append(t.id)
             t.thread_keys.add(k)
 
     # -- upstream affinity ---------------------------------------------------------------

@@ -484,3 +484,18 @@ async def test_agent_and_group_path_prefixes_thread_without_a_trajectory(proxy, 
     assert c0["group"] == c1["group"] == "batch-1"
     (cl,) = by_agent["claude"]
     assert cl["trajectory"] != c0["trajectory"] and "group" not in cl
+
+
+async def test_identical_conversations_in_parallel_each_keep_their_own_trajectory(proxy, pool):
+    """A GRPO group without ids: several rollouts of one task send the same opening and get
+    the same answers (a deterministic first tool call, say). Their conversations cannot be
+    told apart, but each must still be one trajectory of its own, not be cut up and merged
+    with its twins'."""
+    c = client(proxy.base_url)
+    await asyncio.gather(*(converse(c, "the same task", 4) for _ in range(3)))
+    await c.close()
+    await proxy.stop()
+    by_traj: dict[str, list[int]] = {}
+    for s in steps_of(pool):
+        by_traj.setdefault(s["trajectory"], []).append(s["index"])
+    assert sorted(sorted(v) for v in by_traj.values()) == [[0, 1, 2, 3]] * 3

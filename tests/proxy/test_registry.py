@@ -32,6 +32,26 @@ def test_touch_makes_a_trajectory_the_most_recently_active():
     assert list(reg.open) == [b.id, a.id]
 
 
+def test_twin_conversations_each_continue_their_own_trajectory_once():
+    reg = Registry()
+    a, b, c = _open(reg, 3)
+    asked = [{"role": "user", "content": "task"}]
+    reply = {"role": "assistant", "content": "same answer"}
+    prompt = prefix_keys("a", asked)[-1]
+    for t in (a, b):  # two rollouts of one task, the same answer
+        reg.add_continuations(t, prompt, [reply, reply])  # n=2, both choices alike
+    next_turn = prefix_keys("a", [*asked, reply, {"role": "user", "content": "go on"}])
+    assert reg.find_thread(next_turn) is a  # first come, first continued
+    reg.continue_thread(a)
+    assert reg.find_thread(next_turn) is b  # a's twin is still waiting for its own turn
+    reg.add_continuations(c, prompt, [reply])
+    reg.close(b.id, "done")
+    assert reg.find_thread(next_turn) is c
+    reg.continue_thread(c)
+    assert reg.find_thread(next_turn) is None
+    assert reg.threads == {}  # nothing left behind by the ones taken or closed
+
+
 def test_idle_takes_the_trajectories_quiet_past_the_timeout_and_skips_calls_in_flight():
     reg = Registry()
     old, busy, older_than_timeout, recent = _open(reg, 4)
