@@ -93,7 +93,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         )
         prompt_key = None
         if t is None:
-            t, prompt_key = thread_call(st, ident, agent, messages)
+            t, prompt_key = thread_call(st, request, ident, agent, messages)
     except BadRequest as exc:
         if exc.status != 408:  # the errors middleware counts that one as agent_timeout
             st.stats.error("bad_request")

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import orjson
+from aiohttp import web
 
 from agentworld.proxy.app import State
 from agentworld.proxy.config import UpstreamConfig
@@ -62,11 +63,17 @@ def add_reply_continuations(
 
 
 def thread_call(
-    st: State, ident: Any, agent: str, messages: list[dict[str, Any]] | None
+    st: State, request: web.Request, ident: Any, agent: str, messages: list[dict[str, Any]] | None
 ) -> tuple[Trajectory, bytes | None]:
     """Join the open trajectory this conversation continues, or start one."""
-    keys = prefix_keys(agent, messages) if messages is not None else None
-    t = st.registry.find_thread(keys) if keys else None
+    keys: list[bytes] | None = None
+    t: Trajectory | None = None
+    peer: Any = None  # the agent connection's address: twins' ties go to their own trajectory
+    if messages is not None:
+        keys = prefix_keys(agent, messages)
+        transport = request.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        t = st.registry.find_thread(keys, peer)
     if t is not None:
         st.registry.continue_thread(t)
     else:
@@ -79,6 +86,8 @@ def thread_call(
             threaded=messages is not None,
             policy_version=st.policy_version,
         )
+    if keys is not None:
+        t.peer = peer
     return t, keys[-1] if keys else None
 
 

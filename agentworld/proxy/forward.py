@@ -62,7 +62,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
         else:
             agent = agent_for(st, ident, body.get("model"))
             upstream_of(st, agent)  # fail before opening a trajectory
-            t, prompt_key = thread_call(st, ident, agent, messages)
+            t, prompt_key = thread_call(st, request, ident, agent, messages)
         up, api_key = upstream_of(st, t.agent)
     except BadRequest as exc:
         if exc.status != 408:  # the errors middleware counts that one as agent_timeout

@@ -59,6 +59,7 @@ class Trajectory:
     inflight: int = 0
     policy_version: int = 0
     thread_keys: set[bytes] = field(default_factory=set)
+    peer: Any = None  # the agent's address on its last threaded call (tells twins apart)
     step_ids: dict[int, list[str]] = field(default_factory=dict)
 
     def common(self) -> dict[str, Any]:
@@ -182,20 +183,28 @@ class Registry:
 
     # -- automatic threading ----------------------------------------------------------
 
-    def find_thread(self, keys: Sequence[bytes]) -> Trajectory | None:
+    def find_thread(self, keys: Sequence[bytes], peer: Any = None) -> Trajectory | None:
         """The open trajectory whose last request + response the messages continue (longest).
 
         Where several do (identical conversations, as a group's rollouts of one task
-        can be), the one that got there first: each is taken once (``continue_thread``
-        spends its keys), so every twin conversation keeps a trajectory of its own.
+        can be), the one whose last call came from ``peer`` (the same agent
+        connection), else the one that got there first. Each is taken once
+        (``continue_thread`` spends its keys), so every twin conversation keeps a
+        trajectory of its own.
         """
         for i in range(len(keys) - 2, 0, -1):
             tids = self.threads.get(keys[i])
-            if tids is not None:
+            if tids is None:
+                continue
+            if len(tids) > 1 and peer is not None:
                 for tid in tids:
                     t = self.open.get(tid)
-                    if t is not None:
+                    if t is not None and t.peer == peer:
                         return t
+            for tid in tids:
+                t = self.open.get(tid)
+                if t is not None:
+                    return t
         return None
 
     def continue_thread(self, t: Trajectory) -> None:

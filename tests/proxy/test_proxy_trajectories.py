@@ -499,3 +499,24 @@ async def test_identical_conversations_in_parallel_each_keep_their_own_trajector
     for s in steps_of(pool):
         by_traj.setdefault(s["trajectory"], []).append(s["index"])
     assert sorted(sorted(v) for v in by_traj.values()) == [[0, 1, 2, 3]] * 3
+
+
+async def test_twins_on_their_own_connections_keep_the_trajectory_they_were_told(proxy, pool):
+    """Each twin reads its trajectory id from the first answer's X-AW-Trajectory (to report
+    its reward, say); whichever twin calls first next, each stays on that trajectory."""
+    opening = [{"role": "user", "content": "the same task"}]
+    sessions = [aiohttp.ClientSession() for _ in range(2)]  # one connection each, kept alive
+
+    async def call(s: aiohttp.ClientSession, messages: list[dict[str, Any]]) -> tuple[str, Any]:
+        body = {"model": "m", "messages": messages}
+        async with s.post(proxy.base_url + "/chat/completions", json=body) as r:
+            assert r.status == 200
+            return r.headers["X-AW-Trajectory"], (await r.json())["choices"][0]["message"]
+
+    told, replies = zip(*[await call(s, opening) for s in sessions], strict=True)
+    assert told[0] != told[1] and replies[0] == replies[1]
+    history = [*opening, replies[0], {"role": "user", "content": "go on"}]
+    for i in (1, 0):  # the second twin goes on first
+        assert (await call(sessions[i], history))[0] == told[i]
+    for s in sessions:
+        await s.close()

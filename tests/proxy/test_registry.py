@@ -52,6 +52,20 @@ def test_twin_conversations_each_continue_their_own_trajectory_once():
     assert reg.threads == {}  # nothing left behind by the ones taken or closed
 
 
+def test_a_twin_goes_back_to_the_trajectory_its_connection_last_called_on():
+    reg = Registry()
+    a, b = _open(reg, 2)
+    a.peer, b.peer = ("127.0.0.1", 5001), ("127.0.0.1", 5002)
+    asked = [{"role": "user", "content": "task"}]
+    reply = {"role": "assistant", "content": "same answer"}
+    for t in (a, b):
+        reg.add_continuations(t, prefix_keys("a", asked)[-1], [reply])
+    next_turn = prefix_keys("a", [*asked, reply, {"role": "user", "content": "go on"}])
+    assert reg.find_thread(next_turn, ("127.0.0.1", 5002)) is b  # not first come: its own
+    assert reg.find_thread(next_turn, ("127.0.0.1", 5009)) is a  # a new connection: first come
+    assert reg.find_thread(next_turn) is a
+
+
 def test_idle_takes_the_trajectories_quiet_past_the_timeout_and_skips_calls_in_flight():
     reg = Registry()
     old, busy, older_than_timeout, recent = _open(reg, 4)
