@@ -101,6 +101,7 @@ class FakeUpstream:
         self.finished = 0
         self.hang_s = 30.0  # how long "hang" hangs
         self.response_headers: dict[str, str] = {}  # sent with every generation's answer
+        self.overloaded = 0  # the next this many generation calls get vLLM's 503
 
     # -- what to answer ------------------------------------------------------------------
 
@@ -164,6 +165,19 @@ class FakeUpstream:
     # -- handlers ---------------------------------------------------------------------------
 
     async def _fault(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse | None:
+        if self.overloaded > 0:  # as a busy engine answers; SDKs retry it
+            self.overloaded -= 1
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "The engine is overloaded, try again later",
+                        "type": "ServiceUnavailableError",
+                        "param": None,
+                        "code": 503,
+                    }
+                },
+                status=503,
+            )
         model = body.get("model")
         if model == "fail-500":
             return web.json_response(

@@ -113,6 +113,8 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
     finally:
         t.inflight -= 1
         st.registry.touch(t)
+        if not t.thread_keys and t.threaded:  # no answer: a retry must find it again
+            st.registry.resume_thread(t, prompt_key)
         if call.upstream_s is not None:
             st.stats.upstream(call.upstream_s)
     st.stats.request(adapter.protocol, resp.status)

@@ -60,6 +60,7 @@ class Trajectory:
     policy_version: int = 0
     thread_keys: set[bytes] = field(default_factory=set)
     peer: Any = None  # the agent's address on its last threaded call (tells twins apart)
+    spent_keys: set[bytes] = field(default_factory=set)  # taken by the call in flight
     step_ids: dict[int, list[str]] = field(default_factory=dict)
 
     def common(self) -> dict[str, Any]:
@@ -192,7 +193,7 @@ class Registry:
         (``continue_thread`` spends its keys), so every twin conversation keeps a
         trajectory of its own.
         """
-        for i in range(len(keys) - 2, 0, -1):
+        for i in range(len(keys) - 1, 0, -1):  # the whole request too: a failed one's retry
             tids = self.threads.get(keys[i])
             if tids is None:
                 continue
@@ -208,8 +209,31 @@ class Registry:
         return None
 
     def continue_thread(self, t: Trajectory) -> None:
-        """The conversation moved on: the old continuation points are spent."""
+        """A call goes on with the conversation: the old continuation points are spent (kept
+        aside until it answers, for ``resume_thread``)."""
+        spent = set(t.thread_keys)
         self._forget_keys(t)
+        t.spent_keys = spent
+
+    def resume_thread(self, t: Trajectory, prompt_key: bytes | None) -> None:
+        """A threaded call got no answer (an upstream error, the agent gone): the
+        conversation is where it was, so the same request sent again (an SDK's retry)
+        finds this trajectory: by the points its last answer left, or, for its first
+        call, by that call's own prompt (``prompt_key``)."""
+        if t.id not in self.open or t.thread_keys:
+            return
+        keys = t.spent_keys or ({prompt_key} if prompt_key is not None else set())
+        t.spent_keys = set()
+        for k in keys:
+            self._register(t, k)
+
+    def _register(self, t: Trajectory, k: bytes) -> None:
+        tids = self.threads.get(k)
+        if tids is None:
+            self.threads[k] = [t.id]
+        else:
+            tids.append(t.id)
+        t.thread_keys.add(k)
 
     def _forget_keys(self, t: Trajectory) -> None:
         for k in t.thread_keys:
@@ -226,16 +250,11 @@ class Registry:
         """Register where this trajectory's conversation can continue (one per choice)."""
         if t.id not in self.open:
             return
+        t.spent_keys = set()
         for msg in responses:
             k = _chain(prompt_key, msg)
-            if k in t.thread_keys:
-                continue  # two choices with the same reply: one way on
-            tids = self.threads.get(k)
-            if tids is None:
-                self.threads[k] = [t.id]
-            else:
-                tids.append(t.id)
-            t.thread_keys.add(k)
+            if k not in t.thread_keys:  # two choices with the same reply: one way on
+                self._register(t, k)
 
     # -- upstream affinity ---------------------------------------------------------------
 

@@ -520,3 +520,51 @@ async def test_twins_on_their_own_connections_keep_the_trajectory_they_were_told
         assert (await call(sessions[i], history))[0] == told[i]
     for s in sessions:
         await s.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("failed_turn", [0, 2])
+async def test_an_sdk_retry_after_a_failed_call_stays_in_its_trajectory(
+    proxy, pool, fake, stream, failed_turn
+):
+    """The OpenAI SDK retries a 503 by itself (max_retries=2): the retry is the same request,
+    and must go on in the trajectory the failed call was in, not start a new one."""
+    c = openai.AsyncOpenAI(base_url=proxy.base_url, api_key="k", max_retries=2)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "a task"}]
+    for turn in range(4):
+        if turn == failed_turn:
+            fake[0].overloaded = 1
+        if stream:
+            chunks = await c.chat.completions.create(model="m", messages=messages, stream=True)
+            text = "".join([ch.choices[0].delta.content or "" async for ch in chunks if ch.choices])
+        else:
+            r = await c.chat.completions.create(model="m", messages=messages)
+            text = r.choices[0].message.content
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "more"}]
+    await c.close()
+    await proxy.stop()
+    steps = sorted(steps_of(pool), key=lambda s: s["index"])
+    assert len({s["trajectory"] for s in steps}) == 1
+    assert [s["status"] for s in steps] == ["ok"] * failed_turn + ["error"] + ["ok"] * (
+        4 - failed_turn
+    )
+
+
+async def test_an_anthropic_sdk_retry_stays_in_its_trajectory(proxy, pool, fake):
+    """The same for a Messages agent translated to the chat upstream (its SDK retries too)."""
+    import anthropic
+
+    claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="k", max_retries=2)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "a task"}]
+    for turn in range(3):
+        fake[0].overloaded = 1 if turn == 1 else 0
+        r = await claude.messages.create(model="m", max_tokens=64, messages=messages)
+        messages += [
+            {"role": "assistant", "content": r.content[0].text},
+            {"role": "user", "content": "more"},
+        ]
+    await claude.close()
+    await proxy.stop()
+    steps = sorted(steps_of(pool), key=lambda s: s["index"])
+    assert len({s["trajectory"] for s in steps}) == 1
+    assert [s["status"] for s in steps] == ["ok", "error", "ok", "ok"]
