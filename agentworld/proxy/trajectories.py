@@ -60,7 +60,7 @@ class Trajectory:
     policy_version: int = 0
     thread_keys: set[bytes] = field(default_factory=set)
     peer: Any = None  # the agent's address on its last threaded call (tells twins apart)
-    spent_keys: set[bytes] = field(default_factory=set)  # taken by the call in flight
+    spent_keys: tuple[bytes, ...] = ()  # taken by the call in flight (``resume_thread``)
     step_ids: dict[int, list[str]] = field(default_factory=dict)
 
     def common(self) -> dict[str, Any]:
@@ -211,7 +211,7 @@ class Registry:
     def continue_thread(self, t: Trajectory) -> None:
         """A call goes on with the conversation: the old continuation points are spent (kept
         aside until it answers, for ``resume_thread``)."""
-        spent = set(t.thread_keys)
+        spent = tuple(t.thread_keys)
         self._forget_keys(t)
         t.spent_keys = spent
 
@@ -222,8 +222,8 @@ class Registry:
         call, by that call's own prompt (``prompt_key``)."""
         if t.id not in self.open or t.thread_keys:
             return
-        keys = t.spent_keys or ({prompt_key} if prompt_key is not None else set())
-        t.spent_keys = set()
+        keys = t.spent_keys or ((prompt_key,) if prompt_key is not None else ())
+        t.spent_keys = ()
         for k in keys:
             self._register(t, k)
 
@@ -250,7 +250,7 @@ class Registry:
         """Register where this trajectory's conversation can continue (one per choice)."""
         if t.id not in self.open:
             return
-        t.spent_keys = set()
+        t.spent_keys = ()
         for msg in responses:
             k = _chain(prompt_key, msg)
             if k not in t.thread_keys:  # two choices with the same reply: one way on
