@@ -14,6 +14,7 @@ from agentworld.proxy.calls import WRITE_ERRORS, add_continuations
 from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left
+from agentworld.proxy.redact import without_secrets
 from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.upstream import Fault
 
@@ -78,7 +79,7 @@ def step(
         tokens=tokens,
         status=status,
         error=error,
-        raw={"request": ctx.body, "response": raw_response},
+        raw={"request": without_secrets(ctx.body), "response": raw_response},
     )
 
 

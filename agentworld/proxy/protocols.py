@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.redact import is_secret
 from agentworld.raw_ids import RawIds
 
 MAX_N = 128
@@ -146,7 +147,7 @@ def _check_common(body: dict[str, Any]) -> None:
 
 
 def _params(body: dict[str, Any], skip: frozenset[str]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in skip}
+    return {k: v for k, v in body.items() if k not in skip and not is_secret(k)}
 
 
 def _usage_for(body: dict[str, Any], choice: dict[str, Any], n_choices: int, ids: Any) -> Any:

@@ -37,6 +37,7 @@ from agentworld.proxy.chat_form import (
     text_of,
 )
 from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.redact import is_secret
 
 PROTOCOL = "openai.responses"
 PATH = "/v1/responses"
@@ -317,7 +318,7 @@ def custom_input(arguments: str) -> str:
 
 
 def params(body: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in _NOT_PARAMS}
+    return {k: v for k, v in body.items() if k not in _NOT_PARAMS and not is_secret(k)}
 
 
 def _tool_choice(choice: Any) -> Any:

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import openai
+import orjson
 import pytest
 
 from agentworld.proxy.config import UpstreamConfig
@@ -328,3 +329,27 @@ async def test_passed_through_bodies_keep_the_encoding_the_agent_asked_for(make_
             assert len(orjson.loads(await r.read())["data"]) == 50
     finally:
         await hosted.close()
+
+
+async def test_a_key_sent_in_the_body_reaches_the_upstream_but_not_the_pool(proxy, pool, fake):
+    """Some clients send a credential as a body field: forwarded as sent, never recorded."""
+    import anthropic
+
+    c = client(proxy)
+    extra = {"api_key": "sk-body-secret", "Client-Secret": "cs-secret", "seed": 7}
+    await c.chat.completions.create(model="m", messages=USER, extra_body=extra)
+    assert fake[0].requests[-1]["api_key"] == "sk-body-secret"  # the upstream may need it
+    await c.close()
+    claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="k", max_retries=0)
+    await claude.messages.create(
+        model="m", max_tokens=16, messages=USER, extra_body={"password": "pw-secret"}
+    )
+    await claude.close()
+    await proxy.stop()
+    messages, chat = sorted(steps_of(pool), key=lambda s: s["protocol"])  # anthropic.*, openai.*
+    assert chat["request"]["params"]["seed"] == 7  # other fields are kept
+    assert "api_key" not in chat["request"]["params"]
+    assert "password" not in messages["raw"]["request"]
+    assert "password" not in messages["request"]["params"]
+    text = orjson.dumps([chat, messages])
+    assert not any(s in text for s in (b"sk-body-secret", b"cs-secret", b"pw-secret"))
