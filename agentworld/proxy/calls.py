@@ -70,7 +70,7 @@ def thread_call(
     t: Trajectory | None = None
     peer: Any = None  # the agent connection's address: twins' ties go to their own trajectory
     if messages is not None:
-        keys = prefix_keys(agent, messages)
+        keys = prefix_keys(agent, messages, ident.group, ident.task)
         transport = request.transport
         peer = transport.get_extra_info("peername") if transport is not None else None
         t = st.registry.find_thread(keys, peer)

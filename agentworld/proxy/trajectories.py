@@ -84,13 +84,20 @@ def _chain(prev: bytes, message: dict[str, Any]) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def _root_key(agent: str) -> bytes:
-    return hashlib.sha256(agent.encode()).digest()[:16]
+def _root_key(agent: str, group: str | None, task: str | None) -> bytes:
+    return hashlib.sha256(orjson.dumps([agent, group, task])).digest()[:16]
 
 
-def prefix_keys(agent: str, messages: Sequence[dict[str, Any]]) -> list[bytes]:
-    """keys[i] identifies the conversation messages[:i] of this agent."""
-    keys = [_root_key(agent)]
+def prefix_keys(
+    agent: str,
+    messages: Sequence[dict[str, Any]],
+    group: str | None = None,
+    task: str | None = None,
+) -> list[bytes]:
+    """keys[i] identifies the conversation messages[:i] of this agent, in this group and
+    task when the calls name them: the same conversation in two groups (one task
+    rolled out in two GRPO groups) never threads across them."""
+    keys = [_root_key(agent, group, task)]
     for m in messages:
         keys.append(_chain(keys[-1], m))
     return keys
@@ -368,7 +375,7 @@ def restore(
             t.threaded = True
             msgs = (rec.get("request") or {}).get("messages")
             if msgs:
-                keys = prefix_keys(t.agent, msgs)
+                keys = prefix_keys(t.agent, msgs, t.group, t.task)
                 last_steps = [  # the choices of the last call (``rec`` is one of them)
                     rec if s is last else _read_step(pool, tid, s)
                     for s in steps

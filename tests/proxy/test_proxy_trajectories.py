@@ -568,3 +568,27 @@ async def test_an_anthropic_sdk_retry_stays_in_its_trajectory(proxy, pool, fake)
     steps = sorted(steps_of(pool), key=lambda s: s["index"])
     assert len({s["trajectory"] for s in steps}) == 1
     assert [s["status"] for s in steps] == ["ok", "error", "ok", "ok"]
+
+
+async def test_the_same_conversation_in_two_groups_never_threads_across_them(proxy, pool):
+    """One task in two GRPO groups (two epochs, say), its rollouts' answers alike: a step
+    stays in its own group, whose advantages it counts in."""
+    opening = [{"role": "user", "content": "the same task"}]
+
+    async def call(group: str, messages: list[dict[str, Any]]) -> tuple[str, Any]:
+        body = {"model": "m", "messages": messages}
+        url = f"{proxy.url}/g/{group}/v1/chat/completions"
+        async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:  # new connections
+            assert r.status == 200
+            return r.headers["X-AW-Trajectory"], (await r.json())["choices"][0]["message"]
+
+    first, reply = await call("g1", opening)
+    second, _ = await call("g2", opening)
+    history = [*opening, reply, {"role": "user", "content": "go on"}]
+    assert (await call("g2", history))[0] == second
+    assert (await call("g1", history))[0] == first
+    await proxy.stop()
+    groups: dict[str, set[str]] = {}
+    for s in steps_of(pool):
+        groups.setdefault(s["trajectory"], set()).add(s["group"])
+    assert groups == {first: {"g1"}, second: {"g2"}}
