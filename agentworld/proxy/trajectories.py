@@ -384,7 +384,12 @@ def restore(
                 responses = [
                     s["response"]["message"]
                     for s in last_steps
-                    if s is not None and (s.get("response") or {}).get("message")
+                    if s is not None
+                    and s.get("status") == "ok"
+                    and (s.get("response") or {}).get("message")
                 ]
-                registry.add_continuations(t, keys[-1], responses)
+                if responses:
+                    registry.add_continuations(t, keys[-1], responses)
+                else:  # the last call got no answer: its retry goes on here (resume_thread)
+                    registry.resume_thread(t, keys[-1])
     return n

@@ -230,3 +230,20 @@ def test_restore_reopens_threaded_trajectories_and_skips_steps_it_cannot_read(
     assert continues("tr_a", "tr_a zero") and continues("tr_a", "tr_a one")
     assert continues("tr_b", "tr_b one") and not continues("tr_b", "tr_b zero")
     assert continues("tr_c", "c")
+
+
+def test_restore_lets_the_retry_of_a_call_that_failed_before_the_restart_go_on(tmp_path):
+    error = {"type": "upstream_status", "message": "overloaded"}
+    pool = Pool.create(tmp_path / "pool")
+    asked = [{"role": "user", "content": "q"}]
+    answered = [*asked, {"role": "assistant", "content": "a"}, {"role": "user", "content": "more"}]
+    with pool.writer() as w:
+        w.append(_threaded_step("tr_first", 0, None, "x") | {"status": "error", "error": error})
+        w.append(_threaded_step("tr_later", 0, None, "a") | {"request": {"messages": asked}})
+        failed = _threaded_step("tr_later", 1, None, "x") | {"request": {"messages": answered}}
+        w.append(failed | {"status": "cancelled", "error": error})
+    reg = Registry()
+    assert restore(reg, pool) == 2
+    first_again = prefix_keys("a", [{"role": "user", "content": "q tr_first"}])
+    assert reg.find_thread(first_again) is reg.open["tr_first"]
+    assert reg.find_thread(prefix_keys("a", answered)) is reg.open["tr_later"]
