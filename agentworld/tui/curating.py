@@ -10,6 +10,7 @@ from textual.screen import Screen
 
 from agentworld.errors import AgentWorldError
 from agentworld.pool import Selection
+from agentworld.tui.delivery import taken_down
 from agentworld.tui.dialog import PromptDialog
 from agentworld.tui.messages import TrajectoryLabelled
 
@@ -134,5 +135,11 @@ class CuratingScreen(Screen[None]):
         self.app.call_from_thread(self._written, TrajectoryLabelled(action, undone=True))
 
     def _written(self, event: TrajectoryLabelled) -> None:
+        if taken_down(self):  # popped while the label was being written
+            if self.app.is_running:  # the screens left show it (the one on top included)
+                for screen in self.app.screen_stack:
+                    if hasattr(screen, "reload"):
+                        screen.reload()
+            return
         self.post_message(event)
         self.labels_written(event)

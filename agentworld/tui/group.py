@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from agentworld import records
 from agentworld.pool import Trajectory
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
+from agentworld.tui.delivery import deliver
 from agentworld.tui.grouping import final_sequence, grpo_advantages, shared_prefix
 from agentworld.tui.literal import literal
 from agentworld.tui.messages import TrajectoryLabelled
@@ -96,7 +97,7 @@ class GroupScreen(CuratingScreen):
     @work(thread=True, exclusive=True, group="group")
     def _load(self, group: str) -> None:
         members = self.aw.data.group(group)
-        self.app.call_from_thread(self.show, members)
+        deliver(self, self.show, members)
 
     def show(self, members: list[Trajectory]) -> None:
         self.members = members

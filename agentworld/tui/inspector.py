@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from agentworld.errors import AgentWorldError
 from agentworld.pool import Selection, Trajectory
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
+from agentworld.tui.delivery import deliver
 from agentworld.tui.literal import literal
 from agentworld.tui.messages import TrajectoryLabelled
 from agentworld.tui.tokens import Decoder, token_view
@@ -119,16 +120,16 @@ class InspectorScreen(CuratingScreen):
         except AgentWorldError as exc:
             self.app.call_from_thread(self.notify, str(exc), severity="error")
             return
-        self.app.call_from_thread(self.show, t)
+        deliver(self, self.show, t)
 
     @work(thread=True, exclusive=True, group="trajectory")
     def _next_unreviewed(self) -> None:
         tid = self.aw.data.next_unreviewed(self.selection, self.skipped)
         if tid is None:
-            self.app.call_from_thread(self._queue_empty)
+            deliver(self, self._queue_empty)
             return
         t = self.aw.data.trajectory(tid)
-        self.app.call_from_thread(self.show, t)
+        deliver(self, self.show, t)
 
     def _queue_empty(self) -> None:
         self.trajectory = None

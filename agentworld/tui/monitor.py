@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 
 from agentworld.tui.data import MonitorSnapshot
+from agentworld.tui.delivery import deliver
 from agentworld.tui.literal import literal, one_line
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ class MonitorScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="monitor")
     def _load(self) -> None:
         snap = self.aw.data.monitor()
-        self.app.call_from_thread(self.show, snap)
+        deliver(self, self.show, snap)
 
     @work(thread=True, exclusive=True, group="monitor-heavy")
     def _load_heavy(self) -> None:
@@ -206,7 +207,7 @@ class MonitorScreen(Screen[None]):
             return
         finally:
             self._heavy_running = False
-        self.app.call_from_thread(self.show_heavy, heavy)
+        deliver(self, self.show_heavy, heavy)
 
     def show_heavy(self, heavy: dict[str, Any]) -> None:
         if self.snapshot is not None:

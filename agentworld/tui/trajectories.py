@@ -16,6 +16,7 @@ from agentworld.pool import Selection
 from agentworld.pool.index_queries import TRAJECTORY_SORTS
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.data import Page
+from agentworld.tui.delivery import deliver
 from agentworld.tui.filters import FILTER_HELP, parse_filter
 from agentworld.tui.literal import literal, one_line
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
@@ -166,7 +167,7 @@ class TrajectoriesScreen(CuratingScreen):
         page = self.aw.data.page(
             sel, sort=sort, descending=descending, limit=PAGE_SIZE, offset=offset
         )
-        self.app.call_from_thread(self.show, page)
+        deliver(self, self.show, page)
 
     def show(self, page: Page) -> None:
         """Display one page, keeping the cursor on the same trajectory where possible."""
