@@ -29,7 +29,7 @@ from agentworld.proxy.bridge_calls import (
     record_fault,
 )
 from agentworld.proxy.bridge_stream import stream
-from agentworld.proxy.calls import post_upstream, thread_call, upstream_error_message
+from agentworld.proxy.calls import call_ended, post_upstream, thread_call, upstream_error_message
 from agentworld.proxy.protocol_adapters import (
     MESSAGES,
     PASSTHROUGH,
@@ -161,12 +161,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         else:
             resp = await _unary(request, ctx, url, up, headers, out_headers)
     finally:
-        t.inflight -= 1
-        st.registry.touch(t)
-        if not t.thread_keys and t.threaded:  # no answer: a retry must find it again
-            st.registry.resume_thread(t, prompt_key)
-        if call.upstream_s is not None:
-            st.stats.upstream(call.upstream_s)
+        call_ended(st, call, prompt_key)
     st.stats.request(adapter.protocol, resp.status)
     return resp
 

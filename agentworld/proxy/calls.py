@@ -91,6 +91,17 @@ def thread_call(
     return t, keys[-1] if keys else None
 
 
+def call_ended(st: State, call: Call, prompt_key: bytes | None) -> None:
+    """Bookkeeping once a generation call is over, however it ended."""
+    t = call.trajectory
+    t.inflight -= 1
+    st.registry.touch(t)
+    if not t.thread_keys and t.threaded:  # no answer: a retry must find it again
+        st.registry.resume_thread(t, prompt_key)
+    if call.upstream_s is not None:
+        st.stats.upstream(call.upstream_s)
+
+
 async def open_upstream(
     st: State, call: Call, url: str, up: UpstreamConfig, headers: Any
 ) -> UpstreamResponse:

@@ -31,6 +31,7 @@ from agentworld.proxy.app import (
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
     add_reply_continuations,
+    call_ended,
     cancelled_steps,
     post_upstream,
     record_fault,
@@ -111,12 +112,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
         else:
             resp = await _unary(request, st, call, url, up, headers, out_headers, prompt_key)
     finally:
-        t.inflight -= 1
-        st.registry.touch(t)
-        if not t.thread_keys and t.threaded:  # no answer: a retry must find it again
-            st.registry.resume_thread(t, prompt_key)
-        if call.upstream_s is not None:
-            st.stats.upstream(call.upstream_s)
+        call_ended(st, call, prompt_key)
     st.stats.request(adapter.protocol, resp.status)
     return resp
 

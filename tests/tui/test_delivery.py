@@ -63,7 +63,7 @@ async def test_a_result_reaches_a_shown_screen_and_not_a_popped_one():
     assert app.return_code in (0, None)
 
 
-async def test_a_screen_of_an_app_that_is_closing_is_taken_down():
+async def test_a_screen_of_an_app_that_closed_is_taken_down():
     app = Host()
     async with app.run_test() as pilot:
         screen = Loading()
