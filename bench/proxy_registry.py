@@ -12,6 +12,12 @@ trajectories against the same work at ``--large`` (the cap), side by side:
 - the idle sweep (every 5 s by default): the trajectories idle past the
   timeout (none) and those over the cap (ten).
 
+The same two at ``--small`` and ``--large`` open *twins*: trajectories whose
+conversations are identical, so they all wait at one continuation point (a
+load test repeating one call, or many rollouts of one task with the same first
+answer). A new call there also registers its continuation beside the others,
+and a continued call looks through them for its own connection's.
+
 A ratio near 1 means the cost does not grow with the number of open
 trajectories. ``--restore N`` also times what a restarted proxy does before it
 serves: reopen N open trajectories from a pool (one threaded step each, the
@@ -70,6 +76,48 @@ def new_calls(reg: Any, calls: int) -> float:
         reg.pick_slot(t, URLS)
         _touch(reg, t)
         _touch(reg, t)
+        reg.close(oldest[i], "timeout")
+    return (time.perf_counter() - t0) / calls
+
+
+ASKED = [{"role": "user", "content": "the same task"}]
+REPLY = {"role": "assistant", "content": "the same answer"}
+
+
+def twins(registry: type, n: int) -> Any:
+    """A registry of ``n`` open trajectories all waiting at one continuation point."""
+    from agentworld.proxy.trajectories import prefix_keys
+
+    reg = filled(registry, n)
+    key = prefix_keys("agent", ASKED)[-1]
+    for t in reg.open.values():
+        reg.add_continuations(t, key, [REPLY])
+    return reg
+
+
+def twin_calls(reg: Any, calls: int) -> float:
+    """Seconds per pair of calls among twins: a new one (its answer waits beside the
+    others') and one that goes on (found among them, from a connection none had)."""
+    import inspect
+
+    from agentworld.proxy.trajectories import prefix_keys
+
+    key = prefix_keys("agent", ASKED)[-1]
+    more = prefix_keys("agent", [*ASKED, REPLY, {"role": "user", "content": "go on"}])
+    peer = (
+        {"peer": ("127.0.0.1", 1)}
+        if "peer" in inspect.signature(reg.find_thread).parameters
+        else {}
+    )
+    oldest = list(reg.open)[:calls]
+    t0 = time.perf_counter()
+    for i in range(calls):
+        t = reg.create("agent", threaded=True)
+        reg.pick_slot(t, URLS)
+        reg.add_continuations(t, key, [REPLY])
+        went_on = reg.find_thread(more, **peer)
+        reg.continue_thread(went_on)
+        reg.add_continuations(went_on, key, [REPLY])  # back among them, for the next round
         reg.close(oldest[i], "timeout")
     return (time.perf_counter() - t0) / calls
 
@@ -142,22 +190,34 @@ def main() -> None:
 
     print(f"# registry of {Path(agentworld.__file__).parents[1]}, medians of {a.rounds} rounds")
     regs = {n: filled(Registry, n) for n in (a.small, a.large)}
-    call = {n: [] for n in regs}
-    swept = {n: [] for n in regs}
+    twin_regs = {n: twins(Registry, n) for n in (a.small, a.large)}
+    call: dict[int, list[float]] = {n: [] for n in regs}
+    swept: dict[int, list[float]] = {n: [] for n in regs}
+    twin: dict[int, list[float]] = {n: [] for n in regs}
+    twin_swept: dict[int, list[float]] = {n: [] for n in regs}
     for _ in range(a.rounds):
         for n, reg in regs.items():  # side by side, so drift hits both
             call[n].append(new_calls(reg, a.calls))
             swept[n].append(sweep(reg))
+            twin[n].append(twin_calls(twin_regs[n], a.calls))
+            twin_swept[n].append(sweep(twin_regs[n]))
     med = statistics.median
-    print(f"{'open trajectories':>18} {'new call us':>12} {'sweep ms':>9}")
+    print(
+        f"{'open trajectories':>18} {'new call us':>12} {'sweep ms':>9} {'twins: calls us':>16} {'sweep ms':>9}"
+    )
     for n in regs:
-        print(f"{n:18,} {med(call[n]) * 1e6:12.1f} {med(swept[n]) * 1e3:9.2f}")
+        print(
+            f"{n:18,} {med(call[n]) * 1e6:12.1f} {med(swept[n]) * 1e3:9.2f}"
+            f" {med(twin[n]) * 1e6:16.1f} {med(twin_swept[n]) * 1e3:9.2f}"
+        )
     small, large = a.small, a.large
     print(
         f"-> {large:,} open vs {small:,}: a new call costs"
         f" {med(call[large]) / med(call[small]):.2f}x, a sweep"
         f" {med(swept[large]) / med(swept[small]):.1f}x"
-        f" ({med(swept[large]) * 1e3:.2f} ms of event loop every sweep)"
+        f" ({med(swept[large]) * 1e3:.2f} ms of event loop every sweep);"
+        f" among twins, a pair of calls {med(twin[large]) / med(twin[small]):.2f}x, a sweep"
+        f" {med(twin_swept[large]) / med(twin_swept[small]):.1f}x"
     )
     if a.restore:
         took = restore_s(Registry, a.restore, a.rounds)

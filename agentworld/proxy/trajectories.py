@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -28,6 +29,7 @@ URL_COOLDOWN_S = 10.0
 
 MAX_CLOSED_REMEMBERED = 100_000
 MAX_STEP_IDS = 100_000  # per trajectory; beyond it rewards by index need the pool
+PEER_SCAN = 64  # twins of one conversation looked through for the caller's own (find_thread)
 
 
 class UnknownTrajectory(LookupError):
@@ -115,9 +117,10 @@ class Registry:
     def __init__(self, *, max_open: int = 100_000) -> None:
         self.open: OrderedDict[str, Trajectory] = OrderedDict()  # least recently active first
         self.closed: OrderedDict[str, str] = OrderedDict()  # id -> end status
-        # continuation key -> the open trajectories that can continue there, first come
-        # first: twins (rollouts of one task that got the same answers) share a key
-        self.threads: dict[bytes, list[str]] = {}
+        # continuation key -> the open trajectories that can continue there, in the order
+        # they got there (a dict as an ordered set: taking or closing one is O(1) however
+        # many twins, rollouts of one task that got the same answers, share a key)
+        self.threads: dict[bytes, dict[str, None]] = {}
         self.max_open = max_open
         self.done_count = 0
         self._rr = 0
@@ -196,23 +199,21 @@ class Registry:
 
         Where several do (identical conversations, as a group's rollouts of one task
         can be), the one whose last call came from ``peer`` (the same agent
-        connection), else the one that got there first. Each is taken once
-        (``continue_thread`` spends its keys), so every twin conversation keeps a
-        trajectory of its own.
+        connection; looked for among the first ``PEER_SCAN`` only, so a crowd of
+        identical calls stays cheap), else the one that got there first. Each is
+        taken once (``continue_thread`` spends its keys), so every twin
+        conversation keeps a trajectory of its own.
         """
         for i in range(len(keys) - 1, 0, -1):  # the whole request too: a failed one's retry
             tids = self.threads.get(keys[i])
-            if tids is None:
+            if not tids:
                 continue
-            if len(tids) > 1 and peer is not None:
-                for tid in tids:
-                    t = self.open.get(tid)
-                    if t is not None and t.peer == peer:
+            if peer is not None and len(tids) > 1:
+                for tid in itertools.islice(tids, PEER_SCAN):
+                    t = self.open[tid]
+                    if t.peer == peer:
                         return t
-            for tid in tids:
-                t = self.open.get(tid)
-                if t is not None:
-                    return t
+            return self.open[next(iter(tids))]
         return None
 
     def continue_thread(self, t: Trajectory) -> None:
@@ -237,16 +238,16 @@ class Registry:
     def _register(self, t: Trajectory, k: bytes) -> None:
         tids = self.threads.get(k)
         if tids is None:
-            self.threads[k] = [t.id]
+            self.threads[k] = {t.id: None}
         else:
-            tids.append(t.id)
+            tids[t.id] = None
         t.thread_keys.add(k)
 
     def _forget_keys(self, t: Trajectory) -> None:
         for k in t.thread_keys:
             tids = self.threads.get(k)
-            if tids is not None and t.id in tids:
-                tids.remove(t.id)
+            if tids is not None:
+                tids.pop(t.id, None)
                 if not tids:
                     del self.threads[k]
         t.thread_keys.clear()
