@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-# Compared lower-cased, "-" read as "_".
+from agentworld.proxy.upstream import SECRET_HEADERS
+
+# Compared lower-cased, "-" read as "_": the secret headers' names, and the like.
 SECRET_FIELDS = frozenset(
-    {
-        "api_key",
+    {h.replace("-", "_") for h in SECRET_HEADERS}
+    | {
         "apikey",
-        "x_api_key",
         "openai_api_key",
         "anthropic_api_key",
-        "authorization",
         "access_token",
         "auth_token",
         "bearer_token",
