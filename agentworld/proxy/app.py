@@ -296,6 +296,7 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         bridge.add_routes(app, prefix)  # Anthropic Messages, OpenAI Responses
         count_tokens.add_routes(app, prefix)  # Anthropic's token count (not recorded)
         app.router.add_get(prefix + "/v1/models", passthrough.models)
+        app.router.add_get(prefix + "/v1/models/{model_id:.+}", passthrough.model)
         app.router.add_route("*", prefix + "/v1/{tail:.*}", passthrough.passthrough)
     lifecycle.add_routes(app)
     return app

@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 MODEL = "fake-model"
+MAX_MODEL_LEN = 32_768
 
 
 def render(messages: list[dict[str, Any]]) -> str:
@@ -476,9 +477,17 @@ class FakeUpstream:
         )
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": self.name}]}
-        )
+        card = {  # vLLM's ModelCard
+            "id": MODEL,
+            "object": "model",
+            "created": 1_790_000_000,
+            "owned_by": self.name,
+            "root": MODEL,
+            "parent": None,
+            "max_model_len": MAX_MODEL_LEN,
+            "permission": [],
+        }
+        return web.json_response({"object": "list", "data": [card]})
 
     async def echo(self, request: web.Request) -> web.Response:
         data = await request.read()

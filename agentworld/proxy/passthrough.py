@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 import orjson
 from aiohttp import web
 
+from agentworld.proxy import anthropic_models
 from agentworld.proxy.agent_conn import AgentTimeout, read_body
 from agentworld.proxy.app import (
     STATE,
@@ -20,6 +23,7 @@ from agentworld.proxy.app import (
 )
 from agentworld.proxy.calls import WRITE_ERRORS
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.protocol_adapters import TRANSLATE
 from agentworld.proxy.upstream import classify, response_headers, upstream_headers
 
 
@@ -113,16 +117,65 @@ async def forward(
         return error_response(fault.status, fault.message, "upstream_error", code=fault.status)
 
 
-async def models(request: web.Request) -> web.StreamResponse:
-    """GET /v1/models: the upstream's list, or the configured agents when several share the proxy."""
-    st = request.app[STATE]
+def _agents_listed(st: State, request: web.Request) -> list[dict[str, Any]] | None:
+    """The configured agents as models, when several share the proxy and the call names none."""
     ident = identify(request)
-    if not ident.trajectory and not ident.agent and len(st.config.agents) > 1:
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "agentworld"}
-            for name in sorted(st.config.agents)
-        ]
+    if ident.trajectory or ident.agent or len(st.config.agents) <= 1:
+        return None
+    return [
+        {"id": name, "object": "model", "created": 0, "owned_by": "agentworld"}
+        for name in sorted(st.config.agents)
+    ]
+
+
+async def _anthropic_models(
+    request: web.Request, st: State
+) -> tuple[list[dict[str, Any]], UpstreamConfig | None] | web.StreamResponse | None:
+    """For an Anthropic client of a chat upstream: the models in Anthropic's shape (and the
+    agent's upstream), or the error to answer; None for everyone else."""
+    if "anthropic-version" not in request.headers:
+        return None
+    agents = _agents_listed(st, request)
+    if agents is not None:
+        return [anthropic_models.model_info(m) for m in agents], None
+    try:
+        up, base, api_key = _target(st, request)
+    except BadRequest as exc:
+        return anthropic_models.error(exc.status, str(exc))
+    if (up.protocol_mode or TRANSLATE) != TRANSLATE:  # an Anthropic upstream answers itself
+        return None
+    assert st.session is not None
+    got = await anthropic_models.upstream_models(
+        request, st.session, up, base, api_key, forward_client_auth=not st.config.auth_token
+    )
+    return got if isinstance(got, web.StreamResponse) else (got, up)
+
+
+async def models(request: web.Request) -> web.StreamResponse:
+    """GET /v1/models: the upstream's list, or the configured agents when several share the
+    proxy; in Anthropic's shape for an Anthropic client of a chat upstream."""
+    st = request.app[STATE]
+    got = await _anthropic_models(request, st)
+    if isinstance(got, web.StreamResponse):
+        return got
+    if got is not None:
+        return anthropic_models.listing(got[0], request)
+    agents = _agents_listed(st, request)
+    if agents is not None:
         return web.json_response(
-            {"object": "list", "data": data}, dumps=lambda o: orjson.dumps(o).decode()
+            {"object": "list", "data": agents}, dumps=lambda o: orjson.dumps(o).decode()
         )
     return await _pass(request, "models")
+
+
+async def model(request: web.Request) -> web.StreamResponse:
+    """GET /v1/models/{model_id}: the upstream's answer; Anthropic's for an Anthropic client
+    of a chat upstream."""
+    st = request.app[STATE]
+    model_id = request.match_info["model_id"]
+    got = await _anthropic_models(request, st)
+    if isinstance(got, web.StreamResponse):
+        return got
+    if got is not None:
+        return anthropic_models.one(got[0], model_id, got[1])
+    return await _pass(request, "models/" + model_id)
