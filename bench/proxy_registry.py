@@ -138,11 +138,17 @@ def restore_s(registry: type, n: int, rounds: int) -> float:
     """Best-of-``rounds`` seconds for ``restore`` to reopen ``n`` threaded open trajectories."""
     import tempfile
 
-    from agentworld import records
     from agentworld.pool import Pool
+
+    with tempfile.TemporaryDirectory(prefix="aw-bench-restore-") as tmp:
+        return _restore_s(registry, Pool.create(Path(tmp) / "pool"), n, rounds)
+
+
+def _restore_s(registry: type, pool: Any, n: int, rounds: int) -> float:
+    """``restore_s`` in ``pool``, a temporary one it fills first."""
+    from agentworld import records
     from agentworld.proxy.trajectories import restore
 
-    pool = Pool.create(Path(tempfile.mkdtemp(prefix="aw-bench-restore-")) / "pool")
     with pool.writer() as w:
         for i in range(n):
             tid = f"tr_{i:08d}"
