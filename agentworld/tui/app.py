@@ -118,9 +118,10 @@ class AgentWorldApp(App[None]):
             self.push_screen(HelpScreen(sections))
 
     def on_trajectory_labelled(self, event: TrajectoryLabelled) -> None:
-        # Screens under the one that labelled (the list beneath the inspector) reload later.
-        for screen in self.screen_stack[:-1]:
-            if hasattr(screen, "reload"):
+        # The other screens (the list beneath the inspector) reload; the one that labelled
+        # has shown it already, unless it was closed meanwhile.
+        for screen in self.screen_stack:
+            if screen is not event.origin and hasattr(screen, "reload"):
                 screen.reload()
 
     # -- command palette ----------------------------------------------------------------------

@@ -124,7 +124,7 @@ class CuratingScreen(Screen[None]):
         except AgentWorldError as exc:
             self.app.call_from_thread(self.notify, str(exc), severity="error")
             return
-        self.app.call_from_thread(self._written, TrajectoryLabelled(action))
+        self.app.call_from_thread(self._written, TrajectoryLabelled(action, self))
 
     @work(thread=True, group="labels")
     def _undo(self) -> None:
@@ -132,14 +132,11 @@ class CuratingScreen(Screen[None]):
         if action is None:
             self.app.call_from_thread(self.notify, "nothing to undo", severity="warning")
             return
-        self.app.call_from_thread(self._written, TrajectoryLabelled(action, undone=True))
+        self.app.call_from_thread(self._written, TrajectoryLabelled(action, self, undone=True))
 
     def _written(self, event: TrajectoryLabelled) -> None:
-        if taken_down(self):  # popped while the label was being written
-            if self.app.is_running:  # the screens left show it (the one on top included)
-                for screen in self.app.screen_stack:
-                    if hasattr(screen, "reload"):
-                        screen.reload()
+        if taken_down(self):  # popped while the label was being written: the app tells the
+            self.app.post_message(event)  # screens left, the one on top included
             return
         self.post_message(event)
         self.labels_written(event)

@@ -18,7 +18,8 @@ class PoolRefreshed(Message):
 class TrajectoryLabelled(Message):
     """A labelling action (or its undo) landed in the overlay."""
 
-    def __init__(self, action: LabelAction, undone: bool = False) -> None:
+    def __init__(self, action: LabelAction, origin: object, undone: bool = False) -> None:
         super().__init__()
         self.action = action
+        self.origin = origin  # the screen that labelled (it shows the label itself)
         self.undone = undone
