@@ -152,6 +152,7 @@ async def deliver(ctx: Ctx, recs: list[dict[str, Any]], send: Any, on_fail: Any)
         try:
             await st.recorder.steps(ctx.call.trajectory, recs)
         except RecordFailed as exc:
+            st.registry.retract(ctx.call.trajectory)
             await on_fail(f"the step could not be recorded durably: {exc}")
             return
     try:

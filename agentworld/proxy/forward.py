@@ -165,6 +165,7 @@ async def _unary(
         try:
             await st.recorder.steps(call.trajectory, recs)
         except RecordFailed as exc:
+            st.registry.retract(call.trajectory)
             return error_response(
                 503,
                 f"the step could not be recorded durably: {exc}",

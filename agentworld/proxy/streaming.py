@@ -261,6 +261,7 @@ async def _finish_stream(
         try:
             await st.recorder.steps(call.trajectory, recs)
         except RecordFailed as exc:
+            st.registry.retract(call.trajectory)
             error = {
                 "message": f"the step could not be recorded durably: {exc}",
                 "type": "service_unavailable",

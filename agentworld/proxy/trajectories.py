@@ -62,7 +62,7 @@ class Trajectory:
     policy_version: int = 0
     thread_keys: set[bytes] = field(default_factory=set)
     peer: Any = None  # the agent's address on its last threaded call (tells twins apart)
-    spent_keys: tuple[bytes, ...] = ()  # taken by the call in flight (``resume_thread``)
+    spent_keys: tuple[bytes, ...] = ()  # taken by the last call (``resume_thread``, ``retract``)
     step_ids: dict[int, list[str]] = field(default_factory=dict)
 
     def common(self) -> dict[str, Any]:
@@ -235,6 +235,13 @@ class Registry:
         for k in keys:
             self._register(t, k)
 
+    def retract(self, t: Trajectory) -> None:
+        """The answer that left continuation points never reached the agent (strict mode
+        could not make its step durable, so the agent got a 503): they are dropped, and
+        ``resume_thread`` (at the call's end) puts the conversation back where it was, for
+        the agent's retry of the same request."""
+        self._forget_keys(t)
+
     def _register(self, t: Trajectory, k: bytes) -> None:
         tids = self.threads.get(k)
         if tids is None:
@@ -258,7 +265,7 @@ class Registry:
         """Register where this trajectory's conversation can continue (one per choice)."""
         if t.id not in self.open:
             return
-        t.spent_keys = ()
+        # ``spent_keys`` stay until the next call: ``retract`` may need them back.
         for msg in responses:
             k = _chain(prompt_key, msg)
             if k not in t.thread_keys:  # two choices with the same reply: one way on

@@ -241,6 +241,68 @@ async def test_strict_recording_failure_is_503(pool, fake):
         await c.close()
 
 
+class DiskFullOnce:
+    """A real pool writer whose disk is full for the ``fail_at``-th record (1-based)."""
+
+    def __init__(self, inner: Any, fail_at: int) -> None:
+        self.inner, self.fail_at, self.n = inner, fail_at, 0
+
+    async def append_async(self, rec: dict[str, Any]) -> None:
+        self.n += 1
+        if self.n == self.fail_at:
+            raise PoolError("No space left on device")
+        await self.inner.append_async(rec)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("api", ["chat", "chat-stream", "anthropic"])
+async def test_a_retry_after_a_strict_recording_failure_stays_in_its_trajectory(pool, fake, api):
+    """Strict mode answers 503 when the step cannot be made durable: the continuation points
+    its answer left are taken back, so the agent's retry of the same request goes on in the
+    trajectory instead of starting a new one."""
+    import anthropic
+
+    cfg = ProxyConfig(default_upstream=UpstreamConfig.single(fake[1]), durability="strict")
+    writer = pool.writer(durability="strict")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "a task"}]
+    async with ProxyServer(cfg, pool, writer=DiskFullOnce(writer, fail_at=2)) as proxy:
+        c = client(proxy)
+        claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="k", max_retries=0)
+        for turn in range(3):
+            for attempt in range(2):  # the agent's own retry of the failed call
+                try:
+                    if api == "anthropic":
+                        r = await claude.messages.create(
+                            model="m", max_tokens=64, messages=messages
+                        )
+                        text = r.content[0].text
+                    elif api == "chat-stream":
+                        chunks = await c.chat.completions.create(
+                            model="m", messages=messages, stream=True
+                        )
+                        text = "".join(
+                            [ch.choices[0].delta.content or "" async for ch in chunks if ch.choices]
+                        )
+                    else:
+                        r = await c.chat.completions.create(model="m", messages=messages)
+                        text = r.choices[0].message.content
+                    break
+                except (openai.APIError, anthropic.APIError) as exc:
+                    assert turn == 1 and attempt == 0 and "recorded" in str(exc), exc
+            messages += [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": "more"},
+            ]
+        await c.close()
+        await claude.close()
+    writer.close()
+    steps = sorted(steps_of(pool), key=lambda s: s["index"])
+    assert len({s["trajectory"] for s in steps}) == 1
+    assert [s["index"] for s in steps] == [0, 2, 3]  # step 1 never became durable
+
+
 async def test_auth_token_guards_every_route(make_proxy, pool, fake):
     proxy = await make_proxy(auth_token="proxy-secret")
     async with aiohttp.ClientSession() as s:
