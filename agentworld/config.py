@@ -39,7 +39,8 @@ AGENT_KINDS: Final = ("python", "command")
 SOURCE_TYPES: Final = ("jsonl", "parquet", "reasoning-gym", "python")
 SCORER_TYPES: Final = ("exact", "numeric", "regex", "verifier", "python")
 
-_AGENT_KEYS: Final = frozenset(
+# Keys of an agent table owned by the rollout subsystem (`aw run`); the proxy ignores them.
+ROLLOUT_KEYS: Final = frozenset(
     {
         "kind",
         "description",
@@ -288,7 +289,7 @@ def _agent(path: Path, name: str, table: Any) -> AgentConfig:
     where = Where(path, f"agent {name!r}")
     if not isinstance(table, dict):
         raise where.error("", "must be a table")
-    _check_keys(where, table, _AGENT_KEYS | UPSTREAM_KEYS)
+    _check_keys(where, table, ROLLOUT_KEYS | UPSTREAM_KEYS)
     kind = _typed(where, table, "kind", str, None)
     if kind not in AGENT_KINDS:
         raise where.error("kind", f"must be one of {', '.join(AGENT_KINDS)}, got {kind!r}")

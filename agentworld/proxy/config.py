@@ -14,46 +14,16 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from agentworld.config import ROLLOUT_KEYS, UPSTREAM_KEYS
 from agentworld.errors import ConfigError
 
 Engine = Literal["vllm", "openai"]
 ENGINES: tuple[str, ...] = ("vllm", "openai")
 PROTOCOL_MODES: tuple[str, ...] = ("translate", "passthrough")
 
-# Keys of an ``[agents.NAME]`` table that describe the upstream (owned here).
-UPSTREAM_KEYS = frozenset(
-    {
-        "upstream",
-        "model",
-        "api_key_env",
-        "engine",
-        "timeout_s",
-        "connect_timeout_s",
-        "params",
-        "protocol_mode",
-    }
-)
-# Keys of the same table owned by the rollout subsystem (`aw run`): the proxy ignores them.
-ROLLOUT_KEYS = frozenset(
-    {
-        "kind",
-        "module",
-        "command",
-        "args",
-        "env",
-        "cwd",
-        "entry",
-        "function",
-        "max_turns",
-        "max_steps",
-        "concurrency",
-        "episode_timeout_s",
-        "description",
-        "tools",
-        "system_prompt",
-        "options",
-    }
-)
+# An ``[agents.NAME]`` table's keys: the upstream's, whose meaning this module owns, and
+# the rollout subsystem's (`aw run`), which the proxy ignores. One list of each, in
+# agentworld/config.py, so a table one command takes the other takes too.
 
 DEFAULT_AGENT = "default"
 

@@ -41,7 +41,8 @@ engine = "openai"
 
 [agents.local_only]
 kind = "python"
-module = "my.agent"
+function = "my.agent:run"
+max_turns = 4
 """,
     )
     agents = load_agents(path)
@@ -69,6 +70,8 @@ module = "my.agent"
         ('upstream = "http://x"\ntimeout_s = -1', "timeout_s: expected a positive"),
         ('upstream = "http://x"\nparams = { messages = [] }', "params.messages"),
         ('upstream = "http://x"\nupstreem = "typo"', "agents.a.upstreem: unknown key"),
+        # a key `aw run` does not take either: one list of an agent table's keys for both
+        ('upstream = "http://x"\nmodule = "my.agent"', "agents.a.module: unknown key"),
     ],
 )
 def test_bad_agents_toml_names_file_and_key(tmp_path, table, needle):
