@@ -11,7 +11,9 @@ the protocol name, and the agent's own request and answer under ``raw``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Collection
 from typing import Any
 
 import aiohttp
@@ -42,7 +44,38 @@ from agentworld.proxy.recorder import Call
 from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.upstream import Fault, classify, upstream_headers
 
+log = logging.getLogger("agentworld.proxy")
+
 CHAINS: web.AppKey[ResponseChains] = web.AppKey("agentworld_response_chains", ResponseChains)
+
+
+def restore_chains(chains: ResponseChains, pool: Any, trajectories: Collection[str]) -> int:
+    """After a restart: the Responses answers of the re-opened trajectories go back into the
+    chain store, from what their steps keep (``raw``: the agent's request and the answer it
+    got), so a ``previous_response_id`` an agent got before the restart still finds its
+    conversation. The newest ``chains.max_responses`` at most; returns how many."""
+    if not trajectories:
+        return 0
+    steps = pool.index().steps_of(list(trajectories))
+    rows = [
+        r
+        for rows in steps.values()
+        for r in rows
+        if r.get("protocol") == RESPONSES.protocol and r.get("status") == "ok"
+    ]
+    rows.sort(key=lambda r: r.get("started_at") or 0.0)
+    n = 0
+    for row in rows[-chains.max_responses :]:
+        try:
+            raw = pool.read_step(row).get("raw") or {}
+            body, answer = raw.get("request"), raw.get("response")
+            if isinstance(body, dict) and isinstance(answer, dict):
+                before = len(chains)
+                RESPONSES.remember(chains, row["trajectory"], body, answer)
+                n += len(chains) > before
+        except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
+            log.warning("restore: cannot read Responses step %s: %s", row.get("id"), exc)
+    return n
 
 
 def add_routes(app: web.Application, prefix: str) -> None:

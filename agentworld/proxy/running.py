@@ -12,6 +12,7 @@ from aiohttp import web
 from agentworld.errors import AgentWorldError
 from agentworld.proxy.agent_conn import watch_agents
 from agentworld.proxy.app import STATE, State
+from agentworld.proxy.bridge import CHAINS, restore_chains
 from agentworld.proxy.lifecycle import end_trajectory
 from agentworld.proxy.recorder import Recorder, RecordFailed
 from agentworld.proxy.trajectories import restore
@@ -97,9 +98,15 @@ async def running(app: web.Application) -> AsyncIterator[None]:
     )
     if st.config.restore:
         try:
+            before = set(st.registry.open)
             n = await asyncio.to_thread(restore, st.registry, st.pool, instance=st.config.instance)
             if n:
                 log.info("restored %d open trajectories from the pool", n)
+            if n and CHAINS in app:
+                back = [tid for tid in st.registry.open if tid not in before]
+                k = await asyncio.to_thread(restore_chains, app[CHAINS], st.pool, back)
+                if k:
+                    log.info("restored %d Responses answers (previous_response_id chains)", k)
         except (AgentWorldError, OSError) as exc:
             log.error("could not restore open trajectories from the pool index: %s", exc)
     loop = asyncio.get_running_loop()

@@ -42,7 +42,8 @@ async def make_proxy(pool: Pool) -> AsyncIterator[ProxyFactory]:
 
     async def make(url: str, *, mode: str | None = None, **kw: Any) -> ProxyServer:
         up = UpstreamConfig(urls=(url,), protocol_mode=mode, engine=kw.pop("engine", "vllm"))
-        server = ProxyServer(ProxyConfig(default_upstream=up, restore=False, **kw), pool)
+        kw.setdefault("restore", False)
+        server = ProxyServer(ProxyConfig(default_upstream=up, **kw), pool)
         await server.start()
         started.append(server)
         return server

@@ -100,6 +100,37 @@ async def test_translated_chain(translating, pool, chat_fake, mode):
     assert s0["raw"]["response"]["output"][0]["id"] == first.output[0].id
 
 
+@pytest.mark.parametrize("mode", ["unary", "events"])
+async def test_a_chain_goes_on_after_a_proxy_restart(make_proxy, pool, chat_fake, mode):
+    """The chat upstream stores nothing and the proxy's chain store is in memory: after a
+    restart it comes back from the pool for the re-opened trajectories, so the agent's next
+    ``previous_response_id`` still finds the whole conversation."""
+    fake, url = chat_fake
+    first_proxy = await make_proxy(url, restore=True)
+    client = client_for(first_proxy.base_url)
+    first = await ask(client, mode, input="Weather in Paris?")
+    call = next(o for o in first.output if o.type == "function_call")
+    await client.close()
+    await first_proxy.stop()
+
+    second_proxy = await make_proxy(url, restore=True)
+    client = client_for(second_proxy.base_url)
+    out = [{"type": "function_call_output", "call_id": call.call_id, "output": "18C"}]
+    second = await ask(client, mode, input=out, previous_response_id=first.id)
+    third = await ask(client, mode, input="And Rome?", previous_response_id=second.id)
+    await client.close()
+    await second_proxy.stop()
+
+    assert second.output_text == "ok 1: Weather in Paris?"
+    roles = ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert [m["role"] for m in fake.requests[2]["messages"]] == roles
+    assert fake.requests[1]["messages"][2]["tool_calls"][0]["id"] == call.call_id
+    steps = steps_of(pool)
+    assert [s["index"] for s in steps] == [0, 1, 2]
+    assert len({s["trajectory"] for s in steps}) == 1  # the chain also names the trajectory
+    assert steps[2]["response"]["id"] == third.id
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_passthrough_chain(passing, pool, native_fake, mode):
     _, fake, _ = native_fake
