@@ -149,6 +149,13 @@ def _check_json(v: Any, path: str, depth: int = 0) -> None:
         raise _fail(path, f"{type(v).__name__} is not a JSON value")
 
 
+def check_metadata(v: Any, path: str = "metadata") -> None:
+    """Raise RecordError unless ``v`` is what a record's ``metadata`` may hold (an object of
+    finite, 64-bit, UTF-8 JSON, not too deep): for fields taken long before their record."""
+    _check_dict(v, path)
+    _check_json(v, path)
+
+
 def _opt(check: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
     def inner(v: Any, path: str) -> None:
         if v is not None:

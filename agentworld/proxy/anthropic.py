@@ -27,7 +27,7 @@ from agentworld.proxy.chat_form import (
     short_id,
     text_of,
 )
-from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.protocols import BadRequest, check_tool_name
 from agentworld.proxy.redact import is_secret
 
 PROTOCOL = "anthropic.messages"
@@ -130,6 +130,12 @@ def _check_content(content: Any, where: str) -> None:
     for j, block in enumerate(content):
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise BadRequest(f"{where}.{j}: expected a content block with a 'type'", f"{where}.{j}")
+        kind = block["type"]
+        if kind == "tool_use":
+            check_tool_name(block.get("id"), f"{where}.{j}.id")
+            check_tool_name(block.get("name"), f"{where}.{j}.name")
+        elif kind == "tool_result" and block.get("content") is not None:
+            _check_content(block["content"], f"{where}.{j}.content")
 
 
 # -- requests -----------------------------------------------------------------------------

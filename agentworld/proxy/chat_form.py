@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.protocols import BadRequest, check_tool_name
 
 # Chat finish reasons as the record stores them (the chat adapter's own vocabulary).
 STOP, LENGTH, TOOL_CALLS, CONTENT_FILTER = "stop", "length", "tool_calls", "content_filter"
@@ -91,6 +91,7 @@ def function_tool(name: Any, description: Any, parameters: Any, where: str) -> d
     """One tool definition in the chat-completions shape (also the record's tool shape)."""
     if not isinstance(name, str) or not name:
         raise BadRequest(f"{where}.name: a tool needs a name (string)", f"{where}.name")
+    check_tool_name(name, f"{where}.name")
     fn: dict[str, Any] = {"name": name}
     if isinstance(description, str):
         fn["description"] = description

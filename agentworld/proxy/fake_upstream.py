@@ -261,9 +261,13 @@ class FakeUpstream:
             if chat
             else (body["prompt"] if isinstance(body["prompt"], str) else "")
         )
-        prompt_ids = (
-            ids(prompt) if isinstance(body.get("prompt"), str) or chat else list(body["prompt"])
-        )
+        raw_prompt = body.get("prompt")
+        if chat or isinstance(raw_prompt, str):
+            prompt_ids = ids(prompt)
+        elif isinstance(raw_prompt, list) and all(isinstance(p, int) for p in raw_prompt):
+            prompt_ids = list(raw_prompt)  # token ids
+        else:  # a list of prompts: their text, as one
+            prompt_ids = ids("".join(p for p in raw_prompt or () if isinstance(p, str)))
         choices = self._choices(body, chat)
         headers = dict(self.response_headers)
         if self.policy_version is not None:

@@ -68,6 +68,11 @@ def _error_field(v: Any) -> dict[str, Any] | None:
 def _metadata(v: Any) -> dict[str, Any] | None:
     if v is not None and not isinstance(v, dict):
         raise BadRequest("'metadata' must be an object", "metadata")
+    if v:
+        try:
+            records.check_metadata(v)
+        except RecordError as exc:
+            raise BadRequest(str(exc), exc.field) from None
     return v or None
 
 
@@ -80,8 +85,8 @@ async def end_trajectory(
     error: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Close a trajectory and write its end record."""
-    st.registry.close(t.id, status)
+    """Close a trajectory and write its end record (RecordError, and the trajectory stays
+    open, if that record would be invalid)."""
     rec = records.make_end(
         **t.common(),
         status=status,
@@ -91,6 +96,8 @@ async def end_trajectory(
         error=error,
         metadata=metadata if metadata is not None else t.metadata,
     )
+    records.validate(rec)
+    st.registry.close(t.id, status)
     st.stats.ended(status)
     assert st.recorder is not None
     await st.recorder.end(rec)
@@ -167,8 +174,12 @@ async def set_reward(request: web.Request) -> web.Response:
             t.reward = reward  # goes into the end record
             return _json({"trajectory": tid, "reward": reward, "target": "end"})
         return await _label(st, [f"trajectory:{tid}"], reward, tid)
-    if isinstance(step, str):
-        ids = [check_name(step, "step") or ""]
+    if choice is not None and (
+        isinstance(choice, bool) or not isinstance(choice, int) or choice < 0
+    ):
+        raise BadRequest("'choice' must be an integer >= 0", "choice")
+    if isinstance(step, str) and step:
+        ids = [check_name(step, "step")]
     elif isinstance(step, int) and not isinstance(step, bool) and step >= 0:
         if t is not None and step in t.step_ids:
             ids = list(t.step_ids[step])  # in choice order
@@ -221,7 +232,7 @@ async def complete(request: web.Request) -> web.Response:
     t = get_trajectory(st, request.match_info["trajectory"])
     body = await _body(request, optional=True)
     status = body.get("status", "done")
-    if status not in records.END_STATUSES:
+    if not isinstance(status, str) or status not in records.END_STATUSES:
         raise BadRequest(f"'status' must be one of {sorted(records.END_STATUSES)}", "status")
     reward = _number(body["reward"], "reward") if body.get("reward") is not None else None
     error, metadata = _error_field(body.get("error")), _metadata(body.get("metadata"))
@@ -232,6 +243,8 @@ async def complete(request: web.Request) -> web.Response:
         raise BadRequest(f"trajectory {t.id!r} has ended", "trajectory", 409)
     try:
         rec = await end_trajectory(st, t, status, reward=reward, error=error, metadata=metadata)
+    except RecordError as exc:
+        raise BadRequest(f"invalid end record: {exc}", exc.field) from None
     except RecordFailed as exc:
         return error_response(
             503, f"the end record could not be stored: {exc}", "service_unavailable"

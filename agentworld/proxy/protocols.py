@@ -18,6 +18,9 @@ from agentworld.proxy.redact import is_secret
 from agentworld.raw_ids import RawIds
 
 MAX_N = 128
+# The most a step record keeps of a tool call's id or name (records.py): a request whose
+# calls or tools go beyond it is refused, rather than served and then not recorded.
+MAX_TOOL_NAME_BYTES = 1024
 _MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
@@ -114,6 +117,41 @@ def thread_form(m: dict[str, Any]) -> Any:
 
 
 # -- field checks ---------------------------------------------------------------------
+
+
+def check_tool_name(v: Any, where: str) -> None:
+    """A tool call's id or name, or a tool's name: a string a record can keep (or absent)."""
+    if v is None:
+        return
+    if not isinstance(v, str):
+        raise BadRequest(f"{where} must be a string", where)
+    if len(v) > MAX_TOOL_NAME_BYTES // 4 and len(v.encode()) > MAX_TOOL_NAME_BYTES:
+        raise BadRequest(f"{where}: longer than {MAX_TOOL_NAME_BYTES} bytes", where)
+
+
+def _check_tool_calls(calls: Any, where: str) -> None:
+    if not isinstance(calls, list):
+        raise BadRequest(f"{where} must be a list", where)
+    for j, c in enumerate(calls):
+        w = f"{where}[{j}]"
+        if not isinstance(c, dict):
+            raise BadRequest(f"{w} must be an object", w)
+        fn = c.get("function")
+        if fn is not None and not isinstance(fn, dict):
+            raise BadRequest(f"{w}.function must be an object", f"{w}.function")
+        check_tool_name(c.get("id"), f"{w}.id")
+        check_tool_name((fn or c).get("name"), f"{w}.function.name" if fn else f"{w}.name")
+
+
+def _check_chat_tools(tools: Any) -> None:
+    if not isinstance(tools, list):
+        raise BadRequest("'tools' must be a list of tool definitions", "tools")
+    for j, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise BadRequest(f"tools[{j}] must be an object", f"tools[{j}]")
+        fn = t.get("function")
+        if isinstance(fn, dict):
+            check_tool_name(fn.get("name"), f"tools[{j}].function.name")
 
 
 def _check_common(body: dict[str, Any]) -> None:
@@ -232,7 +270,7 @@ class ChatAdapter(_OpenAIAdapter):
             if not isinstance(m, dict):
                 raise BadRequest(f"messages[{i}] must be an object", f"messages[{i}]")
             role = m.get("role")
-            if role not in _MESSAGE_ROLES:
+            if not isinstance(role, str) or role not in _MESSAGE_ROLES:
                 raise BadRequest(
                     f"messages[{i}].role: unknown role {role!r}", f"messages[{i}].role"
                 )
@@ -243,13 +281,11 @@ class ChatAdapter(_OpenAIAdapter):
                     f"messages[{i}].content",
                 )
             calls = m.get("tool_calls")
-            if calls is not None and not isinstance(calls, list):
-                raise BadRequest(
-                    f"messages[{i}].tool_calls must be a list", f"messages[{i}].tool_calls"
-                )
+            if calls is not None:
+                _check_tool_calls(calls, f"messages[{i}].tool_calls")
         tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise BadRequest("'tools' must be a list of tool definitions", "tools")
+        if tools is not None:
+            _check_chat_tools(tools)
         lp = body.get("logprobs")
         if lp is not None and not isinstance(lp, bool):
             raise BadRequest("'logprobs' must be a boolean", "logprobs")

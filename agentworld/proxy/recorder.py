@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentworld import records
-from agentworld.errors import AgentWorldError
+from agentworld.errors import AgentWorldError, RecordError
 from agentworld.proxy.protocols import Adapter, Injected
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
@@ -182,6 +182,18 @@ def step_tokens(rec: dict[str, Any]) -> tuple[int, int]:
     )
 
 
+def _drop_tokens(rec: dict[str, Any], exc: RecordError) -> bool:
+    """Turn a step refused for its ``tokens`` into one without (``source = none``), saying why
+    in ``metadata.tokens_dropped``; False if that is not what refused it."""
+    if rec.get("kind") != records.STEP or not exc.field.startswith("tokens"):
+        return False
+    if (rec.get("tokens") or {}).get("source") == "none":
+        return False
+    rec["tokens"] = {"source": "none"}
+    rec["metadata"] = {**(rec.get("metadata") or {}), "tokens_dropped": str(exc)[:1000]}
+    return True
+
+
 class Recorder:
     """Writes records through the pool writer; counts and logs failures."""
 
@@ -210,7 +222,16 @@ class Recorder:
 
     async def _append(self, rec: dict[str, Any]) -> None:
         try:
-            await self.writer.append_async(rec)
+            try:
+                await self.writer.append_async(rec)
+            except RecordError as exc:
+                if not _drop_tokens(rec, exc):
+                    raise
+                # The upstream's token ids or log-probs were malformed: the step keeps the
+                # messages (as from an upstream that gives none) rather than being lost.
+                self.stats.error("upstream_tokens")
+                log.warning("step %s: the upstream's tokens were dropped: %s", rec.get("id"), exc)
+                await self.writer.append_async(rec)
         except (AgentWorldError, OSError, ValueError, TypeError) as exc:
             self.stats.error("record")
             log.error(

@@ -36,7 +36,7 @@ from agentworld.proxy.chat_form import (
     short_id,
     text_of,
 )
-from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.protocols import BadRequest, check_tool_name
 from agentworld.proxy.redact import is_secret
 
 PROTOCOL = "openai.responses"
@@ -79,7 +79,8 @@ def check(body: dict[str, Any]) -> None:
         if not isinstance(kind, str):
             raise BadRequest(f"{where}.type: required", f"{where}.type")
         if kind == "message":
-            if item.get("role") not in _ROLES:
+            role = item.get("role")
+            if not isinstance(role, str) or role not in _ROLES:
                 raise BadRequest(
                     f"{where}.role: unknown role {item.get('role')!r}", f"{where}.role"
                 )
@@ -87,8 +88,16 @@ def check(body: dict[str, Any]) -> None:
                 raise BadRequest(
                     f"{where}.content: expected a string or a list of parts", f"{where}.content"
                 )
-        elif kind in (*_CALLS, *_OUTPUTS) and not isinstance(item.get("call_id"), str):
-            raise BadRequest(f"{where}.call_id: required (a string)", f"{where}.call_id")
+        elif kind in (*_CALLS, *_OUTPUTS):
+            if not isinstance(item.get("call_id"), str):
+                raise BadRequest(f"{where}.call_id: required (a string)", f"{where}.call_id")
+            if kind in _CALLS:
+                check_tool_name(item["call_id"], f"{where}.call_id")
+                check_tool_name(item.get("name"), f"{where}.name")
+            elif not isinstance(item.get("output"), str | list | None):
+                raise BadRequest(
+                    f"{where}.output: expected a string or a list of parts", f"{where}.output"
+                )
     for key in ("instructions", "previous_response_id"):
         if body.get(key) is not None and not isinstance(body[key], str):
             raise BadRequest(f"'{key}' must be a string", key)

@@ -52,6 +52,36 @@ async def still_serves(proxy: Any) -> None:
             "'temperature'",
         ),
         (b'{"messages": [{"role": "user", "content": "x"}], "tools": {}}', 400, "'tools'"),
+        # malformed, not merely unusual: each was once a 500 (found by fuzzing the proxy)
+        (b'{"messages": [{"role": {}, "content": "x"}]}', 400, "messages[0].role"),
+        (b'{"messages": [{"role": ["user"], "content": "x"}]}', 400, "messages[0].role"),
+        (
+            b'{"messages": [{"role": "assistant", "tool_calls": [7]}]}',
+            400,
+            "messages[0].tool_calls[0] must be an object",
+        ),
+        (
+            b'{"messages": [{"role": "assistant", "tool_calls": [{"function": 1.5}]}]}',
+            400,
+            "messages[0].tool_calls[0].function must be an object",
+        ),
+        # more than a step record keeps of a tool call's name: refused, not served unrecorded
+        (
+            b'{"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "function":'
+            + b' {"name": "'
+            + b"f" * 2000
+            + b'", "arguments": "{}"}}]}]}',
+            400,
+            "messages[0].tool_calls[0].function.name: longer than 1024 bytes",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",'
+            + b' "function": {"name": "'
+            + b"f" * 2000
+            + b'"}}]}',
+            400,
+            "tools[0].function.name: longer than 1024 bytes",
+        ),
     ],
 )
 async def test_bad_requests_get_openai_shaped_4xx(proxy, pool, body, status, needle):
@@ -226,6 +256,53 @@ async def test_recording_failure_never_breaks_the_agent(pool, fake, stream):
             assert r.choices[0].message.content
         await c.close()
         assert proxy.state.stats.errors["record"] == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "logprob"), [([72, "x"], -0.1), ([72, -5], -0.1), ([72, 2**40], -0.1)]
+)
+async def test_malformed_token_ids_from_the_upstream_still_leave_a_step(pool, ids, logprob):
+    """An engine's ids or log-probs that no step may hold: the step is recorded without them
+    (as from an upstream that gives none), saying why, rather than lost."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def chat(request: web.Request) -> web.Response:
+        lps = [{"token": t, "logprob": logprob, "bytes": [], "top_logprobs": []} for t in "Hi"]
+        return web.json_response(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "Hi"},
+                        "finish_reason": "stop",
+                        "logprobs": {"content": lps},
+                        "token_ids": ids,
+                    }
+                ],
+                "prompt_token_ids": [1, 2, 3],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    async with TestServer(app) as up:
+        cfg = ProxyConfig(default_upstream=UpstreamConfig.single(str(up.make_url("")).rstrip("/")))
+        async with ProxyServer(cfg, pool) as proxy:
+            c = client(proxy)
+            r = await c.chat.completions.create(model="m", messages=USER)
+            assert r.choices[0].message.content == "Hi"
+            await c.close()
+            errors = dict(proxy.state.stats.errors)
+    assert errors["upstream_tokens"] == 1 and errors["record"] == 0
+    (step,) = steps_of(pool)
+    assert step["status"] == "ok" and step["response"]["message"]["content"] == "Hi"
+    assert step["tokens"] == {"source": "none"}
+    assert step["metadata"]["tokens_dropped"].startswith("tokens.")
 
 
 async def test_strict_recording_failure_is_503(pool, fake):

@@ -122,6 +122,36 @@ async def test_a_step_reward_right_after_complete_finds_a_step_not_yet_committed
     assert pool.labels.effective()[f"step:{step['id']}"]["reward"].value == 1
 
 
+async def test_malformed_lifecycle_calls_are_400s_that_change_nothing(proxy, pool):
+    """Each was once a 500 (found by fuzzing the proxy), or an end record refused by the
+    pool after the trajectory had been closed: it then never ended in the pool."""
+    deep: Any = 1
+    for _ in range(80):
+        deep = [deep]
+    status, body = await post(proxy.url + "/aw/trajectories", {"metadata": {"x": deep}})
+    assert status == 400 and body["error"]["param"].startswith("metadata.x")
+    status, created = await post(proxy.url + "/aw/trajectories", {"agent": "solver"})
+    tid = created["trajectory"]
+    url = f"{proxy.url}/aw/trajectories/{tid}"
+    for path, bad, param in [
+        ("/complete", {"status": {}}, "status"),
+        ("/complete", {"metadata": {"x": deep}}, "metadata.x"),
+        ("/complete", {"error": "e" * 70_000}, "error.message"),
+        ("/reward", {"reward": 1, "step": ""}, "step"),
+        ("/reward", {"reward": 1, "step": 0, "choice": -1}, "choice"),
+    ]:
+        status, body = await post(url + path, bad)
+        assert status == 400, (path, bad, body)
+        assert body["error"]["param"].startswith(param), body
+    status, state = await get(url)
+    assert status == 200 and state["status"] == "open"  # still open: it can end properly
+    status, done = await post(url + "/complete", {"status": "done", "reward": 1})
+    assert status == 200 and done["status"] == "done"
+    await proxy.stop()
+    (end,) = ends_of(pool)
+    assert end["trajectory"] == tid and end["reward"] == 1
+
+
 async def test_explicit_trajectories_path_headers_and_lifecycle(proxy, pool):
     status, created = await post(
         proxy.url + "/aw/trajectories",

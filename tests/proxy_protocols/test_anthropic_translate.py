@@ -165,6 +165,38 @@ def test_tool_choice(choice, expected):
         ),
         ({"model": "m", "max_tokens": 5, "messages": [], "temperature": "hot"}, "temperature"),
         ({"model": "m", "max_tokens": 5, "messages": [], "stop_sequences": "x"}, "stop_sequences"),
+        # each was once a 500 (found by fuzzing the proxy)
+        (
+            {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": [{"type": "tool_result", "content": -1}]}],
+            },
+            "messages.0.content.0.content",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [
+                    {"role": "user", "content": [{"type": "tool_result", "content": ["x"]}]}
+                ],
+            },
+            "messages.0.content.0.content.0",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t", "name": "f" * 2000}],
+                    }
+                ],
+            },
+            "messages.0.content.0.name",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(body, param):

@@ -141,6 +141,16 @@ def test_request_translates_to_chat():
         ({"input": "x", "previous_response_id": 3}, "previous_response_id"),
         ({"input": "x", "tools": {}}, "tools"),
         ({"input": "x", "max_output_tokens": 1.5}, "max_output_tokens"),
+        # each was once a 500 (found by fuzzing the proxy)
+        ({"input": [{"role": {}, "content": "x"}]}, "input[0].role"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": False}]},
+            "input[0].output",
+        ),
+        (
+            {"input": [{"type": "function_call", "call_id": "c", "name": "f" * 2000}]},
+            "input[0].name",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(body, param):
