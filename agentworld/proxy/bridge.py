@@ -42,6 +42,7 @@ from agentworld.proxy.protocol_adapters import (
 from agentworld.proxy.protocols import CHAT, BadRequest, Injected
 from agentworld.proxy.recorder import Call
 from agentworld.proxy.response_chains import ResponseChains
+from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.upstream import Fault, classify, upstream_headers
 
 log = logging.getLogger("agentworld.proxy")
@@ -235,7 +236,7 @@ async def _unary(
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
         recs, proto = answer(ctx, obj)
-    except ValueError as exc:
+    except MALFORMED as exc:
         fault = Fault(502, "upstream_invalid", f"upstream {url} sent an unreadable answer: {exc}")
         await record_fault(ctx, fault)
         return error_response(adapter, 502, fault.message)

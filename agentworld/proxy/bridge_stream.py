@@ -24,7 +24,7 @@ from agentworld.proxy.bridge_calls import (
 from agentworld.proxy.calls import WRITE_ERRORS, open_upstream, stamp, upstream_error_message
 from agentworld.proxy.chat_form import chat_usage
 from agentworld.proxy.protocols import CHAT
-from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, event_data
+from agentworld.proxy.sse import MALFORMED, EventSplitter, SSEError, StreamAssembler, event_data
 from agentworld.proxy.upstream import Fault, classify, read_limited
 from agentworld.proxy.upstream_http import UpstreamResponse
 
@@ -148,13 +148,19 @@ async def _pump(
                     if tr is None:
                         parts.append(ev + b"\n\n")
                     continue
-                asm.add(obj)
-                if not isinstance(obj, dict):
-                    continue
-                if tr is not None:
-                    if "error" not in obj or "choices" in obj:
-                        parts += tr.feed(obj)
-                    continue
+                try:
+                    asm.add(obj)
+                    if not isinstance(obj, dict):
+                        continue
+                    if tr is not None:
+                        if "error" not in obj or "choices" in obj:
+                            parts += tr.feed(obj)
+                        continue
+                except MALFORMED as exc:
+                    fault = Fault(
+                        502, "upstream_invalid", f"upstream {url} sent a malformed event: {exc}"
+                    )
+                    return b"".join([*held, *parts]), final, False, fault
                 if isinstance(obj.get("sequence_number"), int):
                     ctx.seq = obj["sequence_number"]
                 if obj.get("type") in final_events:
@@ -227,7 +233,7 @@ async def _finish(
             else:
                 tail = held + final
                 recs, _ = answer(ctx, partial)
-        except ValueError as exc:
+        except MALFORMED as exc:
             fault = Fault(502, "upstream_invalid", f"unreadable stream: {exc}")
     if fault is not None:
         try:

@@ -40,6 +40,7 @@ from agentworld.proxy.calls import (
 )
 from agentworld.proxy.protocols import Adapter
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
+from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.streaming import stream
 from agentworld.proxy.upstream import (
     Fault,
@@ -156,12 +157,22 @@ async def _unary(
         return error_response(502, fault.message, "upstream_error", code=502)
     # The answer waits only for the continuation points the agent's next call needs; the
     # parsed body stays whole (the agent's copy is stripped) for the records.
-    if call.injected.any:
-        raw = raw_ids.dumps(call.adapter.stripped(obj, call.injected))
+    try:
+        if call.injected.any:
+            raw = raw_ids.dumps(call.adapter.stripped(obj, call.injected))
+        replies = add_reply_continuations(st, call, prompt_key, obj)
+    except MALFORMED as exc:
+        fault = Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")
+        await record_fault(st, call, fault)
+        return error_response(502, fault.message, "upstream_error", code=502)
     out_headers["Content-Type"] = ctype
-    replies = add_reply_continuations(st, call, prompt_key, obj)
     if st.recorder.strict:
-        recs = ok_steps(call, obj, replies)
+        try:
+            recs = ok_steps(call, obj, replies)
+        except MALFORMED as exc:
+            fault = Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")
+            await record_fault(st, call, fault)
+            return error_response(502, fault.message, "upstream_error", code=502)
         try:
             await st.recorder.steps(call.trajectory, recs)
         except RecordFailed as exc:
@@ -181,7 +192,12 @@ async def _unary(
     except WRITE_ERRORS:
         gone = True
     # Batched durability: the records are built after the answer has left.
-    recs = ok_steps(call, obj, replies)
+    try:
+        recs = ok_steps(call, obj, replies)
+    except MALFORMED as exc:  # the agent has its answer; the step says why it has no record
+        fault = Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")
+        await record_fault(st, call, fault)
+        return out
     if gone:
         mark_left(recs, "the answer")
     await st.recorder.steps(call.trajectory, recs)

@@ -206,6 +206,20 @@ def _usage_for(body: dict[str, Any], choice: dict[str, Any], n_choices: int, ids
     return out or None
 
 
+def choice_list(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A response body's choices (objects only; none when ``choices`` is not a list)."""
+    choices = body.get("choices")
+    if choices.__class__ is not list:
+        return []
+    return [c for c in choices if c.__class__ is dict]
+
+
+def _choice_index(c: dict[str, Any], position: int) -> int:
+    """A choice's ``index``; its position among the choices when the upstream's is not one."""
+    i = c.get("index", position)
+    return i if i.__class__ is int and i >= 0 else position
+
+
 def _tokens(prompt_ids: Any, ids: Any, logprobs: list[Any] | None) -> dict[str, Any]:
     if not isinstance(ids, list):
         return {"source": "none"}
@@ -311,12 +325,11 @@ class ChatAdapter(_OpenAIAdapter):
         """Remove what the agent did not ask for, from a body or a stream chunk, in place."""
         if injected.token_ids:
             obj.pop("prompt_token_ids", None)
-        for c in obj.get("choices") or ():
-            if isinstance(c, dict):
-                if injected.token_ids:
-                    c.pop("token_ids", None)
-                if injected.logprobs and "logprobs" in c:
-                    c["logprobs"] = None
+        for c in choice_list(obj):
+            if injected.token_ids:
+                c.pop("token_ids", None)
+            if injected.logprobs and "logprobs" in c:
+                c["logprobs"] = None
 
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
@@ -338,7 +351,7 @@ class ChatAdapter(_OpenAIAdapter):
 
     def replies(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The assistant message of each choice, normalised (what threading continues from)."""
-        return [_reply(c) for c in body.get("choices") or () if isinstance(c, dict)]
+        return [_reply(c) for c in choice_list(body)]
 
     def choices(
         self, body: dict[str, Any], replies: list[dict[str, Any]] | None = None
@@ -348,7 +361,7 @@ class ChatAdapter(_OpenAIAdapter):
         ``replies``: ``self.replies(body)`` when already computed.
         """
         out = []
-        choices = [c for c in body.get("choices") or () if isinstance(c, dict)]
+        choices = choice_list(body)
         for i, c in enumerate(choices):
             message = replies[i] if replies is not None else _reply(c)
             response: dict[str, Any] = {"message": message}
@@ -365,9 +378,7 @@ class ChatAdapter(_OpenAIAdapter):
             if isinstance(lp, dict) and isinstance(lp.get("content"), list):
                 values = [e.get("logprob") if e.__class__ is dict else None for e in lp["content"]]
             tokens = _tokens(body.get("prompt_token_ids"), ids, values)
-            out.append(
-                (c.get("index", 0) if isinstance(c.get("index"), int) else 0, response, tokens)
-            )
+            out.append((_choice_index(c, i), response, tokens))
         return out
 
 
@@ -415,13 +426,12 @@ class CompletionsAdapter(_OpenAIAdapter):
         return sent, Injected(ids, lps)
 
     def strip(self, obj: dict[str, Any], injected: Injected) -> None:
-        for c in obj.get("choices") or ():
-            if isinstance(c, dict):
-                if injected.token_ids:
-                    c.pop("token_ids", None)
-                    c.pop("prompt_token_ids", None)
-                if injected.logprobs and "logprobs" in c:
-                    c["logprobs"] = None
+        for c in choice_list(obj):
+            if injected.token_ids:
+                c.pop("token_ids", None)
+                c.pop("prompt_token_ids", None)
+            if injected.logprobs and "logprobs" in c:
+                c["logprobs"] = None
 
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
@@ -449,8 +459,8 @@ class CompletionsAdapter(_OpenAIAdapter):
         self, body: dict[str, Any], replies: list[dict[str, Any]] | None = None
     ) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
         out = []
-        choices = [c for c in body.get("choices") or () if isinstance(c, dict)]
-        for c in choices:
+        choices = choice_list(body)
+        for i, c in enumerate(choices):
             response: dict[str, Any] = {
                 "text": c.get("text") if isinstance(c.get("text"), str) else ""
             }
@@ -467,9 +477,7 @@ class CompletionsAdapter(_OpenAIAdapter):
             tokens = _tokens(
                 c.get("prompt_token_ids"), ids, values if isinstance(values, list) else None
             )
-            out.append(
-                (c.get("index", 0) if isinstance(c.get("index"), int) else 0, response, tokens)
-            )
+            out.append((_choice_index(c, i), response, tokens))
         return out
 
 

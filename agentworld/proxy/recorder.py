@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentworld import records
 from agentworld.errors import AgentWorldError, RecordError
-from agentworld.proxy.protocols import Adapter, Injected
+from agentworld.proxy.protocols import MAX_TOOL_NAME_BYTES, Adapter, Injected
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 
@@ -182,15 +183,36 @@ def step_tokens(rec: dict[str, Any]) -> tuple[int, int]:
     )
 
 
-def _drop_tokens(rec: dict[str, Any], exc: RecordError) -> bool:
-    """Turn a step refused for its ``tokens`` into one without (``source = none``), saying why
-    in ``metadata.tokens_dropped``; False if that is not what refused it."""
-    if rec.get("kind") != records.STEP or not exc.field.startswith("tokens"):
+_TOOL_CALL_PART = re.compile(r"response\.message\.tool_calls\[(\d+)\]\.(id|name)$")
+
+
+def _salvage(rec: dict[str, Any], exc: RecordError) -> bool:
+    """Make a step refused for a part the upstream gave recordable without it: its
+    ``tokens`` or ``usage`` or ``finish_reason`` left out, a tool call's id or name too long
+    for a record cut short; ``metadata.upstream_invalid`` names what and why. False if
+    that is not what refused it."""
+    if rec.get("kind") != records.STEP:
         return False
-    if (rec.get("tokens") or {}).get("source") == "none":
+    field = exc.field
+    response = rec.get("response")
+    if field.startswith("tokens") and (rec.get("tokens") or {}).get("source") != "none":
+        rec["tokens"] = {"source": "none"}
+    elif isinstance(response, dict) and (
+        field.startswith("response.usage") or field == "response.finish_reason"
+    ):
+        key = field.split(".")[1]
+        rec["response"] = {k: v for k, v in response.items() if k != key}
+    elif (m := _TOOL_CALL_PART.match(field)) and isinstance(response, dict):
+        message = dict(response["message"])
+        calls = [dict(c) for c in message["tool_calls"]]
+        call = calls[int(m.group(1))]
+        call[m.group(2)] = str(call.get(m.group(2)))[: MAX_TOOL_NAME_BYTES // 4]
+        message["tool_calls"] = calls
+        rec["response"] = {**response, "message": message}
+    else:
         return False
-    rec["tokens"] = {"source": "none"}
-    rec["metadata"] = {**(rec.get("metadata") or {}), "tokens_dropped": str(exc)[:1000]}
+    invalid = {**((rec.get("metadata") or {}).get("upstream_invalid") or {}), field: exc.problem}
+    rec["metadata"] = {**(rec.get("metadata") or {}), "upstream_invalid": invalid}
     return True
 
 
@@ -222,16 +244,18 @@ class Recorder:
 
     async def _append(self, rec: dict[str, Any]) -> None:
         try:
-            try:
-                await self.writer.append_async(rec)
-            except RecordError as exc:
-                if not _drop_tokens(rec, exc):
-                    raise
-                # The upstream's token ids or log-probs were malformed: the step keeps the
-                # messages (as from an upstream that gives none) rather than being lost.
-                self.stats.error("upstream_tokens")
-                log.warning("step %s: the upstream's tokens were dropped: %s", rec.get("id"), exc)
-                await self.writer.append_async(rec)
+            for attempt in range(4):
+                try:
+                    await self.writer.append_async(rec)
+                    break
+                except RecordError as exc:
+                    # Malformed token ids, usage, ... from the upstream: the step is kept
+                    # without them rather than lost (``_salvage``), one part at a time.
+                    if attempt == 3 or not _salvage(rec, exc):
+                        raise
+                    if attempt == 0:
+                        self.stats.error("upstream_invalid")
+                    log.warning("step %s: left out what the upstream sent: %s", rec.get("id"), exc)
         except (AgentWorldError, OSError, ValueError, TypeError) as exc:
             self.stats.error("record")
             log.error(

@@ -20,6 +20,11 @@ class SSEError(ValueError):
     """The upstream stream is not valid SSE (or an event is too large)."""
 
 
+# What reading a parsed event or body of the wrong shape raises (a list where an object
+# belongs, a number for a name): the upstream's answer is malformed, a 502.
+MALFORMED = (TypeError, AttributeError, KeyError, ValueError)
+
+
 class EventSplitter:
     """Incremental splitter: complete raw events (without the blank line) as bytes arrive.
 
@@ -186,14 +191,14 @@ class StreamAssembler:
             if ch.token_ids is None:
                 ch.token_ids = []
             ch.token_ids.extend(ids)
-        if c.get("finish_reason") is not None:
+        if c.get("finish_reason") is not None and isinstance(c["finish_reason"], str):
             ch.finish_reason = c["finish_reason"]
         if c.get("stop_reason") is not None:
             ch.stop_reason = c["stop_reason"]
 
     def _add_delta_rest(self, ch: _Choice, delta: dict[str, Any]) -> None:
         """The less frequent parts of a chat delta: role, reasoning, tool calls."""
-        if delta.get("role"):
+        if delta.get("role") and isinstance(delta["role"], str):
             ch.role = delta["role"]
         r = delta.get("reasoning")
         if r is None:
@@ -208,13 +213,15 @@ class StreamAssembler:
         if not isinstance(tc, dict):
             return
         k = tc.get("index", len(ch.tool_calls))
+        if k.__class__ is not int:
+            raise ValueError(f"a tool call's index is {k!r}, not an integer")
         cur = ch.tool_calls.get(k)
         if cur is None:
             cur = ch.tool_calls[k] = {"id": None, "type": "function", "name": "", "arguments": []}
         if tc.get("id"):
             cur["id"] = tc["id"]
         fn = tc.get("function") or {}
-        if fn.get("name"):
+        if fn.get("name") and isinstance(fn["name"], str):
             cur["name"] += fn["name"]
         if isinstance(fn.get("arguments"), str):
             cur["arguments"].append(fn["arguments"])

@@ -109,7 +109,7 @@ class ProxyStats:
             "bad_request": 0,
             "upstream": 0,
             "record": 0,
-            "upstream_tokens": 0,  # a step recorded without the upstream's malformed tokens
+            "upstream_invalid": 0,  # a step recorded without the upstream's malformed parts
             "internal": 0,
             "auth": 0,
             "agent_timeout": 0,  # an agent kept the proxy waiting (agent_conn.py)

@@ -24,7 +24,14 @@ from agentworld.proxy.calls import (
     upstream_error_message,
 )
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
-from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, encode_event, event_data
+from agentworld.proxy.sse import (
+    MALFORMED,
+    EventSplitter,
+    SSEError,
+    StreamAssembler,
+    encode_event,
+    event_data,
+)
 from agentworld.proxy.upstream import Fault, classify, read_limited
 from agentworld.proxy.upstream_http import UpstreamResponse
 
@@ -173,12 +180,17 @@ async def _pump(
                     except orjson.JSONDecodeError:
                         parts.append(ev + b"\n\n")
                     else:
-                        add(obj)
-                        if strip and obj.__class__ is dict:
-                            adapter.strip(obj, injected)
-                            parts.append(encode_event(obj))
-                        else:
-                            parts.append(ev + b"\n\n")
+                        try:
+                            add(obj)
+                            if strip and obj.__class__ is dict:
+                                adapter.strip(obj, injected)
+                                parts.append(encode_event(obj))
+                            else:
+                                parts.append(ev + b"\n\n")
+                        except MALFORMED as exc:
+                            msg = f"upstream {url} sent a malformed event: {exc}"
+                            fault = Fault(502, "upstream_invalid", msg)
+                            return done, False, fault, b"".join([*held, *parts])
                 if first:
                     first = False
                     try:

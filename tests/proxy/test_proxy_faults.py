@@ -298,11 +298,12 @@ async def test_malformed_token_ids_from_the_upstream_still_leave_a_step(pool, id
             assert r.choices[0].message.content == "Hi"
             await c.close()
             errors = dict(proxy.state.stats.errors)
-    assert errors["upstream_tokens"] == 1 and errors["record"] == 0
+    assert errors["upstream_invalid"] == 1 and errors["record"] == 0
     (step,) = steps_of(pool)
     assert step["status"] == "ok" and step["response"]["message"]["content"] == "Hi"
     assert step["tokens"] == {"source": "none"}
-    assert step["metadata"]["tokens_dropped"].startswith("tokens.")
+    (dropped,) = step["metadata"]["upstream_invalid"]
+    assert dropped.startswith("tokens.")
 
 
 async def test_strict_recording_failure_is_503(pool, fake):

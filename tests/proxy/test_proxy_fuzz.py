@@ -160,3 +160,102 @@ async def test_generated_malformed_requests_never_break_the_proxy(proxy, caplog,
     assert not ours, [r.getMessage() for r in ours]
     assert statuses.get(400, 0) > 100 and statuses.get(200, 0) > 20  # both kinds were made
     await still_serves(proxy)
+
+
+# -- what the upstream answers ------------------------------------------------------------------
+
+_UNARY: dict[str, Any] = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "Hi",
+                "reasoning_content": "r",
+                "tool_calls": [_TOOL_CALL],
+            },
+            "finish_reason": "tool_calls",
+            "logprobs": {"content": [{"token": "H", "logprob": -0.1, "top_logprobs": []}]},
+            "token_ids": [72],
+        }
+    ],
+    "prompt_token_ids": [1, 2, 3],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}
+
+
+def _chunk(**fields: Any) -> dict[str, Any]:
+    return {"id": "c", "object": "chat.completion.chunk", "model": "m", **fields}
+
+
+def _delta(delta: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return _chunk(choices=[{"index": 0, "delta": delta, "finish_reason": None, **fields}])
+
+
+_CHUNKS: list[dict[str, Any]] = [
+    _delta({"role": "assistant", "content": ""}, logprobs=None),
+    _delta({"reasoning_content": "th"}, token_ids=[5]),
+    _delta({"content": "Hi"}, token_ids=[72], logprobs={"content": [{"logprob": -0.1}]}),
+    _delta({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}]}),
+    _delta({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, token_ids=[9]),
+    _chunk(choices=[{"index": 0, "delta": {}, "finish_reason": "tool_calls", "token_ids": []}]),
+    _chunk(choices=[], usage={"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}),
+]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_generated_malformed_answers_never_break_the_proxy(make_proxy, pool, caplog, seed):
+    """The upstream's answers, unary and streamed, with fields of the wrong type or shape:
+    each call gets an answer (the upstream's, or a 502 / an error event), none is a 500 of
+    the proxy's, and each leaves a step; malformed token ids or usage cost only those."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    caplog.set_level(logging.ERROR)
+    rng = random.Random(seed)
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        if not (await request.json()).get("stream"):
+            return web.json_response(mutated(_UNARY, rng))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for chunk in _CHUNKS:
+            event = mutated(chunk, rng) if rng.random() < 0.3 else chunk
+            event.pop("stream", None)
+            await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    calls = {
+        "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        "/v1/messages": {
+            "model": "m",
+            "max_tokens": 9,
+            "messages": [{"role": "user", "content": "x"}],
+        },
+        "/v1/responses": {"model": "m", "input": "hi"},
+    }
+    n = 150
+    async with TestServer(app) as up:
+        from agentworld.proxy.config import UpstreamConfig
+
+        proxy = await make_proxy(UpstreamConfig.single(str(up.make_url("")).rstrip("/")))
+        async with aiohttp.ClientSession() as s:
+            for _ in range(n):
+                path = rng.choice(list(calls))
+                body = {**calls[path], "stream": rng.random() < 0.5}
+                async with s.post(proxy.url + path, json=body) as r:
+                    text = await r.text()
+                assert r.status in (200, 502), (path, body, r.status, text)
+                assert "internal proxy error" not in text, (path, body, text)
+        await proxy.stop()
+    ours = [r for r in caplog.records if r.name.startswith("agentworld")]
+    assert not ours, [r.getMessage() for r in ours]
+    steps = [r for r in pool.iter_records() if r["kind"] == "step"]
+    assert len({(s["trajectory"], s["index"]) for s in steps}) == n  # every call has its step
+    assert {s["status"] for s in steps} == {"ok", "error"}
