@@ -218,6 +218,14 @@ def _auth_middleware(token: str, stats: ProxyStats) -> Any:
     return auth
 
 
+def _answer_begun(request: web.Request) -> bool:
+    """Whether a response to ``request`` was prepared (its head sent, or held for its body)."""
+    w = request.writer
+    return bool(
+        w.output_size > 0 or getattr(w, "_headers_buf", None) or getattr(w, "_headers_written", 0)
+    )
+
+
 @web.middleware
 async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     st = request.app[STATE]
@@ -236,6 +244,11 @@ async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamRe
     except Exception:
         log.exception("internal error serving %s %s", request.method, request.path)
         st.stats.error("internal")
+        if _answer_begun(request) and request.transport is not None:
+            # A second response on this connection would be garbage to the agent (a
+            # stream's first events went out): the connection is cut instead, and the
+            # error response below goes nowhere.
+            request.transport.close()
         return error_response(500, "internal proxy error (see the proxy's log)", "server_error")
     if resp.status == 408 and not request.content.is_eof():  # a stalled body (read_body)
         st.stats.error("agent_timeout")

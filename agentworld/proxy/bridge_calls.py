@@ -16,6 +16,7 @@ from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left
 from agentworld.proxy.redact import without_secrets
 from agentworld.proxy.response_chains import ResponseChains
+from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.upstream import Fault
 
 
@@ -87,10 +88,13 @@ def partial_answer(ctx: Ctx, partial: Any) -> tuple[dict[str, Any] | None, dict[
     """(response, tokens) for what arrived before a failure, if anything did."""
     if not isinstance(partial, dict):
         return None, None
-    if ctx.translate:
-        got = CHAT.choices(partial)
-        return (got[0][1], got[0][2]) if got else (None, None)
-    return ctx.adapter.response_record(partial), None
+    try:
+        if ctx.translate:
+            got = CHAT.choices(partial)
+            return (got[0][1], got[0][2]) if got else (None, None)
+        return ctx.adapter.response_record(partial), None
+    except MALFORMED:  # what arrived is of the wrong shape: the step has the error alone
+        return None, None
 
 
 def failed(

@@ -156,14 +156,15 @@ async def _pump(
                         if "error" not in obj or "choices" in obj:
                             parts += tr.feed(obj)
                         continue
+                    if isinstance(obj.get("sequence_number"), int):
+                        ctx.seq = obj["sequence_number"]
+                    is_final = obj.get("type") in final_events
                 except MALFORMED as exc:
                     fault = Fault(
                         502, "upstream_invalid", f"upstream {url} sent a malformed event: {exc}"
                     )
                     return b"".join([*held, *parts]), final, False, fault
-                if isinstance(obj.get("sequence_number"), int):
-                    ctx.seq = obj["sequence_number"]
-                if obj.get("type") in final_events:
+                if is_final:
                     done = True
                     # Released once the step is registered (and durable, if strict).
                     final = ev + b"\n\n"
@@ -201,7 +202,12 @@ async def _finish(
     """Record the step; send ``held`` and the closing events (or an error) in one write."""
     st = ctx.st
     assert st.recorder is not None
-    partial = asm.result()
+    try:
+        partial = asm.result()
+    except MALFORMED as exc:  # events that each passed, together of the wrong shape
+        partial = None
+        if fault is None:
+            fault = Fault(502, "upstream_invalid", f"the upstream's answer is malformed: {exc}")
     if cancelled:
         await st.recorder.steps(ctx.call.trajectory, cancelled_step(ctx, partial))
         return out

@@ -214,6 +214,27 @@ async def test_stream_broken_midway_reaches_agent_and_is_recorded(proxy, pool):
     assert broken["response"]["message"]["content"]  # what arrived is kept
 
 
+async def test_an_internal_failure_after_a_stream_began_cuts_the_connection(proxy, monkeypatch):
+    """No second response written after the first one's events: the agent sees its stream
+    broken (as when an upstream breaks), and its next call, on a new connection, works."""
+    from agentworld.proxy.sse import StreamAssembler
+
+    def fail(self: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(StreamAssembler, "result", fail)
+    body = {"model": "slow", "messages": USER, "stream": True}  # its first event goes early
+    async with aiohttp.ClientSession() as s, asyncio.timeout(10):  # not left waiting
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with s.post(proxy.base_url + "/chat/completions", json=body) as r:
+                assert r.status == 200
+                await r.read()
+        monkeypatch.undo()
+        async with s.post(proxy.base_url + "/chat/completions", json=body) as r:
+            assert r.status == 200 and b"data: [DONE]" in await r.read()
+    assert proxy.state.stats.errors["internal"] == 1
+
+
 async def test_client_disconnect_mid_stream_is_cancelled(proxy, pool):
     body = {"model": "slow", "messages": USER, "stream": True}
     async with aiohttp.ClientSession() as s:
