@@ -21,7 +21,7 @@ def proxy(
         help="Upstream base URL (e.g. http://127.0.0.1:8000); no config needed.",
     ),
     config: Path | None = typer.Option(
-        None, "--config", "-c", help="agents.toml with [agents.NAME] upstream keys."
+        None, "--config", "-c", help="agents.toml with \\[agents.NAME] upstream keys."
     ),
     engine: str = typer.Option(
         "vllm",

@@ -17,7 +17,7 @@ def train(
     dataset: str = typer.Option(None, "--dataset", help="Train on this dataset's trajectories."),
     split: str = typer.Option(None, "--split", help="Dataset split."),
     algo: str = typer.Option(None, "--algo", help="sft, grpo or ppo."),
-    recipe: Path = typer.Option(None, "--recipe", "-r", help="TOML file with a [train] table."),
+    recipe: Path = typer.Option(None, "--recipe", "-r", help="TOML file with a \\[train] table."),
     sets: list[str] = typer.Option(
         [], "--set", help="Override one config key: --set lr=1e-6 (repeatable)."
     ),
