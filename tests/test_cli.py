@@ -47,6 +47,27 @@ def test_help_imports_no_heavy_packages() -> None:
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
 
 
+def test_help_keeps_bracketed_words() -> None:
+    """Rich reads ``[word]`` in help text as markup and drops it unless escaped."""
+    import typer.main
+
+    def commands(cmd, path):
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from commands(sub, [*path, name])
+
+    checked = 0
+    for path, cmd in commands(typer.main.get_command(app), []):
+        for param in cmd.params:
+            help_text = getattr(param, "help", None) or ""
+            if "[" in help_text:
+                shown = runner.invoke(app, [*path, "--help"]).output
+                shown = " ".join(shown.replace("│", " ").split())  # unwrapped
+                assert help_text.replace("\\[", "[") in shown, (path, help_text)
+                checked += 1
+    assert checked >= 2
+
+
 def test_init_creates_pool_and_configs(tmp_path: Path) -> None:
     res = runner.invoke(app, ["init", str(tmp_path)])
     assert res.exit_code == 0, res.output
