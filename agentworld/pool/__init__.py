@@ -7,6 +7,7 @@ The on-disk format is specified in docs/pool-format.md.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ class Pool:
         self.labels = Labels(layout)
         self.recovered: list[Recovery] = []
         self._index: Index | None = None
+        self._index_lock = threading.Lock()
         self._fetcher: RecordFetcher | None = None
 
     @classmethod
@@ -78,8 +80,9 @@ class Pool:
 
     def index(self, *, refresh: bool = True) -> Index:
         """The SQLite index, brought up to date unless ``refresh`` is False."""
-        if self._index is None:
-            self._index = Index(self.layout, self.labels)
+        with self._index_lock:  # threads share one index (and its connection)
+            if self._index is None:
+                self._index = Index(self.layout, self.labels)
         if refresh:
             self._index.refresh()
         return self._index

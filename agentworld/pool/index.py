@@ -7,8 +7,10 @@ incrementally (new shards, the tails of live journals, changed label files).
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -191,10 +193,24 @@ WHERE e.trajectory IN (SELECT id FROM touched)
 """
 
 
+def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an index update under the index's lock: threads share its connection (a proxy's
+    and a TUI's workers do), and a second update begun inside the first's transaction
+    fails ("cannot start a transaction within a transaction")."""
+
+    @functools.wraps(method)
+    def locked(self: Index, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class Index(IndexQueries):
     """Incrementally maintained SQLite index of one pool."""
 
     def __init__(self, layout: Layout, labels: Labels, *, path: Path | None = None) -> None:
+        self._lock = threading.RLock()
         self.layout = layout
         self.labels = labels
         self.path = path or layout.cache / "index.sqlite"
@@ -227,6 +243,7 @@ class Index(IndexQueries):
 
     # -- maintenance --------------------------------------------------------------------
 
+    @_one_at_a_time
     def refresh(self, progress: Callable[[int, int], None] | None = None) -> RefreshReport:
         """Bring the index up to date with shards, journals and labels."""
         t0 = time.perf_counter()
@@ -298,6 +315,7 @@ class Index(IndexQueries):
         report.seconds = time.perf_counter() - t0
         return report
 
+    @_one_at_a_time
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> RefreshReport:
         """Drop everything and index the pool from scratch."""
         for table in ("sources", "steps", "ends", "trajectories", "labels", "tlabels"):
@@ -401,6 +419,7 @@ class Index(IndexQueries):
         steps.clear()
         ends.clear()
 
+    @_one_at_a_time
     def refresh_labels(self) -> None:
         """Re-read label files if any changed (cheap when none did)."""
         self.db.execute("BEGIN IMMEDIATE")

@@ -114,3 +114,43 @@ def test_refresh_beside_a_sealed_journal_keeps_rows_on_its_shard(pool: Pool) -> 
     rows = idx.steps("tr_w")
     assert [s["idx"] for s in rows] == [0, 1, 2, 3]
     assert all(r["source"].startswith("objects/") for r in rows)
+
+
+def test_threads_sharing_the_index_refresh_it_while_a_writer_appends(pool: Pool) -> None:
+    """A proxy's request threads and a TUI's workers share one index and its connection:
+    their refreshes take turns instead of one failing inside the other's transaction."""
+    import threading
+
+    w = pool.writer()
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            w.append(conversation_step(f"tr_{i % 50:03d}", i // 50))
+            if i % 5 == 0:
+                w.flush()
+            i += 1
+
+    def read() -> None:
+        try:
+            for _ in range(40):
+                idx = pool.index()  # refreshes
+                idx.steps("tr_001")
+                idx.refresh_labels()
+        except BaseException as exc:
+            failures.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    readers = [threading.Thread(target=read) for _ in range(6)]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    stop.set()
+    writer.join()
+    w.close()
+    assert not failures, failures[0]
+    assert pool.index().count_trajectories() == 50
