@@ -201,17 +201,30 @@ def parse_token_ids(body: dict[str, Any], vocab_size: int) -> list[int]:
     return tokens
 
 
+def _known_ids(ids: list[int], vocab_size: int) -> list[int]:
+    """Prompt token ids, each one the tokenizer knows (else the model's lookup fails)."""
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ApiError(f"'prompt': token id {bad} is not in [0, {vocab_size})", "prompt")
+    return list(ids)
+
+
 def parse_prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
     prompt = body.get("prompt")
     if isinstance(prompt, str) and prompt:
         return [tokenizer.encode(prompt)]
     if isinstance(prompt, list) and prompt:
         if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return [list(prompt)]
+            return [_known_ids(prompt, len(tokenizer))]
         if all(isinstance(p, str) and p for p in prompt):
             return [tokenizer.encode(p) for p in prompt]
-        if all(isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt):
-            return [list(p) for p in prompt]
+        if all(
+            isinstance(p, list)
+            and p
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+            for p in prompt
+        ):
+            return [_known_ids(p, len(tokenizer)) for p in prompt]
     raise ApiError(
         "'prompt' must be a non-empty string, list of token ids, or a list of either", "prompt"
     )

@@ -209,6 +209,10 @@ async def test_bad_completion_prompt_and_too_big_body(aiohttp_client: Any, engin
     client = await aiohttp_client(make_app(engine, max_body_bytes=2000))
     resp = await client.post("/v1/completions", json={"prompt": [1, "x"]})
     assert resp.status == 400 and (await resp.json())["error"]["param"] == "prompt"
+    for ids in ([-1], [1, 10**9], [[2], [True]]):  # the model's lookup failed: a 500
+        resp = await client.post("/v1/completions", json={"prompt": ids})
+        assert resp.status == 400, ids
+        assert (await resp.json())["error"]["param"] == "prompt"
     resp = await client.post("/v1/completions", json={"prompt": "x" * 5000})
     assert resp.status == 413
     assert (await resp.json())["error"]["code"] == "request_too_large"
