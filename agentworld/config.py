@@ -244,7 +244,10 @@ def resolve_path(value: str, base: Path) -> Path:
     """A file path from a config: ``pkg:<package>/<rel>`` inside a package, else relative to ``base``."""
     if value.startswith("pkg:"):
         package, _, rel = value[4:].partition("/")
-        spec = importlib.util.find_spec(package)
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):  # "pkg:" alone, or a package inside a missing one
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             return Path(value)
         return Path(next(iter(spec.submodule_search_locations))) / rel
@@ -420,7 +423,11 @@ def _split(where: Where, base: Path, source: SourceConfig, name: str, raw: Any) 
         if not isinstance(value, str):
             raise where.error(key, "must be a file path (or { path = ... })")
         p = resolve_path(value, base)
-        if not p.is_file():
+        try:
+            found = p.is_file()
+        except OSError as exc:  # a name too long for the file system, say
+            raise where.error(key, f"cannot be read: {exc.strerror or exc}") from None
+        if not found:
             raise where.error(key, f"no such file: {p}")
         return SplitConfig(name=name, path=p)
     if not isinstance(raw, dict):

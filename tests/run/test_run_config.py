@@ -148,6 +148,14 @@ def test_bad_module_function_is_reported_when_resolved(tmp_path, test_agents):
             '[datasets.d]\nsource = { type = "jsonl" }\nsplits = { test = "missing.jsonl" }\n',
             "dataset 'd': splits.test: no such file",
         ),
+        (  # once an OSError from the file system ("File name too long")
+            '[datasets.d]\nsource = { type = "jsonl" }\nsplits = { test = "' + "x" * 300 + '" }\n',
+            "dataset 'd': splits.test: cannot be read",
+        ),
+        (  # once a ModuleNotFoundError from looking for the package
+            '[datasets.d]\nsource = { type = "jsonl" }\nsplits = { test = "pkg:nosuch.sub/t.jsonl" }\n',
+            "dataset 'd': splits.test: no such file",
+        ),
         (
             '[datasets.d]\nsource = { type = "csv" }\nsplits = { test = "tasks.jsonl" }\n',
             "dataset 'd': source.type: must be one of",
