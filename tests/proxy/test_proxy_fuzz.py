@@ -240,20 +240,29 @@ async def test_generated_malformed_answers_never_break_the_proxy(make_proxy, poo
         },
         "/v1/responses": {"model": "m", "input": "hi"},
     }
-    n = 150
     async with TestServer(app) as up:
         from agentworld.proxy.config import UpstreamConfig
 
         proxy = await make_proxy(UpstreamConfig.single(str(up.make_url("")).rstrip("/")))
-        async with aiohttp.ClientSession() as s:
-            for _ in range(n):
-                path = rng.choice(list(calls))
-                body = {**calls[path], "stream": rng.random() < 0.5}
-                async with s.post(proxy.url + path, json=body) as r:
-                    text = await r.text()
-                assert r.status in (200, 502), (path, body, r.status, text)
-                assert "internal proxy error" not in text, (path, body, text)
-        await proxy.stop()
+        await answered_and_recorded(proxy, pool, caplog, calls, rng, n=150)
+
+
+async def answered_and_recorded(
+    proxy: Any, pool: Any, caplog: Any, calls: dict[str, dict[str, Any]], rng: random.Random, n: int
+) -> None:
+    """Make ``n`` of ``calls`` (streamed or not) through ``proxy`` to an upstream answering
+    them malformed: each gets the upstream's answer or a 502 and leaves a step, and the
+    proxy logs no failure of its own."""
+    async with aiohttp.ClientSession() as s:
+        for _ in range(n):
+            path = rng.choice(list(calls))
+            body = {**calls[path], "stream": rng.random() < 0.5}
+            headers = {"anthropic-version": "2023-06-01"}
+            async with s.post(proxy.url + path, json=body, headers=headers) as r:
+                text = await r.text()
+            assert r.status in (200, 502), (path, body, r.status, text)
+            assert "internal proxy error" not in text, (path, body, text)
+    await proxy.stop()
     ours = [r for r in caplog.records if r.name.startswith("agentworld")]
     assert not ours, [r.getMessage() for r in ours]
     steps = [r for r in pool.iter_records() if r["kind"] == "step"]

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.proxy.test_proxy_fuzz import mutated
+from tests.proxy.test_proxy_fuzz import answered_and_recorded, mutated
 
 CALLS: dict[str, dict[str, Any]] = {
     "/v1/messages": {
@@ -72,21 +72,6 @@ async def test_malformed_answers_of_a_same_protocol_upstream(
     app = web.Application()
     for path in CALLS:
         app.router.add_post(path, answer)
-    n = 120
     async with TestServer(app) as up:
         proxy = await make_proxy(str(up.make_url("")).rstrip("/"), mode="passthrough")
-        async with aiohttp.ClientSession() as s:
-            for _ in range(n):
-                path = rng.choice(list(CALLS))
-                body = {**CALLS[path], "stream": rng.random() < 0.5}
-                headers = {"anthropic-version": "2023-06-01"}
-                async with s.post(proxy.url + path, json=body, headers=headers) as r:
-                    text = await r.text()
-                assert r.status in (200, 502), (path, body, r.status, text)
-                assert "internal proxy error" not in text, (path, body, text)
-        await proxy.stop()
-    ours = [r for r in caplog.records if r.name.startswith("agentworld")]
-    assert not ours, [r.getMessage() for r in ours]
-    steps = [r for r in pool.iter_records() if r["kind"] == "step"]
-    assert len(steps) == n  # every call has its step
-    assert {s["status"] for s in steps} == {"ok", "error"}
+        await answered_and_recorded(proxy, pool, caplog, CALLS, rng, n=120)
