@@ -105,6 +105,49 @@ def test_show_is_literal_and_json(pool: Pool) -> None:
     assert "The answer is 41." in res.stdout
 
 
+def test_show_and_ls_never_pass_terminal_escapes_through(pool: Pool) -> None:
+    """Agents' tool output carries terminal codes (colours, a screen clear): shown, they
+    would act on the reader's terminal. They are printed as visible ``\\xNN`` escapes."""
+    from agentworld import records
+
+    evil = "\x1b[2J\x1b]0;pwned\x07done\x1b[31m"
+    with pool.writer() as w:
+        w.append(
+            records.make_step(
+                trajectory="tr_esc",
+                index=0,
+                agent="math",
+                request={
+                    "messages": [
+                        {"role": "user", "content": "ls"},
+                        {"role": "tool", "tool_call_id": "c\x1b[1m", "content": evil},
+                    ]
+                },
+                response={
+                    "message": {
+                        "role": "assistant",
+                        "content": evil,
+                        "reasoning": evil,
+                        "tool_calls": [{"id": "c", "name": "sh", "arguments": evil}],
+                    }
+                },
+                status="error",
+                error={"type": "upstream_invalid", "message": evil},
+            )
+        )
+    shown = ""
+    for args in (
+        ["pool", "show", "tr_esc"],
+        ["pool", "ls"],
+        ["pool", "ls", "--trajectory", "tr_esc"],
+    ):
+        res = runner.invoke(app, [*args, "--pool", str(pool.root)], terminal_width=200)
+        assert res.exit_code == 0, res.output
+        assert "\x1b" not in res.stdout and "\x07" not in res.stdout, args
+        shown += res.stdout
+    assert "\\x1b[2J" in shown and "\\x07done" in shown  # the text is all there, inert
+
+
 def test_label_by_id_and_by_filter(pool: Pool) -> None:
     fill_pool(pool, trajectories=4, steps=1)
     res = runner.invoke(

@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agentworld.literal import clean
+
 GAP = 2  # columns between two cells
 MIN_FLEX = 5  # the narrowest a cut free-text column gets
 EMPTY = ("", "-")
@@ -116,7 +118,7 @@ def fit_table(
             max_width=limits.get(i),
         )
     for r in rows:
-        table.add_row(*(Text(r[i]) for i in keep))
+        table.add_row(*(Text(clean(r[i])) for i in keep))
     return table
 
 

@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
+from agentworld.literal import clean
 from agentworld.pool.reader import Trajectory
 
 ROLE_STYLES = {
@@ -21,14 +22,16 @@ ROLE_STYLES = {
 
 
 def _content(content: Any) -> str:
+    """A message's content as text (control characters made visible: agents' tool output
+    is full of terminal colour codes, and a few would clear the reader's screen)."""
     if content is None:
         return ""
     if isinstance(content, str):
-        return content
+        return clean(content)
     parts = []
     for p in content:
         if isinstance(p, dict):
-            parts.append(p.get("text") or f"[{p.get('type', 'part')}]")
+            parts.append(clean(p.get("text") or f"[{p.get('type', 'part')}]"))
     return "\n".join(parts)
 
 
@@ -37,23 +40,23 @@ def message_text(m: dict[str, Any]) -> Text:
     out = Text()
     if m.get("reasoning"):
         out.append("(reasoning) ", style="dim italic")
-        out.append(m["reasoning"], style="dim")
+        out.append(clean(m["reasoning"]), style="dim")
         out.append("\n")
     out.append(_content(m.get("content")))
     for call in m.get("tool_calls") or ():
         if out:
             out.append("\n")
         out.append("→ ", style="bold yellow")
-        out.append(f"{call.get('name')}({call.get('arguments', '')})", style="yellow")
-        out.append(f"  [{call.get('id', '')}]", style="dim")
+        out.append(f"{clean(call.get('name'))}({clean(call.get('arguments', ''))})", style="yellow")
+        out.append(f"  [{clean(call.get('id', ''))}]", style="dim")
     return out
 
 
 def _message_panel(m: dict[str, Any], title_extra: str = "") -> Panel:
     role = m.get("role", "?")
-    title = Text(role, style=f"bold {ROLE_STYLES.get(role, 'white')}")
+    title = Text(clean(role), style=f"bold {ROLE_STYLES.get(role, 'white')}")
     if m.get("tool_call_id"):
-        title.append(f" ← {m['tool_call_id']}", style="dim")
+        title.append(f" ← {clean(m['tool_call_id'])}", style="dim")
     if title_extra:
         title.append(f"  {title_extra}", style="dim")
     return Panel(
@@ -99,7 +102,7 @@ def render_trajectory(traj: Trajectory) -> RenderableType:
     for key in ("agent", "dataset", "task", "group"):
         if first.get(key) is not None:
             head.append(f"  {key} ")
-            head.append(str(first[key]), style="bold")
+            head.append(clean(first[key]), style="bold")
     head.append(f"  status {traj.status}")
     if traj.reward is not None:
         head.append(f"  reward {traj.reward:.3g}")
@@ -114,16 +117,18 @@ def render_trajectory(traj: Trajectory) -> RenderableType:
         for m in new:
             items.append(_message_panel(m))
         if (step.get("request") or {}).get("prompt") is not None:
-            items.append(Panel(Text(step["request"]["prompt"]), title="prompt", title_align="left"))
+            prompt = Text(clean(step["request"]["prompt"]))
+            items.append(Panel(prompt, title="prompt", title_align="left"))
         items.append(step_meta(step))
         resp = step.get("response") or {}
         if resp.get("message"):
             items.append(_message_panel(resp["message"]))
         elif resp.get("text") is not None:
-            items.append(Panel(Text(resp["text"]), title="completion", border_style="green"))
+            items.append(Panel(Text(clean(resp["text"])), title="completion", border_style="green"))
         if step.get("error"):
             err = step["error"]
-            items.append(Text(f"error {err.get('type')}: {err.get('message')}", style="bold red"))
+            message = f"error {clean(err.get('type'))}: {clean(err.get('message'))}"
+            items.append(Text(message, style="bold red"))
         seen = len(msgs) + (1 if resp.get("message") else 0)
     if traj.end:
         e = traj.end
@@ -131,7 +136,7 @@ def render_trajectory(traj: Trajectory) -> RenderableType:
             Text(
                 f"end: {e['status']} after {e['steps']} step{'' if e['steps'] == 1 else 's'} at "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e['ended_at']))}"
-                + (f", error {e['error'].get('message')}" if e.get("error") else ""),
+                + (f", error {clean(e['error'].get('message'))}" if e.get("error") else ""),
                 style="bold",
             )
         )

@@ -12,11 +12,11 @@ from textual.containers import HorizontalScroll
 from textual.widgets import DataTable, Footer, Header, Static
 
 from agentworld import records
+from agentworld.literal import literal
 from agentworld.pool import Trajectory
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.delivery import deliver
 from agentworld.tui.grouping import final_sequence, grpo_advantages, shared_prefix
-from agentworld.tui.literal import literal
 from agentworld.tui.messages import TrajectoryLabelled
 
 

@@ -16,10 +16,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Static
 
 from agentworld.errors import AgentWorldError
+from agentworld.literal import literal
 from agentworld.pool import Selection, Trajectory
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.delivery import deliver
-from agentworld.tui.literal import literal
 from agentworld.tui.messages import TrajectoryLabelled
 from agentworld.tui.tokens import Decoder, token_view
 from agentworld.tui.transcript import step_metadata, step_transcript

@@ -14,9 +14,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 
+from agentworld.literal import literal, one_line
 from agentworld.tui.data import MonitorSnapshot
 from agentworld.tui.delivery import deliver
-from agentworld.tui.literal import literal, one_line
 
 if TYPE_CHECKING:
     from agentworld.tui.app import AgentWorldApp

@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 
 from agentworld.errors import MissingExtraError
-from agentworld.tui.literal import clean
+from agentworld.literal import clean
 
 Decoder = Callable[[int], str]
 MAX_PROMPT_TOKENS_SHOWN = 2000

@@ -12,13 +12,13 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from agentworld.errors import ConfigError
+from agentworld.literal import literal, one_line
 from agentworld.pool import Selection
 from agentworld.pool.index_queries import TRAJECTORY_SORTS
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.data import Page
 from agentworld.tui.delivery import deliver
 from agentworld.tui.filters import FILTER_HELP, parse_filter
-from agentworld.tui.literal import literal, one_line
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.suggest import FilterSuggester
 

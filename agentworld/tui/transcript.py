@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.text import Text
 
-from agentworld.tui.literal import clean, literal
+from agentworld.literal import clean, literal
 
 ROLE_STYLES = {
     "system": "bold magenta",

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from agentworld.errors import ConfigError
+from agentworld.literal import literal, one_line
 from agentworld.pool import Pool
 from agentworld.tui.curation import Curator
 from agentworld.tui.filters import parse_filter
 from agentworld.tui.grouping import common_prefix_len, grpo_advantages, shared_prefix
-from agentworld.tui.literal import literal, one_line
 from agentworld.tui.tokens import prefix_break, token_view
 from agentworld.tui.transcript import message_text
 

@@ -1,4 +1,5 @@
-"""Agent-produced text as inert data: never markup, never raw terminal escape sequences."""
+"""Agent-produced text as inert data wherever it is shown (`aw tui`, `aw pool show` and
+`ls`): never markup, never raw terminal escape sequences."""
 
 from __future__ import annotations
 
