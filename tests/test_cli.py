@@ -116,7 +116,7 @@ def test_show_and_ls_never_pass_terminal_escapes_through(pool: Pool) -> None:
             records.make_step(
                 trajectory="tr_esc",
                 index=0,
-                agent="math",
+                agent="[red]math\x1b[5m",  # ids may hold anything but slashes and blanks
                 request={
                     "messages": [
                         {"role": "user", "content": "ls"},
@@ -140,12 +140,14 @@ def test_show_and_ls_never_pass_terminal_escapes_through(pool: Pool) -> None:
         ["pool", "show", "tr_esc"],
         ["pool", "ls"],
         ["pool", "ls", "--trajectory", "tr_esc"],
+        ["pool", "stats"],
     ):
         res = runner.invoke(app, [*args, "--pool", str(pool.root)], terminal_width=200)
         assert res.exit_code == 0, res.output
         assert "\x1b" not in res.stdout and "\x07" not in res.stdout, args
         shown += res.stdout
     assert "\\x1b[2J" in shown and "\\x07done" in shown  # the text is all there, inert
+    assert "[red]math" in shown  # a name, not markup
 
 
 def test_label_by_id_and_by_filter(pool: Pool) -> None:

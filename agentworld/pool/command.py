@@ -87,6 +87,9 @@ def stats(
         _emit_json(s)
         return
     from rich.table import Table
+    from rich.text import Text
+
+    from agentworld.literal import clean
 
     console = _console()
     by = s["trajectories_by_status"]
@@ -134,8 +137,8 @@ def stats(
             t.add_column(col, justify="right" if col not in ("agent", "dataset") else "left")
         for row in s["per_agent"]:
             t.add_row(
-                row["agent"] or "-",
-                row["dataset"] or "-",
+                Text(clean(row["agent"] or "-")),  # names from records: never markup
+                Text(clean(row["dataset"] or "-")),
                 f"{row['trajectories']:,}",
                 f"{row['steps']:,}",
                 f"{row['open']:,}",
