@@ -59,7 +59,7 @@ def demo(
     folder.mkdir(parents=True, exist_ok=True)
     console.rule("[bold]1. model")
     model_dir = resolve_model(model, default_aw_home() / "models")
-    console.print(f"serving {model_dir}")
+    console.print(f"serving {model_dir}", markup=False)
     asyncio.run(
         _loop(
             console,
@@ -172,11 +172,13 @@ async def _loop(
         engine.close()
 
     console.rule("[bold]next")
-    console.print(f"look:   aw tui --pool {folder / 'pool'}")
-    console.print(f"list:   aw pool ls --pool {folder / 'pool'}")
+    # Paths print as they are ("[x]" in one is not markup).
+    console.print(f"look:   aw tui --pool {folder / 'pool'}", markup=False)
+    console.print(f"list:   aw pool ls --pool {folder / 'pool'}", markup=False)
     console.print(
         f"train:  aw train --pool {folder / 'pool'} --agent math --dataset arithmetic "
-        f"--algo grpo --model {model_dir} -o {folder / 'runs' / 'grpo-more'}"
+        f"--algo grpo --model {model_dir} -o {folder / 'runs' / 'grpo-more'}",
+        markup=False,
     )
 
 
@@ -202,7 +204,7 @@ def _train(console: object, model_dir: Path, pool: Path, out: Path, steps: int) 
     except AgentWorldError as exc:
         # Honest about the usual cause on a tiny model: every rollout of a task got
         # the same reward, so GRPO has no signal to learn from.
-        console.print(f"no training: {exc}")  # type: ignore[attr-defined]
+        console.print(f"no training: {exc}", markup=False)  # type: ignore[attr-defined]
         return None
     ckpt = summary.get("checkpoint")
     return Path(ckpt) if ckpt else None
