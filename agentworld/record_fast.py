@@ -36,6 +36,7 @@ from agentworld.records import (
     STEP_FIELDS,
     STEP_STATUSES,
     TOKEN_SOURCES,
+    USAGE_COUNTS,
 )
 
 _isfinite = math.isfinite
@@ -313,10 +314,10 @@ def _response(v: Any) -> bool:
         return True
     if type(usage) is not dict:
         return False
-    for n in usage.values():
+    for k, n in usage.items():
         if n is None or _count(n):
             continue
-        if type(n) is not dict or not _json(n, 2):
+        if type(n) is not dict or k in USAGE_COUNTS or not _json(n, 2):
             return False
     return True
 

@@ -276,6 +276,8 @@ def _check_tokens(v: Any, path: str) -> None:
 
 _REQUEST_KEYS = frozenset({"model", "messages", "prompt", "tools", "params"})
 _RESPONSE_KEYS = frozenset({"message", "text", "finish_reason", "usage", "id"})
+# The usage entries that are counts (readers sum them): never objects, unlike the details.
+USAGE_COUNTS: Final = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
 _TIMING_KEYS = frozenset({"started_at", "ended_at", "first_token_s", "upstream_s"})
 _ERROR_KEYS = frozenset({"type", "message", "status"})
 
@@ -312,7 +314,7 @@ def _check_response(v: Any, path: str) -> None:
     if v.get("usage") is not None:
         _check_dict(v["usage"], f"{path}.usage")
         for k, n in v["usage"].items():
-            if isinstance(n, dict):
+            if isinstance(n, dict) and k not in USAGE_COUNTS:  # details, e.g. cached tokens
                 _check_json(n, f"{path}.usage.{k}")
             elif n is not None:
                 _check_int(n, f"{path}.usage.{k}", minimum=0)

@@ -109,6 +109,9 @@ BAD_STEPS = [
     ("tokens.completion_ids", ..., "tokens.completion_logprobs", "0 completion ids"),
     ("tokens.source", "none", "tokens.source", "source is 'none'"),
     ("response.usage.prompt_tokens", -3, "response.usage.prompt_tokens", "out of range"),
+    # counts readers sum (the pool's index once failed on one): never objects
+    ("response.usage.completion_tokens", {}, "response.usage.completion_tokens", "integer"),
+    ("response.usage.total_tokens", {"n": 1}, "response.usage.total_tokens", "integer"),
     (
         "request.messages.0.tool_calls",
         [{"name": "x"}],
@@ -163,6 +166,8 @@ def test_fast_check_accepts_ordinary_records() -> None:
     # Exotic but valid: the fast check says "look closer" and the full check accepts.
     odd = _set(step(), "metadata", {"deep": [[[[1]]]], "é": "ü"})
     assert records.validate(odd) is odd
+    details = _set(step(), "response.usage.prompt_tokens_details", {"cached_tokens": 3})
+    assert accepts(details) and records.validate(details) is details
 
 
 @pytest.mark.parametrize(

@@ -107,6 +107,14 @@ def _text_of(step: dict[str, Any]) -> str:
     return " | ".join(p for p in parts if p)[: PREVIEW_CHARS * 2]
 
 
+def _count(reported: Any, ids: Any) -> int | None:
+    """A step's token count: the usage the upstream reported, else its ids'. A pool may
+    hold records from before counts had to be integers: anything else counts as unknown."""
+    if reported.__class__ is int and reported >= 0:
+        return reported
+    return len(ids) or None if isinstance(ids, list) else None
+
+
 def _step_row(rec: dict[str, Any], source: str, line: int) -> tuple[Any, ...]:
     usage = (rec.get("response") or {}).get("usage") or {}
     tokens = rec.get("tokens") or {}
@@ -128,12 +136,8 @@ def _step_row(rec: dict[str, Any], source: str, line: int) -> tuple[Any, ...]:
         rec.get("reward"),
         timings.get("started_at"),
         timings.get("ended_at"),
-        usage.get("prompt_tokens")
-        if usage.get("prompt_tokens") is not None
-        else len(tokens.get("prompt_ids") or ()) or None,
-        usage.get("completion_tokens")
-        if usage.get("completion_tokens") is not None
-        else len(tokens.get("completion_ids") or ()) or None,
+        _count(usage.get("prompt_tokens"), tokens.get("prompt_ids")),
+        _count(usage.get("completion_tokens"), tokens.get("completion_ids")),
         tokens.get("source"),
         f"{err.get('type')}: {err.get('message')}"[:500] if err else None,
         _text_of(rec),

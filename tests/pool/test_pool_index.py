@@ -115,3 +115,19 @@ def test_read_step_follows_a_row_whose_journal_was_sealed_since(pool: Pool) -> N
     w.close()  # the journal is sealed into a shard and removed: the row is stale
     assert pool.read_step(row) == pool.get_step(row["id"])
     assert pool.read_step(row)["response"]["message"]["content"] == "a0"
+
+
+def test_a_step_from_before_usage_counts_were_integers_is_indexed(pool: Pool) -> None:
+    """Older pools may hold a usage count that is an object (the schema once let it be):
+    the index takes the shard all the same, the count unknown, instead of failing it."""
+    from agentworld.pool.shards import write_shard
+
+    old = small_step("tr_old", 0)
+    old["response"] = {**old["response"], "usage": {"prompt_tokens": 4, "completion_tokens": {}}}
+    fine = small_step("tr_new", 0)
+    write_shard(pool.layout, [records.dumps(old), records.encode(fine)])
+    idx = pool.index()
+    (row,) = idx.steps("tr_old")
+    from_ids = len((old.get("tokens") or {}).get("completion_ids") or ()) or None
+    assert row["prompt_tokens"] == 4 and row["completion_tokens"] == from_ids
+    assert idx.count_trajectories() == 2
