@@ -402,26 +402,40 @@ class Index(IndexQueries):
         for n, raw in enumerate(lines, 1):
             line = first_line + n - 1
             rec = orjson.loads(raw)
-            if rec.get("kind") == "step":
-                steps.append(_step_row(rec, rel, line))
-            elif rec.get("kind") == "end":
-                ends.append(_end_row(rec, rel, line))
+            try:
+                if rec.get("kind") == "step":
+                    steps.append(_step_row(rec, rel, line))
+                elif rec.get("kind") == "end":
+                    ends.append(_end_row(rec, rel, line))
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                # Not a record the writer would take today (written by hand, or before a
+                # field's type was checked): the rest of its file is indexed all the same.
+                log.warning("index: %s line %d left out (fsck names it): %r", rel, line, exc)
             if len(steps) >= 5000:
                 self._flush_rows(steps, ends)
         self._flush_rows(steps, ends)
         return n
 
     def _flush_rows(self, steps: list[tuple[Any, ...]], ends: list[tuple[Any, ...]]) -> None:
-        if steps:
-            self.db.executemany(_STEP_INSERT, steps)
+        for sql, rows, trajectory in ((_STEP_INSERT, steps, 1), (_END_INSERT, ends, 0)):
+            if not rows:
+                continue
+            try:
+                self.db.executemany(sql, rows)
+            except (sqlite3.InterfaceError, sqlite3.ProgrammingError):
+                rows[:] = [r for r in rows if self._insert_one(sql, r, trajectory)]  # a bad type
             self.db.executemany(
-                "INSERT OR IGNORE INTO touched VALUES (?)", ((s[1],) for s in steps)
+                "INSERT OR IGNORE INTO touched VALUES (?)", ((r[trajectory],) for r in rows)
             )
-        if ends:
-            self.db.executemany(_END_INSERT, ends)
-            self.db.executemany("INSERT OR IGNORE INTO touched VALUES (?)", ((e[0],) for e in ends))
-        steps.clear()
-        ends.clear()
+            rows.clear()
+
+    def _insert_one(self, sql: str, row: tuple[Any, ...], trajectory: int) -> bool:
+        try:
+            self.db.execute(sql, row)
+            return True
+        except (sqlite3.InterfaceError, sqlite3.ProgrammingError) as exc:
+            log.warning("index: a record of %r left out (fsck names it): %s", row[trajectory], exc)
+            return False
 
     @_one_at_a_time
     def refresh_labels(self) -> None:

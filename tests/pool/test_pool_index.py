@@ -131,3 +131,19 @@ def test_a_step_from_before_usage_counts_were_integers_is_indexed(pool: Pool) ->
     from_ids = len((old.get("tokens") or {}).get("completion_ids") or ()) or None
     assert row["prompt_tokens"] == 4 and row["completion_tokens"] == from_ids
     assert idx.count_trajectories() == 2
+
+
+def test_records_the_index_cannot_take_leave_the_rest_of_their_shard_indexed(pool: Pool) -> None:
+    """Written by hand or by an older build: a record that is not an object, one missing
+    its id, one whose agent is an object. Each is left out; its shard's others are not."""
+    from agentworld.pool.shards import write_shard
+
+    no_id = small_step("tr_x", 1)
+    del no_id["id"]
+    odd_agent = {**small_step("tr_y", 0), "agent": {"name": "a"}}
+    good = [records.encode(small_step("tr_ok", i)) for i in range(3)]
+    lines = [good[0], b"[1, 2]", records.dumps(no_id), good[1], records.dumps(odd_agent), good[2]]
+    write_shard(pool.layout, lines)
+    idx = pool.index()
+    assert [r["idx"] for r in idx.steps("tr_ok")] == [0, 1, 2]
+    assert idx.steps("tr_x") == [] and idx.steps("tr_y") == []
