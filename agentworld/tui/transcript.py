@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -152,11 +153,24 @@ def step_metadata(step: dict[str, Any]) -> Text:
     if step.get("error"):
         e = step["error"]
         rows.append(("error", f"{e.get('type')}: {e.get('message')}"))
+    meta = step.get("metadata") if isinstance(step.get("metadata"), dict) else {}
+    invalid = meta.get("upstream_invalid")
+    if isinstance(invalid, dict) and invalid:  # what the proxy left out of the step, and why
+        rows.append(("left out", "; ".join(f"{k}: {v}" for k, v in invalid.items())))
+    rest = [(k, v) for k, v in meta.items() if k != "upstream_invalid"]
+    if rest:
+        rows.append(
+            (
+                "metadata",
+                " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in rest),
+            )
+        )
     if step.get("_labels"):
         rows.append(("labels", " ".join(f"{k}={v}" for k, v in step["_labels"].items())))
     out = Text()
     for k, v in rows:
         out.append(f"{k:>12} ", style="bold")
-        out.append(literal("-" if v is None else v, style="red" if k == "error" else ""))
+        red = k in ("error", "left out")
+        out.append(literal("-" if v is None else v, style="red" if red else ""))
         out.append("\n")
     return out

@@ -14,7 +14,7 @@ from agentworld.tui.curation import Curator
 from agentworld.tui.filters import parse_filter
 from agentworld.tui.grouping import common_prefix_len, grpo_advantages, shared_prefix
 from agentworld.tui.tokens import prefix_break, token_view
-from agentworld.tui.transcript import message_text
+from agentworld.tui.transcript import message_text, step_metadata
 
 from .conftest import MARKUP
 
@@ -106,6 +106,25 @@ def test_literal_keeps_markup_and_neutralises_escapes() -> None:
         }
     )
     assert "[b]x" in msg.plain and "[i]{}" in msg.plain and "[bold]not bold" in msg.plain
+
+
+def test_step_metadata_shows_what_the_proxy_left_out_and_why() -> None:
+    """A step whose engine ids the proxy could not keep says so where it is inspected."""
+    from tests.synth import conversation_step
+
+    step = conversation_step("tr_1", 0)
+    step["tokens"] = {"source": "none"}
+    step["metadata"] = {
+        "threading": "auto",
+        "upstream_failed": ["http://a"],
+        "upstream_invalid": {"tokens.completion_ids[0]": "token ids are integers"},
+    }
+    text = step_metadata(step)
+    shown = text.plain
+    assert "left out tokens.completion_ids[0]: token ids are integers" in shown
+    assert 'metadata threading=auto upstream_failed=["http://a"]' in shown
+    assert any(span.style == "red" for span in text.spans)
+    assert "left out" not in step_metadata(conversation_step("tr_1", 0)).plain
 
 
 def test_curator_undo_restores_previous_values(tmp_path: Path) -> None:
