@@ -150,6 +150,19 @@ def test_show_and_ls_never_pass_terminal_escapes_through(pool: Pool) -> None:
     assert "[red]math" in shown  # a name, not markup
 
 
+def test_show_names_what_the_proxy_left_out_of_a_step(pool: Pool) -> None:
+    from tests.synth import conversation_step
+
+    step = conversation_step("tr_lo", 0)
+    step["tokens"] = {"source": "none"}
+    step["metadata"] = {"upstream_invalid": {"tokens.completion_ids[0]": "not an id"}}
+    with pool.writer() as w:
+        w.append(step)
+    res = runner.invoke(app, ["pool", "show", "tr_lo", "--pool", str(pool.root)])
+    assert res.exit_code == 0, res.output
+    assert "left out tokens.completion_ids[0]" in " ".join(res.stdout.split())
+
+
 def test_label_by_id_and_by_filter(pool: Pool) -> None:
     fill_pool(pool, trajectories=4, steps=1)
     res = runner.invoke(

@@ -91,6 +91,9 @@ def step_meta(step: dict[str, Any]) -> Text:
         parts.append(f"reward {step['reward']:.3g}")
     if step.get("_labels"):
         parts.append(f"labels {step['_labels']}")
+    invalid = (step.get("metadata") or {}).get("upstream_invalid")
+    if isinstance(invalid, dict) and invalid:  # what the proxy could not keep of the answer
+        parts.append("left out " + ", ".join(clean(k) for k in invalid))
     return Text(" · ".join(parts), style="dim")
 
 
