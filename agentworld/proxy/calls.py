@@ -98,6 +98,8 @@ def call_ended(st: State, call: Call, prompt_key: bytes | None) -> None:
     st.registry.touch(t)
     if not t.thread_keys and t.threaded:  # no answer: a retry must find it again
         st.registry.resume_thread(t, prompt_key)
+    else:
+        t.spent_keys = ()  # answered: no ``retract`` can need them any more
     if call.upstream_s is not None:
         st.stats.upstream(call.upstream_s)
 

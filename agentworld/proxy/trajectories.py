@@ -265,7 +265,7 @@ class Registry:
         """Register where this trajectory's conversation can continue (one per choice)."""
         if t.id not in self.open:
             return
-        # ``spent_keys`` stay until the next call: ``retract`` may need them back.
+        # ``spent_keys`` stay until the call ends (``call_ended``): ``retract`` may need them.
         for msg in responses:
             k = _chain(prompt_key, msg)
             if k not in t.thread_keys:  # two choices with the same reply: one way on
