@@ -30,6 +30,7 @@ from agentworld.records import (
     MAX_ID_CHARS,
     MAX_STRING_BYTES,
     MAX_TOKENS,
+    MAX_TOOL_NAME_BYTES,
     PROTOCOLS,
     ROLES,
     SCHEMA_VERSION,
@@ -153,8 +154,8 @@ def _message(m: Any) -> bool:
         if (
             type(c) is not dict
             or not _TOOL_CALL_KEYS.issuperset(c)
-            or not _text(c.get("id", ""), 1024)
-            or not _text(c.get("name"), 1024)
+            or not _text(c.get("id", ""), MAX_TOOL_NAME_BYTES)
+            or not _text(c.get("name"), MAX_TOOL_NAME_BYTES)
             or not _text(c.get("arguments"))
         ):
             return False

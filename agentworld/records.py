@@ -45,6 +45,7 @@ MAX_ID_CHARS: Final = 200
 MAX_STRING_BYTES: Final = 16 * 1024 * 1024
 MAX_TOKENS: Final = 2_000_000
 MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
+MAX_TOOL_NAME_BYTES: Final = 1024  # a tool call's id or name
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 
@@ -182,8 +183,8 @@ def _check_tool_calls(v: Any, path: str) -> None:
         p = f"{path}[{i}]"
         _check_dict(call, p)
         _check_keys(call, _TOOL_CALL_KEYS, p)
-        _check_str(call.get("id", ""), f"{p}.id", max_bytes=1024)
-        _check_str(call.get("name"), f"{p}.name", max_bytes=1024)
+        _check_str(call.get("id", ""), f"{p}.id", max_bytes=MAX_TOOL_NAME_BYTES)
+        _check_str(call.get("name"), f"{p}.name", max_bytes=MAX_TOOL_NAME_BYTES)
         _check_str(call.get("arguments"), f"{p}.arguments")
 
 

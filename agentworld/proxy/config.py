@@ -14,16 +14,15 @@ from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+# An ``[agents.NAME]`` table's keys: the upstream's, whose meaning this module owns, and
+# the rollout subsystem's (`aw run`), which the proxy ignores. One list of each, so a
+# table one command takes the other takes too.
 from agentworld.config import ROLLOUT_KEYS, UPSTREAM_KEYS
 from agentworld.errors import ConfigError
 
 Engine = Literal["vllm", "openai"]
 ENGINES: tuple[str, ...] = ("vllm", "openai")
 PROTOCOL_MODES: tuple[str, ...] = ("translate", "passthrough")
-
-# An ``[agents.NAME]`` table's keys: the upstream's, whose meaning this module owns, and
-# the rollout subsystem's (`aw run`), which the proxy ignores. One list of each, in
-# agentworld/config.py, so a table one command takes the other takes too.
 
 DEFAULT_AGENT = "default"
 

@@ -162,17 +162,13 @@ async def _unary(
             raw = raw_ids.dumps(call.adapter.stripped(obj, call.injected))
         replies = add_reply_continuations(st, call, prompt_key, obj)
     except MALFORMED as exc:
-        fault = Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")
-        await record_fault(st, call, fault)
-        return error_response(502, fault.message, "upstream_error", code=502)
+        return await _malformed(st, call, url, exc)
     out_headers["Content-Type"] = ctype
     if st.recorder.strict:
         try:
             recs = ok_steps(call, obj, replies)
         except MALFORMED as exc:
-            fault = Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")
-            await record_fault(st, call, fault)
-            return error_response(502, fault.message, "upstream_error", code=502)
+            return await _malformed(st, call, url, exc)
         try:
             await st.recorder.steps(call.trajectory, recs)
         except RecordFailed as exc:
@@ -195,10 +191,16 @@ async def _unary(
     try:
         recs = ok_steps(call, obj, replies)
     except MALFORMED as exc:  # the agent has its answer; the step says why it has no record
-        fault = Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")
-        await record_fault(st, call, fault)
+        await _malformed(st, call, url, exc)
         return out
     if gone:
         mark_left(recs, "the answer")
     await st.recorder.steps(call.trajectory, recs)
     return out
+
+
+async def _malformed(st: State, call: Call, url: str, exc: Exception) -> web.Response:
+    """A body of the wrong shape from the upstream: an error step, and a 502 for the agent."""
+    fault = Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")
+    await record_fault(st, call, fault)
+    return error_response(502, fault.message, "upstream_error", code=502)

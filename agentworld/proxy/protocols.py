@@ -16,11 +16,9 @@ import orjson
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.redact import is_secret
 from agentworld.raw_ids import RawIds
+from agentworld.records import MAX_TOOL_NAME_BYTES
 
 MAX_N = 128
-# The most a step record keeps of a tool call's id or name (records.py): a request whose
-# calls or tools go beyond it is refused, rather than served and then not recorded.
-MAX_TOOL_NAME_BYTES = 1024
 _MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
@@ -120,7 +118,8 @@ def thread_form(m: dict[str, Any]) -> Any:
 
 
 def check_tool_name(v: Any, where: str) -> None:
-    """A tool call's id or name, or a tool's name: a string a record can keep (or absent)."""
+    """A tool call's id or name, or a tool's name: a string a record can keep (or absent).
+    A request with a longer one is refused, rather than served and then not recorded."""
     if v is None:
         return
     if not isinstance(v, str):

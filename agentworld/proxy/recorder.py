@@ -15,7 +15,7 @@ from typing import Any
 
 from agentworld import records
 from agentworld.errors import AgentWorldError, RecordError
-from agentworld.proxy.protocols import MAX_TOOL_NAME_BYTES, Adapter, Injected
+from agentworld.proxy.protocols import Adapter, Injected
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 
@@ -206,7 +206,7 @@ def _salvage(rec: dict[str, Any], exc: RecordError) -> bool:
         message = dict(response["message"])
         calls = [dict(c) for c in message["tool_calls"]]
         call = calls[int(m.group(1))]
-        call[m.group(2)] = str(call.get(m.group(2)))[: MAX_TOOL_NAME_BYTES // 4]
+        call[m.group(2)] = str(call.get(m.group(2)))[: records.MAX_TOOL_NAME_BYTES // 4]
         message["tool_calls"] = calls
         rec["response"] = {**response, "message": message}
     else:

@@ -98,12 +98,11 @@ async def running(app: web.Application) -> AsyncIterator[None]:
     )
     if st.config.restore:
         try:
-            before = set(st.registry.open)
             n = await asyncio.to_thread(restore, st.registry, st.pool, instance=st.config.instance)
             if n:
                 log.info("restored %d open trajectories from the pool", n)
             if n and CHAINS in app:
-                back = [tid for tid in st.registry.open if tid not in before]
+                back = list(st.registry.open)  # nothing else is open before serving starts
                 k = await asyncio.to_thread(restore_chains, app[CHAINS], st.pool, back)
                 if k:
                     log.info("restored %d Responses answers (previous_response_id chains)", k)
