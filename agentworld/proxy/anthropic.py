@@ -1,8 +1,18 @@
 """Anthropic Messages (``POST /v1/messages``): checks, normalisation, and translation to chat completions.
 
 Requests become the record's normalised messages (system as a system message,
-``tool_use`` blocks as tool calls, each ``tool_result`` block as a tool
-message, ``thinking`` as reasoning), and from those a chat-completions body.
+and a ``system`` message in ``messages`` as one at its place; ``tool_use``
+blocks as tool calls, each ``tool_result`` block as a tool message,
+``thinking`` as reasoning), and from those a chat-completions body.
+
+Tools: a chat model gets the client tools. Server tools (web search, web
+fetch, code execution, tool search, MCP toolsets), which Anthropic runs
+itself, are left out (``left_out``), and the agent's call goes on without
+them. A deferred tool (``defer_loading``) reaches the model once a
+``tool_reference`` in a tool result has loaded it, as Anthropic expands it;
+with a server-side tool search, which a chat upstream has not, every
+deferred tool is given up front.
+
 A chat-completions answer becomes an Anthropic ``Message``; an Anthropic
 answer (pass-through) becomes the record's normalised response.
 """
@@ -35,8 +45,20 @@ PATH = "/v1/messages"
 
 # Fields of a request that are not generation parameters (recorded elsewhere in the step).
 _NOT_PARAMS = frozenset({"model", "messages", "system", "tools"})
-# Client tools Anthropic defines by type alone: a chat upstream cannot know their schema.
+# Tools with a schema of their own (a chat model can be given them).
 _CLIENT_TOOL_TYPES = frozenset({None, "custom"})
+# Tools Anthropic's servers run (by type prefix): left out when translating to a chat upstream.
+# Anthropic-defined client tools (bash_*, text_editor_*, computer_*, memory_*) have no schema
+# a chat model could be given, and the agent relies on them: those need passthrough.
+_SERVER_TOOL_PREFIXES = (
+    "web_search_",
+    "web_fetch_",
+    "code_execution_",
+    "tool_search_tool_",
+    "mcp_toolset",
+)
+# ``output_config.effort`` values a chat upstream's ``reasoning_effort`` takes too.
+_EFFORTS = frozenset({"low", "medium", "high"})
 
 STOP_REASONS = {
     STOP: "end_turn",
@@ -91,8 +113,10 @@ def check(body: dict[str, Any], *, count_only: bool = False) -> None:
         where = f"messages.{i}"
         if not isinstance(m, dict):
             raise BadRequest(f"{where}: expected an object", where)
-        if m.get("role") not in ("user", "assistant"):
-            raise BadRequest(f"{where}.role: must be 'user' or 'assistant'", f"{where}.role")
+        if m.get("role") not in ("user", "assistant", "system"):
+            raise BadRequest(
+                f"{where}.role: must be 'user', 'assistant' or 'system'", f"{where}.role"
+            )
         _check_content(m.get("content"), f"{where}.content")
     system = body.get("system")
     if system is not None and not isinstance(system, str):
@@ -165,6 +189,8 @@ def _parts(content: Any, where: str) -> list[dict[str, Any]]:
             out.append(_image_part(b, f"{where}.{j}"))
         elif kind == "document" and (b.get("source") or {}).get("type") == "text":
             out.append({"type": "text", "text": str(b["source"].get("data", ""))})
+        elif kind == "tool_reference":  # a tool search's result: the tool is now loaded
+            out.append({"type": "text", "text": f"Tool loaded: {b.get('tool_name', '')}"})
         else:
             raise BadRequest(
                 f"{where}.{j}: content block type {kind!r} is not supported here", f"{where}.{j}"
@@ -239,37 +265,98 @@ def _assistant(m: dict[str, Any], where: str) -> dict[str, Any]:
     return msg
 
 
+def _system_text(system: Any) -> str:
+    """A system prompt's text: its blocks are separate paragraphs of one prompt."""
+    if isinstance(system, str):
+        return system
+    return "\n\n".join(text_of([b]) for b in system or ())
+
+
 def messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The request as normalised record messages (system first)."""
+    """The request as normalised record messages (the system prompt first)."""
     out: list[dict[str, Any]] = []
-    system = body.get("system")
-    if isinstance(system, str) and system:
+    system = _system_text(body.get("system"))
+    if system:
         out.append({"role": "system", "content": system})
-    elif isinstance(system, list) and system:
-        # Blocks are separate paragraphs of one system prompt.
-        out.append({"role": "system", "content": "\n\n".join(text_of([b]) for b in system)})
     for i, m in enumerate(body["messages"]):
         where = f"messages.{i}.content"
         if m["role"] == "user":
             out.extend(_user(m, where))
+        elif m["role"] == "system":  # applies from here on (a mid-conversation instruction)
+            out.append({"role": "system", "content": _system_text(m.get("content"))})
         else:
             out.append(_assistant(m, where))
     return out
 
 
+def _server_tool(t: dict[str, Any]) -> bool:
+    kind = t.get("type")
+    return isinstance(kind, str) and kind.startswith(_SERVER_TOOL_PREFIXES)
+
+
+def _loaded(body: dict[str, Any]) -> set[str]:
+    """Names of the tools ``tool_reference`` blocks in the conversation's tool results load."""
+    names = set()
+    for m in body.get("messages") or ():
+        if m.get("role") != "user" or not isinstance(m.get("content"), list):
+            continue
+        for b in m["content"]:
+            if b.get("type") == "tool_result" and isinstance(b.get("content"), list):
+                names.update(
+                    str(r.get("tool_name"))
+                    for r in b["content"]
+                    if isinstance(r, dict) and r.get("type") == "tool_reference"
+                )
+    return names
+
+
 def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Tool definitions in the chat shape (raises for Anthropic-defined tools a chat model lacks)."""
+    """The tools a chat model is given, in the chat shape: client tools, deferred ones once
+    loaded; server tools left out (raises for Anthropic-defined client tools)."""
     out = []
-    for i, t in enumerate(body.get("tools") or ()):
+    listed = body.get("tools") or ()
+    server_search = any(_server_tool(t) and "tool_search" in t["type"] for t in listed)
+    loaded = None
+    for i, t in enumerate(listed):
         if t.get("type") not in _CLIENT_TOOL_TYPES:
+            if _server_tool(t):
+                continue
             raise BadRequest(
                 f"tools.{i}: tool type {t.get('type')!r} needs an Anthropic upstream "
                 '(use protocol_mode = "passthrough")',
                 f"tools.{i}",
             )
+        if t.get("defer_loading") is True and not server_search:
+            if loaded is None:
+                loaded = _loaded(body)
+            if t.get("name") not in loaded:
+                continue
         out.append(
             function_tool(t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}")
         )
+    return out or None
+
+
+def left_out(body: dict[str, Any]) -> list[str]:
+    """The server tools translation leaves out (by name, else type)."""
+    return [str(t.get("name") or t.get("type")) for t in body.get("tools") or () if _server_tool(t)]
+
+
+def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Tools for a pass-through step's record: client tools in the chat shape, others (and any
+    that will not take that shape) as the agent sent them."""
+    out = []
+    for i, t in enumerate(body.get("tools") or ()):
+        try:
+            if t.get("type") not in _CLIENT_TOOL_TYPES:
+                raise BadRequest("not a client tool")
+            out.append(
+                function_tool(
+                    t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}"
+                )
+            )
+        except BadRequest:
+            out.append(t)
     return out or None
 
 
@@ -307,6 +394,7 @@ def chat_prompt(
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and engine == "vllm":
         # Chat templates that can think (Qwen3, DeepSeek, ...) read this switch; others ignore it.
+        # "enabled" and "adaptive" both think (a chat model has no budget to adapt).
         chat["chat_template_kwargs"] = {"enable_thinking": thinking.get("type") != "disabled"}
     return chat
 
@@ -327,6 +415,10 @@ def to_chat(
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
             chat[key] = body[key]
+    output = body.get("output_config")
+    effort = output.get("effort") if isinstance(output, dict) else None
+    if effort in _EFFORTS and engine == "vllm":  # vLLM passes it to the chat template
+        chat["reasoning_effort"] = effort
     if body.get("top_k") is not None and engine == "vllm":
         chat["top_k"] = body["top_k"]
     if body.get("stop_sequences"):

@@ -159,9 +159,12 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         url = base + adapter.path
     if isinstance(sent.get("model"), str):
         request_record["model"] = sent["model"]
-    tools = adapter.record_tools(body)
+    # A translated step records the tools the chat model was given.
+    tools = chat.get("tools") if chat is not None else adapter.record_tools(body)
     if tools:
         request_record["tools"] = tools
+    if chat is not None and (left := adapter.left_out(body)):
+        metadata["tools_left_out"] = left  # hosted/server tools a chat upstream cannot run
     call = Call(
         trajectory=t,
         index=index,

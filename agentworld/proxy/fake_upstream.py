@@ -80,6 +80,11 @@ def _arguments(fn: dict[str, Any], text: str, j: int) -> dict[str, Any]:
     return {"q": text[:10], "j": j}
 
 
+def _last_turn(messages: list[dict[str, Any]]) -> Any:
+    """Whose turn came last (a system message mid-conversation is an instruction, not a turn)."""
+    return next((m.get("role") for m in reversed(messages) if m.get("role") != "system"), None)
+
+
 class FakeUpstream:
     """State and handlers of one fake server (``name`` tells servers apart in affinity tests)."""
 
@@ -126,12 +131,7 @@ class FakeUpstream:
                 content = orjson.dumps({"answer": content}).decode()
             calls = []
             tools = body.get("tools") or []
-            if (
-                chat
-                and tools
-                and body.get("tool_choice") != "none"
-                and msgs[-1].get("role") == "user"
-            ):
+            if chat and tools and body.get("tool_choice") != "none" and _last_turn(msgs) == "user":
                 k = 2 if "parallel" in text else 1
                 named = _named_tool(body.get("tool_choice"), tools)
                 for j in range(k):

@@ -16,7 +16,6 @@ from agentworld.proxy import anthropic as am
 from agentworld.proxy import responses as rs
 from agentworld.proxy.anthropic_stream import AnthropicAssembler, ChatToAnthropic
 from agentworld.proxy.chat_form import short_id, sse
-from agentworld.proxy.protocols import BadRequest
 from agentworld.proxy.response_chains import ResponseChains, Stored
 from agentworld.proxy.responses_stream import ChatToResponses, ResponsesAssembler
 
@@ -50,10 +49,12 @@ class MessagesAdapter:
         return am.messages(body)
 
     def record_tools(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
-        try:
-            return am.tools(body)
-        except BadRequest:  # Anthropic-defined tools (pass-through): kept as the agent sent them
-            return list(body.get("tools") or ()) or None
+        """A pass-through step's tools (a translated step records those the chat model got)."""
+        return am.record_tools(body)
+
+    def left_out(self, body: dict[str, Any]) -> list[str]:
+        """Tools translation leaves out (the upstream's own to run)."""
+        return am.left_out(body)
 
     def params(self, body: dict[str, Any]) -> dict[str, Any]:
         return am.params(body)
@@ -133,7 +134,12 @@ class ResponsesAdapter:
         return rs.messages(history + rs.items(body), body.get("instructions"), strict=strict)
 
     def record_tools(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """A pass-through step's tools (a translated step records those the chat model got)."""
         return rs.record_tools(body)
+
+    def left_out(self, body: dict[str, Any]) -> list[str]:
+        """Tools translation leaves out (the upstream's own to run)."""
+        return rs.left_out(body)
 
     def params(self, body: dict[str, Any]) -> dict[str, Any]:
         return rs.params(body)

@@ -12,6 +12,14 @@ Custom (free-form) tools, such as Codex's ``apply_patch``, reach a chat model as
 functions of one string parameter, ``input``: their calls come back as
 ``custom_tool_call`` items holding that string, and the record keeps the call as
 the model wrote it (``{"input": ...}`` arguments).
+
+A namespace's tools (Codex groups its sub-agent tools so) reach a chat model
+as functions named ``NAMESPACE__NAME``, as MCP tools are named; their calls
+come back as items with that ``namespace`` and ``name``. Hosted tools, which
+OpenAI runs (web search, file search, code interpreter, image generation,
+remote MCP, tool search), are left out (``left_out``) and the agent's call goes
+on without them; a deferred function (``defer_loading``) is given up front, as a
+chat upstream has no tool search to find it.
 """
 
 from __future__ import annotations
@@ -57,6 +65,18 @@ _ITEM_TYPES = frozenset(
 _CALLS = ("function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
+# Tools OpenAI runs itself (by type prefix): left out when translating to a chat upstream.
+# Tools the agent runs but a chat model cannot be given (computer use, local shell) need
+# passthrough.
+_HOSTED_PREFIXES = (
+    "web_search",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "mcp",
+    "tool_search",
+)
+NAMESPACE_SEP = "__"  # a namespaced tool's chat name: NAMESPACE__NAME
 
 
 # -- checks -------------------------------------------------------------------------------
@@ -193,12 +213,11 @@ def messages(
                 if kind == "function_call"
                 else custom_arguments(item.get("input"))
             )
+            name = str(item.get("name", ""))
+            if isinstance(item.get("namespace"), str) and item["namespace"]:
+                name = item["namespace"] + NAMESPACE_SEP + name
             turn.setdefault("tool_calls", []).append(
-                {
-                    "id": str(item.get("call_id", "")),
-                    "name": str(item.get("name", "")),
-                    "arguments": arguments,
-                }
+                {"id": str(item.get("call_id", "")), "name": name, "arguments": arguments}
             )
         elif kind in _OUTPUTS:
             turn = None
@@ -230,26 +249,95 @@ def messages(
     return out
 
 
-def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Function and custom tools in the chat shape; built-in tools need a Responses upstream."""
+def _hosted(t: dict[str, Any]) -> bool:
+    kind = t.get("type")
+    return isinstance(kind, str) and kind.startswith(_HOSTED_PREFIXES)
+
+
+def _namespaced(body: dict[str, Any]) -> list[tuple[str, dict[str, Any], str | None, str]]:
+    """(where, tool, namespace, its description) for each function or custom tool, those in a
+    namespace included; hosted tools skipped; raises for tools a chat model cannot be given."""
     out = []
     for i, t in enumerate(body.get("tools") or ()):
-        if t.get("type") == "custom":
-            out.append(custom_tool(t, f"tools[{i}]"))
-            continue
-        if t.get("type") != "function":
+        where = f"tools[{i}]"
+        kind = t.get("type")
+        if kind in ("function", "custom"):
+            out.append((where, t, None, ""))
+        elif kind == "namespace":
+            ns = t.get("name")
+            if not isinstance(ns, str) or not ns or not isinstance(t.get("tools"), list):
+                raise BadRequest(f"{where}: a namespace needs a name and a list of tools", where)
+            about = t.get("description") if isinstance(t.get("description"), str) else ""
+            for j, inner in enumerate(t["tools"]):
+                if not isinstance(inner, dict) or inner.get("type") not in ("function", "custom"):
+                    raise BadRequest(
+                        f"{where}.tools[{j}]: a namespace holds function and custom tools",
+                        f"{where}.tools[{j}]",
+                    )
+                out.append((f"{where}.tools[{j}]", inner, ns, about))
+        elif not _hosted(t):
             raise BadRequest(
-                f"tools[{i}].type: tool type {t.get('type')!r} needs an upstream that speaks "
+                f"{where}.type: tool type {kind!r} needs an upstream that speaks "
                 'Responses (protocol_mode = "passthrough")',
-                f"tools[{i}].type",
+                f"{where}.type",
             )
-        tool = function_tool(
-            t.get("name"), t.get("description"), t.get("parameters"), f"tools[{i}]"
-        )
+    return out
+
+
+def _chat_name(t: dict[str, Any], namespace: str | None) -> Any:
+    name = t.get("name")
+    if namespace is None or not isinstance(name, str):
+        return name
+    return namespace + NAMESPACE_SEP + name
+
+
+def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Function and custom tools (a namespace's too) in the chat shape, hosted tools left out;
+    other built-in tools need a Responses upstream."""
+    out = []
+    for where, t, ns, about in _namespaced(body):
+        name = _chat_name(t, ns)
+        description = t.get("description") if isinstance(t.get("description"), str) else ""
+        if about:  # what the namespace is for, which a chat model is not told otherwise
+            description = f"({ns}: {about})\n{description}" if description else f"({ns}: {about})"
+        if t.get("type") == "custom":
+            out.append(custom_tool({**t, "name": name, "description": description}, where))
+            continue
+        tool = function_tool(name, description or None, t.get("parameters"), where)
         if isinstance(t.get("strict"), bool):
             tool["function"]["strict"] = t["strict"]
         out.append(tool)
     return out or None
+
+
+def left_out(body: dict[str, Any]) -> list[str]:
+    """The hosted tools translation leaves out (by type)."""
+    return [str(t.get("type")) for t in body.get("tools") or () if _hosted(t)]
+
+
+# The item type, namespace and name a chat model's call to a tool answers as.
+Called = tuple[str, str | None, str]
+
+
+def called_names(body: dict[str, Any]) -> dict[str, Called]:
+    """Chat names of the custom and namespaced tools, with what their calls answer as (a
+    name not here is a plain function's)."""
+    out: dict[str, Called] = {}
+    try:
+        listed = _namespaced(body)
+    except BadRequest:  # not translated: nothing to map back
+        return out
+    for _, t, ns, _ in listed:
+        name = t.get("name")
+        if not isinstance(name, str) or (ns is None and t.get("type") != "custom"):
+            continue
+        kind = "custom_tool_call" if t.get("type") == "custom" else "function_call"
+        out[_chat_name(t, ns)] = (kind, ns, name)
+    return out
+
+
+def called(names: dict[str, Called], chat_name: str) -> Called:
+    return names.get(chat_name) or ("function_call", None, chat_name)
 
 
 def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -282,15 +370,6 @@ def _custom_parameters() -> dict[str, Any]:
         "required": [CUSTOM_INPUT],
         "additionalProperties": False,
     }
-
-
-def custom_names(body: dict[str, Any]) -> frozenset[str]:
-    """Names of the request's custom tools (their calls answer as ``custom_tool_call``)."""
-    return frozenset(
-        t["name"]
-        for t in body.get("tools") or ()
-        if isinstance(t, dict) and t.get("type") == "custom" and isinstance(t.get("name"), str)
-    )
 
 
 def custom_tool(t: dict[str, Any], where: str) -> dict[str, Any]:
@@ -338,7 +417,8 @@ def _tool_choice(choice: Any) -> Any:
         and choice.get("type") in ("function", "custom")
         and isinstance(choice.get("name"), str)
     ):
-        return {"type": "function", "function": {"name": choice["name"]}}
+        ns = choice.get("namespace")
+        return {"type": "function", "function": {"name": _chat_name(choice, ns or None)}}
     raise BadRequest(f"tool_choice: {choice!r} cannot be given to a chat upstream", "tool_choice")
 
 
@@ -434,9 +514,14 @@ def message_item(item_id: str, text: str | None, status: str = "completed") -> d
 
 
 def call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+    item_id: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    status: str = "completed",
+    namespace: str | None = None,
 ) -> dict[str, Any]:
-    return {
+    item = {
         "id": item_id,
         "type": "function_call",
         "call_id": call_id,
@@ -444,21 +529,37 @@ def call_item(
         "arguments": arguments,
         "status": status,
     }
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
 
 
-def custom_call_item(item_id: str, call_id: str, name: str, input_: str) -> dict[str, Any]:
-    return {
+def custom_call_item(
+    item_id: str, call_id: str, name: str, input_: str, namespace: str | None = None
+) -> dict[str, Any]:
+    item = {
         "id": item_id,
         "type": "custom_tool_call",
         "call_id": call_id,
         "name": name,
         "input": input_,
     }
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
 
 
-def output_of(msg: dict[str, Any], custom: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+def call_item_for(called_as: Called, call_id: str, arguments: str) -> dict[str, Any]:
+    """The output item for a chat model's call (arguments as far as they came)."""
+    kind, ns, name = called_as
+    if kind == "custom_tool_call":
+        return custom_call_item(short_id("ctc"), call_id, name, custom_input(arguments), ns)
+    return call_item(short_id("fc"), call_id, name, arguments, namespace=ns)
+
+
+def output_of(msg: dict[str, Any], names: dict[str, Called] | None = None) -> list[dict[str, Any]]:
     """Output items for one chat assistant message: reasoning, message, function calls
-    (``custom_tool_call`` items for the tools named in ``custom``)."""
+    (custom and namespaced tools' calls as ``names`` says they answer)."""
     out = []
     reasoning = msg.get("reasoning")
     if reasoning is None:
@@ -473,10 +574,7 @@ def output_of(msg: dict[str, Any], custom: frozenset[str] = frozenset()) -> list
         fn = c.get("function") if isinstance(c.get("function"), dict) else {}
         name, call_id = str(fn.get("name") or ""), c.get("id") or short_id("call")
         arguments = dumps_args(fn.get("arguments"))
-        if name in custom:
-            out.append(custom_call_item(short_id("ctc"), call_id, name, custom_input(arguments)))
-        else:
-            out.append(call_item(short_id("fc"), call_id, name, arguments))
+        out.append(call_item_for(called(names or {}, name), call_id, arguments))
     return out
 
 
@@ -524,7 +622,7 @@ def from_chat(
     created = chat.get("created") if isinstance(chat.get("created"), int | float) else time.time()
     resp = skeleton(body, response_id, model, created)
     resp["status"], resp["incomplete_details"] = status_of(choice.get("finish_reason"))
-    resp["output"] = output_of(msg, custom_names(body))
+    resp["output"] = output_of(msg, called_names(body))
     resp["usage"] = usage_of(*chat_usage(chat, tokens))
     return resp
 

@@ -25,10 +25,10 @@ import orjson
 
 from agentworld.proxy.chat_form import short_id, sse
 from agentworld.proxy.responses import (
-    call_item,
-    custom_call_item,
+    call_item_for,
+    called,
+    called_names,
     custom_input,
-    custom_names,
     message_item,
     reasoning_item,
     skeleton,
@@ -140,7 +140,7 @@ class ChatToResponses:
         # "reasoning" | "message" | "function_call" | "custom_tool_call"
         self.kind: str | None = None
         self.calls: dict[int, int] = {}  # chat tool-call index -> output_index
-        self.custom = custom_names(body)
+        self.names = called_names(body)  # custom and namespaced tools' calls
         self.custom_calls: dict[int, InputDecoder] = {}  # output_index -> its arguments so far
         self.finish_reason: Any = None
 
@@ -289,15 +289,14 @@ class ChatToResponses:
         out: list[bytes] = []
         if k not in self.calls:
             name, call_id = str(fn.get("name") or ""), tc.get("id") or short_id("call")
-            if name in self.custom:
-                out += self._add(
-                    "custom_tool_call", custom_call_item(short_id("ctc"), call_id, name, "")
-                )
+            called_as = called(self.names, name)
+            item = call_item_for(called_as, call_id, "")
+            if called_as[0] == "custom_tool_call":
+                out += self._add("custom_tool_call", item)
                 self.custom_calls[self.open or 0] = InputDecoder()
             else:
-                out += self._add(
-                    "function_call", call_item(short_id("fc"), call_id, name, "", "in_progress")
-                )
+                item["status"] = "in_progress"
+                out += self._add("function_call", item)
             self.calls[k] = self.open or 0
         i = self.calls[k]
         args = fn.get("arguments")

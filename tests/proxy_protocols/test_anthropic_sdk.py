@@ -155,7 +155,7 @@ async def test_errors_in_anthropic_shape(translating, pool, make_proxy):
     client = client_for(translating.url)
     with pytest.raises(anthropic.BadRequestError) as bad:
         await client.messages.create(
-            model="m", max_tokens=10, messages=[{"role": "system", "content": "x"}]
+            model="m", max_tokens=10, messages=[{"role": "tool", "content": "x"}]
         )
     assert bad.value.body["error"]["type"] == "invalid_request_error"
     assert "messages.0.role" in bad.value.body["error"]["message"]

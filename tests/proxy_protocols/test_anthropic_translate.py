@@ -152,7 +152,7 @@ def test_tool_choice(choice, expected):
         ({"max_tokens": 5, "messages": []}, "model"),
         ({"model": "m", "max_tokens": 5, "messages": "hi"}, "messages"),
         (
-            {"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
+            {"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]},
             "messages.0.role",
         ),
         (
@@ -332,3 +332,71 @@ def test_error_shapes():
         "type": "error",
         "error": {"type": "api_error", "message": "slow"},
     }
+
+
+def _tool(name: str, **kw) -> dict:
+    return {"name": name, "input_schema": {"type": "object"}, **kw}
+
+
+def test_deferred_tools_wait_for_a_reference_unless_the_search_is_anthropics():
+    body = {
+        **conversation(),
+        "tools": [
+            _tool("Bash"),
+            _tool("WebFetch", defer_loading=True),
+            _tool("Cron", defer_loading=True),
+        ],
+    }
+    assert [t["function"]["name"] for t in am.tools(body)] == ["Bash"]
+    loading = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": [{"type": "tool_reference", "tool_name": "WebFetch"}],
+            }
+        ],
+    }
+    loaded = {**body, "messages": [*body["messages"], loading]}
+    assert [t["function"]["name"] for t in am.tools(loaded)] == ["Bash", "WebFetch"]
+    assert am.messages(loaded)[-1] == {
+        "role": "tool",
+        "tool_call_id": "toolu_1",
+        "content": "Tool loaded: WebFetch",
+    }
+    # With Anthropic's own tool search (a server tool a chat upstream lacks), all up front.
+    search = {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
+    searched = {**body, "tools": [*body["tools"], search]}
+    assert [t["function"]["name"] for t in am.tools(searched)] == ["Bash", "WebFetch", "Cron"]
+    assert am.left_out(searched) == ["tool_search_tool_regex"]
+
+
+def test_server_tools_are_left_out_but_a_pass_through_record_keeps_them():
+    server = {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 2}
+    body = {**conversation(), "tools": [WEATHER, server]}
+    assert [t["function"]["name"] for t in am.tools(body)] == ["get_weather"]
+    assert am.left_out(body) == ["web_fetch"]
+    assert am.record_tools(body)[1] == server  # the Anthropic upstream ran it: as sent
+
+
+@pytest.mark.parametrize(
+    ("thinking", "effort", "engine", "kwargs", "sent_effort"),
+    [
+        (
+            {"type": "adaptive", "display": "omitted"},
+            "medium",
+            "vllm",
+            {"enable_thinking": True},
+            "medium",
+        ),
+        ({"type": "disabled"}, "high", "vllm", {"enable_thinking": False}, "high"),
+        ({"type": "adaptive"}, "max", "vllm", {"enable_thinking": True}, None),  # not a chat effort
+        ({"type": "adaptive"}, "low", "openai", None, None),
+    ],
+)
+def test_thinking_and_effort(thinking, effort, engine, kwargs, sent_effort):
+    body = {**conversation(), "thinking": thinking, "output_config": {"effort": effort}}
+    chat = am.to_chat(body, am.messages(body), engine=engine, model=None)
+    assert chat.get("chat_template_kwargs") == kwargs
+    assert chat.get("reasoning_effort") == sent_effort

@@ -163,7 +163,7 @@ async def test_unknown_previous_response(translating, pool):
     assert bad.value.body["param"] == "previous_response_id"
     assert "resp_nope" in bad.value.body["message"]
     with pytest.raises(openai.BadRequestError) as tool:
-        await client.responses.create(model="m", input="hi", tools=[{"type": "web_search"}])
+        await client.responses.create(model="m", input="hi", tools=[{"type": "local_shell"}])
     assert "passthrough" in tool.value.body["message"]
     await client.close()
     await translating.stop()

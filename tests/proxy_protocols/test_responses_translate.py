@@ -161,7 +161,7 @@ def test_bad_requests_name_the_field(body, param):
 
 def test_builtin_tools_and_items_need_passthrough():
     with pytest.raises(BadRequest, match="passthrough"):
-        rs.tools({"tools": [{"type": "web_search"}]})
+        rs.tools({"tools": [{"type": "local_shell"}]})
     with pytest.raises(BadRequest, match="passthrough"):
         rs.messages([{"type": "web_search_call", "id": "ws_1"}])
     assert rs.messages([{"type": "web_search_call", "id": "ws_1"}], strict=False) == []
@@ -304,3 +304,72 @@ def test_error_event_is_valid():
     assert name == "error"
     ev = EVENT.validate_python(data)
     assert ev.message == "upstream down" and ev.code == "server_error"
+
+
+def _namespaced_body() -> dict:
+    inner_custom = {"type": "custom", "name": "note", "description": "Write a note."}
+    namespace = {
+        "type": "namespace",
+        "name": "crm",
+        "description": "Customer records.",
+        "tools": [{**TOOL, "name": "lookup"}, inner_custom],
+    }
+    return {
+        "model": "gpt-x",
+        "input": "hi",
+        "tools": [
+            namespace,
+            TOOL,
+            {"type": "web_search"},
+            {"type": "file_search", "vector_store_ids": ["v"]},
+        ],
+    }
+
+
+def test_namespaced_tools_reach_a_chat_model_by_a_joined_name_and_answer_by_namespace():
+    body = _namespaced_body()
+    names = [t["function"]["name"] for t in rs.tools(body)]
+    assert names == ["crm__lookup", "crm__note", "get_weather"]  # hosted tools left out
+    assert rs.left_out(body) == ["web_search", "file_search"]
+    assert rs.tools(body)[1]["function"]["description"] == "(crm: Customer records.)\nWrite a note."
+    chat = chat_body(
+        content=None,
+        calls=[("c1", "crm__lookup", "{}"), ("c2", "crm__note", '{"input": "hi"}')],
+        finish="tool_calls",
+    )
+    lookup, note = Response.model_validate(rs.from_chat(chat, body, "resp_n")).output
+    assert (lookup.type, lookup.namespace, lookup.name) == ("function_call", "crm", "lookup")
+    assert (note.type, note.namespace, note.name, note.input) == (
+        "custom_tool_call",
+        "crm",
+        "note",
+        "hi",
+    )
+    # ... and streamed, the items say the same from the first event on.
+    _, events = _stream(chat_chunks(content=None, calls=[("c1", "crm__lookup", "{}")]), body)
+    added = [d["item"] for n, d in events if n == "response.output_item.added"]
+    assert (added[0]["namespace"], added[0]["name"]) == ("crm", "lookup")
+    # The agent's own history gives them back by the joined name.
+    again = rs.messages(
+        [
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "namespace": "crm",
+                "name": "lookup",
+                "arguments": "{}",
+            }
+        ]
+    )
+    assert again[0]["tool_calls"][0]["name"] == "crm__lookup"
+    choice = {"type": "function", "name": "lookup", "namespace": "crm"}
+    assert rs.to_chat({**body, "tool_choice": choice}, [], engine="vllm", model=None)[
+        "tool_choice"
+    ] == {"type": "function", "function": {"name": "crm__lookup"}}
+
+
+def test_a_namespace_of_other_tools_is_refused_naming_it():
+    body = {"tools": [{"type": "namespace", "name": "x", "tools": [{"type": "web_search"}]}]}
+    with pytest.raises(BadRequest) as info:
+        rs.tools(body)
+    assert info.value.param == "tools[0].tools[0]"

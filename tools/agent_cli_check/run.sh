@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Drive the real Claude Code and Codex CLIs, unmodified, through `aw proxy` (translate mode)
+# onto a scripted chat upstream, and check that they ran the tools it called and that the
+# pool holds their trajectories with exact tokens. Needs node/npm and the npm registry.
+#
+#   bash tools/agent_cli_check/run.sh            # the latest versions
+#   CLAUDE_CODE_VERSION=2.1.328 CODEX_VERSION=0.169.0 bash tools/agent_cli_check/run.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+py=${PYTHON:-$root/.venv/bin/python}
+aw=${AW:-$root/.venv/bin/aw}
+work=$(mktemp -d "${TMPDIR:-/tmp}/aw-agent-cli.XXXXXX")
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+echo "work dir: $work"
+
+npm install --prefix "$work/npm" --no-audit --no-fund --loglevel=error \
+  "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-latest}" "@openai/codex@${CODEX_VERSION:-latest}"
+claude="$work/npm/node_modules/.bin/claude"
+codex="$work/npm/node_modules/.bin/codex"
+echo "claude $("$claude" --version)  |  $("$codex" --version)"
+
+free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+up_port=$(free_port)
+proxy_port=$(free_port)
+cat > "$work/agents.toml" <<TOML
+[agents.claude-code]
+upstream = "http://127.0.0.1:$up_port"
+model = "scripted"
+
+[agents.codex]
+upstream = "http://127.0.0.1:$up_port"
+model = "scripted"
+TOML
+
+wait_for() { for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer at $1"; return 1; }
+"$aw" proxy --config "$work/agents.toml" --port "$proxy_port" --pool "$work/pool" > "$work/proxy.log" 2>&1 &
+pids+=($!)
+wait_for "http://127.0.0.1:$proxy_port/aw/health"
+
+upstream() {  # (re)start the scripted upstream with these arguments
+  if [ -n "${up_pid:-}" ]; then kill "$up_pid"; wait "$up_pid" 2>/dev/null || true; fi
+  "$py" "$here/scripted_upstream.py" --port "$up_port" --log "$work/requests.jsonl" "$@" \
+    > "$work/upstream.log" 2>&1 &
+  up_pid=$!
+  pids+=("$up_pid")
+  wait_for "http://127.0.0.1:$up_port/v1/models"
+}
+
+run_claude() {  # name, prompt
+  mkdir -p "$work/$1" "$work/home-claude"
+  (cd "$work/$1" && HOME="$work/home-claude" IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
+    ANTHROPIC_BASE_URL="http://127.0.0.1:$proxy_port/a/claude-code" ANTHROPIC_AUTH_TOKEN=unused \
+    timeout 180 "$claude" -p "$2" --output-format json --dangerously-skip-permissions \
+    > "$work/$1.json" 2> "$work/$1.err")
+  "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("  result:", d["result"]); sys.exit(d["is_error"])' "$work/$1.json"
+}
+
+run_codex() {  # name, prompt
+  mkdir -p "$work/$1" "$work/home-codex/.codex"
+  cat > "$work/home-codex/.codex/config.toml" <<TOML
+model = "scripted"
+model_provider = "agentworld"
+
+[model_providers.agentworld]
+name = "AgentWorld proxy"
+base_url = "http://127.0.0.1:$proxy_port/a/codex/v1"
+wire_api = "responses"
+env_key = "AW_CHECK_KEY"
+TOML
+  (cd "$work/$1" && HOME="$work/home-codex" AW_CHECK_KEY=unused timeout 180 "$codex" exec \
+    --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox "$2" \
+    > "$work/$1.out" 2> "$work/$1.err")
+  echo "  result: $(tail -n 1 "$work/$1.out")"
+}
+
+proof() { grep -qx made-by-agent "$work/$1/proof.txt" && echo "  ran the shell tool: $1/proof.txt written"; }
+last_tools() { "$py" -c 'import json,sys; print(" ".join(t["function"]["name"] for t in json.loads(open(sys.argv[1]).readlines()[-1]).get("tools", [])))' "$work/requests.jsonl"; }
+
+echo "== Claude Code: shell tool"
+upstream
+run_claude claude-shell "Create proof.txt"
+proof claude-shell
+
+echo "== Claude Code: ToolSearch loads a deferred tool"
+upstream --call ToolSearch --args '{"query": "select:WebFetch"}'
+run_claude claude-search "Fetch example.com"
+last_tools | grep -qw WebFetch && echo "  the model got WebFetch once ToolSearch loaded it"
+
+echo "== Codex: shell tool"
+upstream
+run_codex codex-shell "Create proof.txt"
+proof codex-shell
+
+echo "== Codex: a namespaced tool"
+upstream --call __ --args '{}'
+run_codex codex-namespace "Use a namespaced tool"
+"$py" -c '
+import json, sys
+last = json.loads(open(sys.argv[1]).readlines()[-1])
+names = [c["function"]["name"] for m in last["messages"] for c in m.get("tool_calls") or ()]
+assert any("__" in n for n in names), f"no namespaced call came back from Codex: {names}"
+print(f"  Codex ran {names[-1]} and gave it back with its namespace")
+' "$work/requests.jsonl"
+
+echo "== the pool"
+"$aw" pool ls --pool "$work/pool"
+"$aw" pool ls --pool "$work/pool" --json | "$py" -c '
+import json, sys
+rows = json.load(sys.stdin)
+bad = [r["id"] for r in rows if r["n_errors"] or r["token_source"] != "engine" or r["n_steps"] < 2]
+assert len(rows) == 4, f"expected 4 trajectories, found {len(rows)}"
+assert not bad, f"trajectories with errors, no engine tokens or one step: {bad}"
+print("OK: 4 trajectories of 2+ steps each, every step with engine token ids")
+'

@@ -1,0 +1,99 @@
+"""A scripted vLLM-shaped chat upstream for driving real coding CLIs through ``aw proxy``.
+
+The first turn of a task (the last turn the user's, no tool result yet) calls one
+tool: the shell tool the CLI offers (Claude Code's ``Bash``, Codex's
+``exec_command``), told to write ``proof.txt``, or the tool ``--call`` names with
+``--args``. After a tool result it answers in text. Answers come in vLLM's shapes
+with token ids and log-probs (``agentworld.proxy.fake_upstream``), so the steps
+the proxy records are exact-token steps.
+
+    python tools/agent_cli_check/scripted_upstream.py --port 18001 [--call NAME --args JSON]
+        [--log requests.jsonl]
+
+``--call __`` calls the first namespaced tool (a Codex namespace's, ``NS__NAME``).
+``--log`` appends every chat request the proxy sent, one JSON line each.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
+
+SHELLS = ("Bash", "exec_command", "shell", "shell_command")
+COMMAND = "echo made-by-agent > proof.txt && cat proof.txt"
+DONE = "Done."
+
+
+def shell_arguments(fn: dict[str, Any]) -> str:
+    """Arguments that write proof.txt, in the shape the shell tool's schema asks for."""
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    out: dict[str, Any] = {}
+    for key in ("command", "cmd"):
+        if key in props:
+            array = props[key].get("type") == "array"
+            out[key] = ["bash", "-lc", COMMAND] if array else COMMAND
+    if "description" in props:
+        out["description"] = "Write proof.txt"
+    return orjson.dumps(out).decode()
+
+
+class Scripted(FakeUpstream):
+    def __init__(self, call: str | None, arguments: str | None, log: str | None) -> None:
+        super().__init__("scripted")
+        self.call, self.arguments = call, arguments
+        self.log = open(log, "ab") if log else None  # noqa: SIM115 (open while serving)
+
+    def _choices(self, body: dict[str, Any], chat: bool) -> list[dict[str, Any]]:
+        if self.log is not None:
+            self.log.write(orjson.dumps(body) + b"\n")
+            self.log.flush()
+        out = super()._choices(body, chat)
+        if not chat:
+            return out
+        msgs = body["messages"]
+        turns = [m for m in msgs if m.get("role") != "system"]
+        first_turn = bool(turns) and turns[-1].get("role") == "user"
+        first_turn = first_turn and not any(m.get("role") == "tool" for m in msgs)
+        tools = [t["function"] for t in body.get("tools") or ()]
+        if self.call == "__":
+            wanted = (fn for fn in tools if "__" in fn["name"])
+        elif self.call:
+            wanted = (fn for fn in tools if fn["name"] == self.call)
+        else:
+            wanted = (fn for fn in tools if fn["name"] in SHELLS)
+        fn = next(wanted, None)
+        for c in out:
+            c["reasoning"] = None
+            if first_turn and fn is not None:
+                args = self.arguments or shell_arguments(fn)
+                c["content"] = None
+                c["calls"] = [
+                    {
+                        "id": "call_script_1",
+                        "type": "function",
+                        "function": {"name": fn["name"], "arguments": args},
+                    }
+                ]
+            else:
+                c["calls"], c["content"] = [], DONE
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--call", help="the tool to call on the first turn (its chat name)")
+    ap.add_argument("--args", help="that call's arguments (JSON)")
+    ap.add_argument("--log", help="append each chat request here (JSON lines)")
+    a = ap.parse_args()
+    app = make_fake_app(Scripted(a.call, a.args, a.log))
+    web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()
