@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Drive the real Claude Code and Codex CLIs, unmodified, through `aw proxy` (translate mode)
-# onto a scripted chat upstream, and check that they ran the tools it called and that the
-# pool holds their trajectories with exact tokens. Needs node/npm and the npm registry.
+# Drive the real Claude Code, Codex and opencode CLIs, unmodified, through `aw proxy` onto a
+# scripted chat upstream (Messages and Responses translated, chat completions as they are),
+# and check that they ran the tools it called and that the pool holds their trajectories with
+# exact tokens. Needs node/npm and the npm registry.
 #
 #   bash tools/agent_cli_check/run.sh            # the latest versions
-#   CLAUDE_CODE_VERSION=2.1.328 CODEX_VERSION=0.169.0 bash tools/agent_cli_check/run.sh
+#   CLAUDE_CODE_VERSION=2.1.328 CODEX_VERSION=0.169.0 OPENCODE_VERSION=1.18.33 \
+#     bash tools/agent_cli_check/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -17,10 +19,12 @@ trap cleanup EXIT
 echo "work dir: $work"
 
 npm install --prefix "$work/npm" --no-audit --no-fund --loglevel=error \
-  "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-latest}" "@openai/codex@${CODEX_VERSION:-latest}"
+  "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-latest}" "@openai/codex@${CODEX_VERSION:-latest}" \
+  "opencode-ai@${OPENCODE_VERSION:-latest}"
 claude="$work/npm/node_modules/.bin/claude"
 codex="$work/npm/node_modules/.bin/codex"
-echo "claude $("$claude" --version)  |  $("$codex" --version)"
+opencode="$work/npm/node_modules/.bin/opencode"
+echo "claude $("$claude" --version)  |  $("$codex" --version)  |  opencode $("$opencode" --version)"
 
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 up_port=$(free_port)
@@ -31,6 +35,10 @@ upstream = "http://127.0.0.1:$up_port"
 model = "scripted"
 
 [agents.codex]
+upstream = "http://127.0.0.1:$up_port"
+model = "scripted"
+
+[agents.opencode]
 upstream = "http://127.0.0.1:$up_port"
 model = "scripted"
 TOML
@@ -76,6 +84,26 @@ TOML
   echo "  result: $(tail -n 1 "$work/$1.out")"
 }
 
+run_opencode() {  # name, prompt
+  mkdir -p "$work/$1" "$work/home-opencode"
+  cat > "$work/$1/opencode.json" <<JSON
+{
+  "provider": {
+    "aw": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "AgentWorld proxy",
+      "options": {"baseURL": "http://127.0.0.1:$proxy_port/a/opencode/v1", "apiKey": "unused"},
+      "models": {"scripted": {"name": "scripted", "tool_call": true}}
+    }
+  },
+  "model": "aw/scripted"
+}
+JSON
+  (cd "$work/$1" && HOME="$work/home-opencode" timeout 180 "$opencode" run "$2" \
+    > "$work/$1.out" 2> "$work/$1.err")
+  echo "  result: $(grep -v '^\s*$' "$work/$1.out" | head -n 1)"
+}
+
 proof() { grep -qx made-by-agent "$work/$1/proof.txt" && echo "  ran the shell tool: $1/proof.txt written"; }
 last_tools() { "$py" -c 'import json,sys; print(" ".join(t["function"]["name"] for t in json.loads(open(sys.argv[1]).readlines()[-1]).get("tools", [])))' "$work/requests.jsonl"; }
 
@@ -105,13 +133,21 @@ assert any("__" in n for n in names), f"no namespaced call came back from Codex:
 print(f"  Codex ran {names[-1]} and gave it back with its namespace")
 ' "$work/requests.jsonl"
 
+echo "== opencode: shell tool (chat completions, recorded as sent)"
+upstream
+run_opencode opencode-shell "Create proof.txt"
+proof opencode-shell
+
 echo "== the pool"
 "$aw" pool ls --pool "$work/pool"
 "$aw" pool ls --pool "$work/pool" --json | "$py" -c '
-import json, sys
+import collections, json, sys
 rows = json.load(sys.stdin)
-bad = [r["id"] for r in rows if r["n_errors"] or r["token_source"] != "engine" or r["n_steps"] < 2]
-assert len(rows) == 4, f"expected 4 trajectories, found {len(rows)}"
-assert not bad, f"trajectories with errors, no engine tokens or one step: {bad}"
-print("OK: 4 trajectories of 2+ steps each, every step with engine token ids")
+bad = [r["id"] for r in rows if r["n_errors"] or r["token_source"] != "engine"]
+assert not bad, f"trajectories with errors or without engine token ids: {bad}"
+# One trajectory of 2 steps (call, then answer) per task; side calls (opencode titles) apart.
+tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
+want = {"claude-code": 2, "codex": 2, "opencode": 1}
+assert tasks == want, f"tasks threaded into trajectories: {dict(tasks)}, expected {want}"
+print(f"OK: {len(rows)} trajectories, one per task (and side call), every step with engine ids")
 '

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 
-SHELLS = ("Bash", "exec_command", "shell", "shell_command")
+SHELLS = ("Bash", "bash", "exec_command", "shell", "shell_command")
 COMMAND = "echo made-by-agent > proof.txt && cat proof.txt"
 DONE = "Done."
 
