@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Drive the real Claude Code, Codex and opencode CLIs, unmodified, through `aw proxy` onto a
+# Drive the real Claude Code, Codex and opencode CLIs and the OpenAI Agents SDK, unmodified, through `aw proxy` onto a
 # scripted chat upstream (Messages and Responses translated, chat completions as they are),
 # and check that they ran the tools it called and that the pool holds their trajectories with
 # exact tokens. Needs node/npm and the npm registry.
 #
 #   bash tools/agent_cli_check/run.sh            # the latest versions
 #   CLAUDE_CODE_VERSION=2.1.328 CODEX_VERSION=0.169.0 OPENCODE_VERSION=1.18.33 \
-#     bash tools/agent_cli_check/run.sh
+#     OPENAI_AGENTS_VERSION=0.24.0 bash tools/agent_cli_check/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -24,6 +24,7 @@ npm install --prefix "$work/npm" --no-audit --no-fund --loglevel=error \
 claude="$work/npm/node_modules/.bin/claude"
 codex="$work/npm/node_modules/.bin/codex"
 opencode="$work/npm/node_modules/.bin/opencode"
+"$py" -m pip install -q --target "$work/py" "openai-agents${OPENAI_AGENTS_VERSION:+==$OPENAI_AGENTS_VERSION}"
 echo "claude $("$claude" --version)  |  $("$codex" --version)  |  opencode $("$opencode" --version)"
 
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -39,6 +40,10 @@ upstream = "http://127.0.0.1:$up_port"
 model = "scripted"
 
 [agents.opencode]
+upstream = "http://127.0.0.1:$up_port"
+model = "scripted"
+
+[agents.openai-agents]
 upstream = "http://127.0.0.1:$up_port"
 model = "scripted"
 TOML
@@ -138,6 +143,12 @@ upstream
 run_opencode opencode-shell "Create proof.txt"
 proof opencode-shell
 
+echo "== OpenAI Agents SDK: Responses (translated) and chat, run and streamed"
+mkdir -p "$work/openai-agents"
+(cd "$work/openai-agents" && PYTHONPATH="$work/py" timeout 180 "$py" "$here/openai_agents_task.py" \
+  "http://127.0.0.1:$proxy_port/a/openai-agents/v1")
+proof openai-agents
+
 echo "== the pool"
 "$aw" pool ls --pool "$work/pool"
 "$aw" pool ls --pool "$work/pool" --json | "$py" -c '
@@ -147,7 +158,7 @@ bad = [r["id"] for r in rows if r["n_errors"] or r["token_source"] != "engine"]
 assert not bad, f"trajectories with errors or without engine token ids: {bad}"
 # One trajectory of 2 steps (call, then answer) per task; side calls (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
-want = {"claude-code": 2, "codex": 2, "opencode": 1}
+want = {"claude-code": 2, "codex": 2, "opencode": 1, "openai-agents": 4}
 assert tasks == want, f"tasks threaded into trajectories: {dict(tasks)}, expected {want}"
 print(f"OK: {len(rows)} trajectories, one per task (and side call), every step with engine ids")
 '
