@@ -46,7 +46,7 @@ PATH = "/v1/messages"
 # Fields of a request that are not generation parameters (recorded elsewhere in the step).
 _NOT_PARAMS = frozenset({"model", "messages", "system", "tools"})
 # Tools with a schema of their own (a chat model can be given them).
-_CLIENT_TOOL_TYPES = frozenset({None, "custom"})
+_CLIENT_TOOL_TYPES = (None, "custom")  # a tuple: a type of any JSON shape can be looked up
 # Tools Anthropic's servers run (by type prefix): left out when translating to a chat upstream.
 # Anthropic-defined client tools (bash_*, text_editor_*, computer_*, memory_*) have no schema
 # a chat model could be given, and the agent relies on them: those need passthrough.
@@ -58,7 +58,7 @@ _SERVER_TOOL_PREFIXES = (
     "mcp_toolset",
 )
 # ``output_config.effort`` values a chat upstream's ``reasoning_effort`` takes too.
-_EFFORTS = frozenset({"low", "medium", "high"})
+_EFFORTS = ("low", "medium", "high")
 
 STOP_REASONS = {
     STOP: "end_turn",
@@ -326,14 +326,15 @@ def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
                 '(use protocol_mode = "passthrough")',
                 f"tools.{i}",
             )
+        tool = function_tool(
+            t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}"
+        )
         if t.get("defer_loading") is True and not server_search:
             if loaded is None:
                 loaded = _loaded(body)
-            if t.get("name") not in loaded:
+            if t["name"] not in loaded:
                 continue
-        out.append(
-            function_tool(t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}")
-        )
+        out.append(tool)
     return out or None
 
 

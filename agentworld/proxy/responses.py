@@ -114,6 +114,13 @@ def check(body: dict[str, Any]) -> None:
             if kind in _CALLS:
                 check_tool_name(item["call_id"], f"{where}.call_id")
                 check_tool_name(item.get("name"), f"{where}.name")
+                ns = item.get("namespace")
+                if ns is not None:  # the call's name to a chat model is NAMESPACE__NAME
+                    if not isinstance(ns, str):
+                        raise BadRequest(
+                            f"{where}.namespace must be a string", f"{where}.namespace"
+                        )
+                    check_tool_name(f"{ns}{NAMESPACE_SEP}{item.get('name')}", f"{where}.namespace")
             elif not isinstance(item.get("output"), str | list | None):
                 raise BadRequest(
                     f"{where}.output: expected a string or a list of parts", f"{where}.output"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -55,12 +56,23 @@ BODIES: dict[str, dict[str, Any]] = {
                 "content": [
                     {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text"}]},
                     {"type": "image", "source": {"type": "base64", "data": "AAAA"}},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t2",
+                        "content": [{"type": "tool_reference", "tool_name": "g"}],
+                    },
                 ],
             },
+            {"role": "system", "content": [{"type": "text", "text": "from here on"}]},
         ],
-        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+        "tools": [
+            {"name": "f", "input_schema": {"type": "object"}},
+            {"name": "g", "input_schema": {"type": "object"}, "defer_loading": True},
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 2},
+        ],
         "tool_choice": {"type": "auto"},
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "output_config": {"effort": "low"},
         "stop_sequences": ["x"],
     },
     "/v1/messages/count_tokens": {
@@ -76,8 +88,25 @@ BODIES: dict[str, dict[str, Any]] = {
             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c1", "output": "r"},
             {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]},
+            {
+                "type": "function_call",
+                "call_id": "c2",
+                "namespace": "ns",
+                "name": "g",
+                "arguments": "{}",
+            },
+            {"type": "function_call_output", "call_id": "c2", "output": "r"},
         ],
-        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        "tools": [
+            {"type": "function", "name": "f", "parameters": {"type": "object"}},
+            {
+                "type": "namespace",
+                "name": "ns",
+                "description": "d",
+                "tools": [{"type": "function", "name": "g", "parameters": {"type": "object"}}],
+            },
+            {"type": "web_search"},
+        ],
         "max_output_tokens": 50,
         "store": True,
     },
@@ -133,7 +162,9 @@ def mutated(body: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize(
+    "seed", [int(x) for x in os.environ.get("AW_FUZZ_SEEDS", "1,2").split(",")]
+)
 async def test_generated_malformed_requests_never_break_the_proxy(proxy, caplog, seed):
     caplog.set_level(logging.ERROR)
     rng = random.Random(seed)

@@ -209,6 +209,10 @@ def test_anthropic_only_tools_need_passthrough():
     body = {**conversation(), "tools": [{"type": "bash_20250124", "name": "bash"}]}
     with pytest.raises(BadRequest, match="passthrough"):
         am.tools(body)
+    with pytest.raises(BadRequest, match="passthrough"):  # any JSON where a type goes
+        am.tools({**conversation(), "tools": [{"type": ["custom"], "name": "x"}]})
+    weird = {**conversation(), "output_config": {"effort": ["high"]}}
+    assert "reasoning_effort" not in am.to_chat(weird, [], engine="vllm", model=None)
 
 
 def test_unary_answer_is_a_valid_message_with_tool_use():

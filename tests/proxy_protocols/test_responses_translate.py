@@ -151,6 +151,18 @@ def test_request_translates_to_chat():
             {"input": [{"type": "function_call", "call_id": "c", "name": "f" * 2000}]},
             "input[0].name",
         ),
+        (  # a chat model would get the call as NAMESPACE__NAME: too long for a record
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "c", "name": "f", "namespace": "n" * 2000}
+                ]
+            },
+            "input[0].namespace",
+        ),
+        (
+            {"input": [{"type": "function_call", "call_id": "c", "name": "f", "namespace": [1]}]},
+            "input[0].namespace",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(body, param):
