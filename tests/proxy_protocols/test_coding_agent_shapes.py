@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from tests.proxy_protocols.conftest import steps_of
+from tests.proxy_protocols.test_anthropic_sdk import ask as ask_anthropic
 from tests.proxy_protocols.test_anthropic_sdk import client_for as anthropic_client
 from tests.proxy_protocols.test_responses_sdk import MODES
 from tests.proxy_protocols.test_responses_sdk import ask as ask_responses
@@ -40,20 +41,17 @@ CLAUDE_EXTRA = {
 
 
 async def claude(client, stream: bool, messages: list) -> object:
-    kw = {
-        "model": "claude-opus-5-5",
-        "max_tokens": 4096,
-        "system": [{"type": "text", "text": "You are a coding agent."}],
-        "messages": messages,
-        "tools": CLAUDE_TOOLS,
-        "extra_body": CLAUDE_EXTRA,
-    }
-    if not stream:
-        return await client.messages.create(**kw)
-    async with client.messages.stream(**kw) as s:
-        async for _ in s:
-            pass
-        return await s.get_final_message()
+    system = [{"type": "text", "text": "You are a coding agent."}]
+    return await ask_anthropic(
+        client,
+        stream,
+        model="claude-opus-5-5",
+        max_tokens=4096,
+        system=system,
+        messages=messages,
+        tools=CLAUDE_TOOLS,
+        extra_body=CLAUDE_EXTRA,
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
