@@ -430,15 +430,24 @@ def to_chat(
     return chat
 
 
+def overflow_message(prompt: int, window: int) -> str:
+    """Anthropic's words for a prompt over the context window (Claude Code compacts on them)."""
+    return f"prompt is too long: {prompt} tokens > {window} maximum"
+
+
 # -- responses ----------------------------------------------------------------------------
 
 
 def stop_reason(
-    finish: Any, matched: Any, stop_sequences: Any, has_calls: bool
+    finish: Any, matched: Any, stop_sequences: Any, has_calls: bool, window: bool = False
 ) -> tuple[str, str | None]:
-    """(Anthropic stop_reason, stop_sequence) for a chat finish_reason and vLLM's matched stop."""
+    """(Anthropic stop_reason, stop_sequence) for a chat finish_reason and vLLM's matched stop;
+    ``window``: max_tokens was cut to the room left in the context window, so a length stop
+    is the window's (``model_context_window_exceeded``)."""
     if has_calls:
         return "tool_use", None
+    if window and finish == LENGTH:
+        return "model_context_window_exceeded", None
     if finish == STOP and isinstance(matched, str) and matched in (stop_sequences or ()):
         return "stop_sequence", matched
     return STOP_REASONS.get(finish, "end_turn"), None
@@ -458,7 +467,10 @@ def message_id(chat_id: Any) -> str:
 
 
 def from_chat(
-    chat: dict[str, Any], body: dict[str, Any], tokens: dict[str, Any] | None = None
+    chat: dict[str, Any],
+    body: dict[str, Any],
+    tokens: dict[str, Any] | None = None,
+    window: bool = False,
 ) -> dict[str, Any]:
     """The Anthropic ``Message`` for a (non-streamed or assembled) chat-completions body."""
     choice = first_choice(chat)
@@ -487,6 +499,7 @@ def from_chat(
         choice.get("stop_reason"),
         body.get("stop_sequences"),
         bool(calls),
+        window,
     )
     return {
         "id": message_id(chat.get("id")),

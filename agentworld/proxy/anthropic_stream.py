@@ -20,8 +20,9 @@ from agentworld.raw_ids import RawIds
 class ChatToAnthropic:
     """Feed parsed ``chat.completion.chunk`` objects; get Anthropic SSE events as bytes."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], window: bool = False) -> None:
         self.body = body
+        self.window = window  # max_tokens was cut to the context window's room
         self.started = False
         self.index = -1  # the open content block, -1 when none
         self.kind: str | None = None  # "thinking" | "text" | "tool_use"
@@ -134,6 +135,7 @@ class ChatToAnthropic:
             self.matched_stop,
             self.body.get("stop_sequences"),
             bool(self.tool_blocks),
+            self.window,
         )
         usage = anthropic_usage(prompt, completion, cached)
         out.append(

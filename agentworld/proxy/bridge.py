@@ -29,9 +29,11 @@ from agentworld.proxy.bridge_calls import (
     deliver,
     error_response,
     record_fault,
+    upstream_refused,
 )
 from agentworld.proxy.bridge_stream import stream
 from agentworld.proxy.calls import call_ended, post_upstream, thread_call, upstream_error_message
+from agentworld.proxy.context_window import retry_within_window
 from agentworld.proxy.protocol_adapters import (
     MESSAGES,
     PASSTHROUGH,
@@ -219,6 +221,12 @@ async def _unary(
     t_up = time.perf_counter()
     try:
         raw, status, ctype = await post_upstream(st, call, url, up, headers)
+        if (
+            status == 400
+            and ctx.translate
+            and retry_within_window(call, ctx.request_record, upstream_error_message(raw))
+        ):
+            raw, status, ctype = await post_upstream(st, call, url, up, headers)
     except asyncio.CancelledError:
         st.recorder.later(call.trajectory, cancelled_step(ctx))
         raise
@@ -232,7 +240,7 @@ async def _unary(
         fault = Fault(status, "upstream_status", upstream_error_message(raw))
         await record_fault(ctx, fault)
         if ctx.translate:
-            return error_response(adapter, status, fault.message, headers=call.relay)
+            return upstream_refused(ctx, status, fault.message)
         return web.Response(status=status, body=raw, headers={"Content-Type": ctype, **out_headers})
     try:
         obj = upstream_json.loads(raw)

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from agentworld import records
+from agentworld.proxy import context_window
 from agentworld.proxy.app import State
 from agentworld.proxy.calls import WRITE_ERRORS, add_continuations
 from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
@@ -47,14 +48,25 @@ def error_response(
     param: str | None = None,
     *,
     headers: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> web.Response:
     """An HTTP error in the protocol's own shape (with ``headers``: the upstream's relayed)."""
     return web.Response(
         status=status,
-        body=adapter.error_body(status, message, param),
+        body=adapter.error_body(status, message, param, code),
         content_type="application/json",
         headers=headers,
     )
+
+
+def upstream_refused(ctx: Ctx, status: int, message: str) -> web.Response:
+    """A translated call's upstream error in the protocol's shape; a prompt over the context
+    window in the protocol's own words for it (agents compact their conversation on them)."""
+    code = None
+    over = context_window.overflow(message) if status == 400 else None
+    if over is not None:
+        message, code = ctx.adapter.overflow(*over)
+    return error_response(ctx.adapter, status, message, headers=ctx.call.relay, code=code)
 
 
 def step(
@@ -128,7 +140,8 @@ def answer(ctx: Ctx, obj: dict[str, Any], proto: Any = None) -> tuple[list[dict[
             raise ValueError("the chat answer has no choices")
         _, response, tokens = got[0]
         if proto is None:
-            proto = ctx.adapter.from_chat(obj, ctx.body, ctx.rid, tokens)
+            window = context_window.clamped(ctx.call)
+            proto = ctx.adapter.from_chat(obj, ctx.body, ctx.rid, tokens, window)
         if isinstance(obj.get("id"), str):
             ctx.call.metadata["upstream_id"] = obj["id"]
     else:

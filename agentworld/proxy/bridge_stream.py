@@ -20,9 +20,11 @@ from agentworld.proxy.bridge_calls import (
     error_event,
     error_response,
     record_fault,
+    upstream_refused,
 )
 from agentworld.proxy.calls import WRITE_ERRORS, open_upstream, stamp, upstream_error_message
 from agentworld.proxy.chat_form import chat_usage
+from agentworld.proxy.context_window import clamped, retry_within_window
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.sse import MALFORMED, EventSplitter, SSEError, StreamAssembler, event_data
 from agentworld.proxy.upstream import Fault, classify, read_limited
@@ -37,6 +39,22 @@ async def stream(
     headers: Any,
     out_headers: dict[str, str],
 ) -> web.StreamResponse:
+    out = await _stream_once(request, ctx, url, up, headers, out_headers)
+    if out is None:  # max_tokens was cut to the context window's room: ask again (once)
+        out = await _stream_once(request, ctx, url, up, headers, out_headers)
+    assert out is not None, "max_tokens is cut once a call"
+    return out
+
+
+async def _stream_once(
+    request: web.Request,
+    ctx: Ctx,
+    url: str,
+    up: Any,
+    headers: Any,
+    out_headers: dict[str, str],
+) -> web.StreamResponse | None:
+    """One upstream request and its answer; None when it should be asked again."""
     st, call, adapter = ctx.st, ctx.call, ctx.adapter
     assert st.upstream is not None and st.recorder is not None
     t_up = time.perf_counter()
@@ -51,7 +69,7 @@ async def stream(
         await record_fault(ctx, fault)
         return error_response(adapter, fault.status, fault.message)
     asm: Any = StreamAssembler(chat=True) if ctx.translate else adapter.assembler()
-    tr = adapter.translator(ctx.body, ctx.rid) if ctx.translate else None
+    tr = adapter.translator(ctx.body, ctx.rid, clamped(call)) if ctx.translate else None
     try:
         stamp(st, call, resp.headers)
         out_headers.update(call.relay)
@@ -64,16 +82,21 @@ async def stream(
                 await record_fault(ctx, fault)
                 return error_response(adapter, fault.status, fault.message)
             ok = resp.status == 200
-            fault = Fault(
-                502 if ok else resp.status,
-                "upstream_status",
-                "the upstream answered without an event stream"
-                if ok
-                else upstream_error_message(raw),
-            )
+            message = "the upstream answered without an event stream"
+            if not ok:
+                message = upstream_error_message(raw)
+                if (
+                    resp.status == 400
+                    and ctx.translate
+                    and retry_within_window(call, ctx.request_record, message)
+                ):
+                    return None
+            fault = Fault(502 if ok else resp.status, "upstream_status", message)
             await record_fault(ctx, fault)
-            if ctx.translate or ok:
+            if ok:
                 return error_response(adapter, fault.status, fault.message, headers=call.relay)
+            if ctx.translate:
+                return upstream_refused(ctx, fault.status, fault.message)
             return web.Response(
                 status=resp.status,
                 body=raw,

@@ -80,6 +80,27 @@ def _arguments(fn: dict[str, Any], text: str, j: int) -> dict[str, Any]:
     return {"q": text[:10], "j": j}
 
 
+def _window_refusal(window: int, prompt: int, max_tokens: Any) -> web.Response | None:
+    """vLLM's 400 for a prompt, or a prompt and ``max_tokens``, over its context window."""
+    if prompt >= window:
+        message = (
+            f"This model's maximum context length is {window} tokens. However, your request "
+            f"has {prompt} input tokens. Please reduce the length of the input messages."
+        )
+        param = "input_tokens"
+    elif isinstance(max_tokens, int) and prompt + max_tokens > window:
+        message = (
+            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+            f"maximum context length is {window} tokens and your request has {prompt} input "
+            f"tokens ({max_tokens} > {window} - {prompt})."
+        )
+        param = "max_tokens"
+    else:
+        return None
+    error = {"message": message, "type": "BadRequestError", "param": param, "code": 400}
+    return web.json_response({"error": error}, status=400)
+
+
 def _last_turn(messages: list[dict[str, Any]]) -> Any:
     """Whose turn came last (a system message mid-conversation is an instruction, not a turn)."""
     return next((m.get("role") for m in reversed(messages) if m.get("role") != "system"), None)
@@ -108,6 +129,9 @@ class FakeUpstream:
         self.hang_s = 30.0  # how long "hang" hangs
         self.response_headers: dict[str, str] = {}  # sent with every generation's answer
         self.overloaded = 0  # the next this many generation calls get vLLM's 503
+        # When set, requests are checked against this context window as vLLM checks them
+        # (a 400 in its words), and answers are cut at max_tokens (finish_reason "length").
+        self.max_model_len: int | None = None
 
     # -- what to answer ------------------------------------------------------------------
 
@@ -268,7 +292,16 @@ class FakeUpstream:
             prompt_ids = list(raw_prompt)  # token ids
         else:  # a list of prompts: their text, as one
             prompt_ids = ids("".join(p for p in raw_prompt or () if isinstance(p, str)))
+        if self.max_model_len is not None:
+            refused = _window_refusal(self.max_model_len, len(prompt_ids), body.get("max_tokens"))
+            if refused is not None:
+                return refused
         choices = self._choices(body, chat)
+        limit = body.get("max_tokens")
+        if self.max_model_len is not None and isinstance(limit, int):
+            for c in choices:
+                if c["content"] and not c["calls"] and len(c["content"]) > limit:
+                    c["content"], c["finish"] = c["content"][:limit], "length"
         headers = dict(self.response_headers)
         if self.policy_version is not None:
             headers["X-AW-Policy-Version"] = str(self.policy_version)
@@ -281,7 +314,7 @@ class FakeUpstream:
             completion_tokens += len(toks)
             choice: dict[str, Any] = {
                 "index": i,
-                "finish_reason": "tool_calls" if c["calls"] else "stop",
+                "finish_reason": c.get("finish") or ("tool_calls" if c["calls"] else "stop"),
                 "stop_reason": None,
             }
             lp = None
@@ -440,7 +473,7 @@ class FakeUpstream:
             total += k
             last: dict[str, Any] = {
                 "index": i,
-                "finish_reason": "tool_calls" if c["calls"] else "stop",
+                "finish_reason": c.get("finish") or ("tool_calls" if c["calls"] else "stop"),
                 "stop_reason": None,
             }
             last["delta" if chat else "text"] = {} if chat else ""

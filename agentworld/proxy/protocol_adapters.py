@@ -33,8 +33,14 @@ class MessagesAdapter:
     def check(self, body: dict[str, Any]) -> None:
         am.check(body)
 
-    def error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+    def error_body(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> bytes:
         return orjson.dumps(am.error_body(status, message))
+
+    def overflow(self, prompt: int, window: int) -> tuple[str, str | None]:
+        """(message, code) telling the agent its prompt is over the context window."""
+        return am.overflow_message(prompt, window), None
 
     def error_event(self, status: int, message: str, seq: int) -> bytes:
         return sse("error", am.error_body(status, message))
@@ -73,12 +79,17 @@ class MessagesAdapter:
         return am.to_chat(body, messages, engine=engine, model=model)
 
     def from_chat(
-        self, chat: dict[str, Any], body: dict[str, Any], rid: str, tokens: dict[str, Any]
+        self,
+        chat: dict[str, Any],
+        body: dict[str, Any],
+        rid: str,
+        tokens: dict[str, Any],
+        window: bool = False,
     ) -> dict[str, Any]:
-        return am.from_chat(chat, body, tokens)
+        return am.from_chat(chat, body, tokens, window)
 
-    def translator(self, body: dict[str, Any], rid: str) -> ChatToAnthropic:
-        return ChatToAnthropic(body)
+    def translator(self, body: dict[str, Any], rid: str, window: bool = False) -> ChatToAnthropic:
+        return ChatToAnthropic(body, window)
 
     def streamed(
         self,
@@ -89,7 +100,7 @@ class MessagesAdapter:
         counts: tuple[int, int, int],
     ) -> dict[str, Any]:
         """The protocol object a translated stream amounted to (for ``raw``)."""
-        return am.from_chat(chat, body, tokens)
+        return am.from_chat(chat, body, tokens, tr.window)
 
     def assembler(self) -> AnthropicAssembler:
         return AnthropicAssembler()
@@ -113,8 +124,14 @@ class ResponsesAdapter:
     def check(self, body: dict[str, Any]) -> None:
         rs.check(body)
 
-    def error_body(self, status: int, message: str, param: str | None = None) -> bytes:
-        return orjson.dumps(rs.error_body(status, message, param))
+    def error_body(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> bytes:
+        return orjson.dumps(rs.error_body(status, message, param, code))
+
+    def overflow(self, prompt: int, window: int) -> tuple[str, str | None]:
+        """(message, code) telling the agent its prompt is over the context window."""
+        return rs.OVERFLOW_MESSAGE, rs.OVERFLOW_CODE
 
     def error_event(self, status: int, message: str, seq: int) -> bytes:
         code = "server_error" if status >= 500 else "invalid_request_error"
@@ -158,11 +175,16 @@ class ResponsesAdapter:
         return rs.to_chat(body, messages, engine=engine, model=model)
 
     def from_chat(
-        self, chat: dict[str, Any], body: dict[str, Any], rid: str, tokens: dict[str, Any]
+        self,
+        chat: dict[str, Any],
+        body: dict[str, Any],
+        rid: str,
+        tokens: dict[str, Any],
+        window: bool = False,  # a length stop reads max_output_tokens either way
     ) -> dict[str, Any]:
         return rs.from_chat(chat, body, rid, tokens)
 
-    def translator(self, body: dict[str, Any], rid: str) -> ChatToResponses:
+    def translator(self, body: dict[str, Any], rid: str, window: bool = False) -> ChatToResponses:
         return ChatToResponses(body, rid)
 
     def streamed(

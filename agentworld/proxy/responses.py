@@ -670,9 +670,18 @@ def response_record(resp: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     """An error in OpenAI's shape."""
     kind = "invalid_request_error" if status < 500 else "server_error"
     if status == 404:
         kind = "not_found_error"
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+# OpenAI's words and code for an input over the context window (Codex compacts on the code).
+OVERFLOW_MESSAGE = (
+    "Your input exceeds the context window of this model. Please adjust your input and try again."
+)
+OVERFLOW_CODE = "context_length_exceeded"

@@ -47,18 +47,22 @@ class Generation:
         self.choices: list[Choice] = []
         self.policy_version: int | None = None
         for prompt in prompts:
-            room = engine.max_model_len - len(prompt)
+            # vLLM's checks, in its words (clients and the proxy read them).
+            window = engine.max_model_len
+            room = window - len(prompt)
             if room < 1:
                 raise P.ApiError(
-                    f"This model's maximum context length is {engine.max_model_len} tokens, "
-                    f"but the prompt has {len(prompt)} tokens.",
+                    f"This model's maximum context length is {window} tokens. However, your "
+                    f"request has {len(prompt)} input tokens. Please reduce the length of the "
+                    "input messages.",
                     prompt_param,
                 )
             max_tokens = g.params.max_tokens or room
             if max_tokens > room:
                 raise P.ApiError(
-                    f"max_tokens={max_tokens} plus the prompt's {len(prompt)} tokens exceeds the "
-                    f"maximum context length {engine.max_model_len}",
+                    f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+                    f"model's maximum context length is {window} tokens and your request has "
+                    f"{len(prompt)} input tokens ({max_tokens} > {window} - {len(prompt)}).",
                     "max_tokens",
                 )
             for j in range(g.n):

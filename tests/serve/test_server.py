@@ -371,3 +371,21 @@ async def test_tokenize_bad_input_names_the_field(
     resp = await client.post(path, json=body)
     assert resp.status == status, await resp.text()
     assert (await resp.json())["error"]["param"] == param
+
+
+async def test_context_window_refusals_are_in_vllms_words(client: Any, engine: Engine):
+    """The proxy reads these messages to cut a translated call's max_tokens (as it does vLLM's)."""
+    from agentworld.proxy import context_window
+    from agentworld.proxy.recorder import Call
+
+    window = engine.max_model_len
+    resp = await client.post("/v1/completions", json={"prompt": [1] * 10, "max_tokens": window})
+    assert resp.status == 400
+    err = (await resp.json())["error"]
+    assert err["param"] == "max_tokens"
+    call = Call(None, 0, None, {"max_tokens": window}, None, 0)  # type: ignore[arg-type]
+    assert context_window.retry_within_window(call, {}, err["message"])
+    assert call.sent["max_tokens"] == window - 10
+    resp = await client.post("/v1/completions", json={"prompt": [1] * window})
+    err = (await resp.json())["error"]
+    assert resp.status == 400 and context_window.overflow(err["message"]) == (window, window)
