@@ -122,6 +122,16 @@ upstream --call ToolSearch --args '{"query": "select:WebFetch"}'
 run_claude claude-search "Fetch example.com"
 last_tools | grep -qw WebFetch && echo "  the model got WebFetch once ToolSearch loaded it"
 
+echo "== Claude Code: a 40,000-token context window (it asks for 32,000+ output tokens)"
+upstream --max-model-len 40000
+run_claude claude-window "Create proof.txt"
+proof claude-window
+"$py" -c '
+import json, sys
+sent = [json.loads(line)["max_tokens"] for line in open(sys.argv[1])][-2:]
+print(f"  max_tokens sent after the engine refused the asked one: {sent}")
+' "$work/requests.jsonl"
+
 echo "== Codex: shell tool"
 upstream
 run_codex codex-shell "Create proof.txt"
@@ -158,7 +168,7 @@ bad = [r["id"] for r in rows if r["n_errors"] or r["token_source"] != "engine"]
 assert not bad, f"trajectories with errors or without engine token ids: {bad}"
 # One trajectory of 2 steps (call, then answer) per task; side calls (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
-want = {"claude-code": 2, "codex": 2, "opencode": 1, "openai-agents": 4}
+want = {"claude-code": 3, "codex": 2, "opencode": 1, "openai-agents": 4}
 assert tasks == want, f"tasks threaded into trajectories: {dict(tasks)}, expected {want}"
 print(f"OK: {len(rows)} trajectories, one per task (and side call), every step with engine ids")
 '

@@ -12,6 +12,8 @@ the proxy records are exact-token steps.
 
 ``--call __`` calls the first namespaced tool (a Codex namespace's, ``NS__NAME``).
 ``--log`` appends every chat request the proxy sent, one JSON line each.
+``--max-model-len N`` checks requests against an N-token context window as vLLM
+does (a 400 in its words) and cuts answers at ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -90,8 +92,11 @@ def main() -> None:
     ap.add_argument("--call", help="the tool to call on the first turn (its chat name)")
     ap.add_argument("--args", help="that call's arguments (JSON)")
     ap.add_argument("--log", help="append each chat request here (JSON lines)")
+    ap.add_argument("--max-model-len", type=int, help="a context window, checked as vLLM does")
     a = ap.parse_args()
-    app = make_fake_app(Scripted(a.call, a.args, a.log))
+    scripted = Scripted(a.call, a.args, a.log)
+    scripted.max_model_len = a.max_model_len
+    app = make_fake_app(scripted)
     web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None)
 
 
