@@ -329,6 +329,8 @@ def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
         tool = function_tool(
             t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}"
         )
+        if isinstance(t.get("strict"), bool):  # strict tool use: arguments match the schema
+            tool["function"]["strict"] = t["strict"]
         if t.get("defer_loading") is True and not server_search:
             if loaded is None:
                 loaded = _loaded(body)
@@ -416,10 +418,19 @@ def to_chat(
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
             chat[key] = body[key]
-    output = body.get("output_config")
-    effort = output.get("effort") if isinstance(output, dict) else None
-    if effort in _EFFORTS and engine == "vllm":  # vLLM passes it to the chat template
-        chat["reasoning_effort"] = effort
+    output = body.get("output_config") if isinstance(body.get("output_config"), dict) else {}
+    if output.get("effort") in _EFFORTS and engine == "vllm":  # vLLM hands it to the template
+        chat["reasoning_effort"] = output["effort"]
+    fmt = output.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise BadRequest(
+                "output_config.format.schema: a JSON schema (object) is required",
+                "output_config.format.schema",
+            )
+        # Structured output: the engine constrains decoding to the schema, as Anthropic does.
+        schema = {"name": "output", "schema": fmt["schema"], "strict": True}
+        chat["response_format"] = {"type": "json_schema", "json_schema": schema}
     if body.get("top_k") is not None and engine == "vllm":
         chat["top_k"] = body["top_k"]
     if body.get("stop_sequences"):

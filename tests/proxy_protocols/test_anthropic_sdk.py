@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 import anthropic
+import orjson
 import pytest
 
 from agentworld.proxy.fake_upstream import ids, render
@@ -200,3 +201,18 @@ async def test_stream_broken_by_the_upstream(translating, pool):
     (step,) = steps_of(pool)
     assert step["status"] == "error" and step["error"]["type"] == "upstream_disconnected"
     assert step["response"]["message"]["content"]  # what arrived before the break is kept
+
+
+async def test_structured_output_is_asked_of_the_engine(translating, chat_fake):
+    fake, _ = chat_fake
+    client = client_for(translating.url)
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    msg = await client.messages.create(
+        model="claude-test",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "Weather?"}],
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+    )
+    await client.close()
+    assert fake.requests[0]["response_format"]["json_schema"]["schema"] == schema
+    assert orjson.loads(msg.content[0].text) == {"answer": "ok 1: Weather?"}

@@ -404,3 +404,27 @@ def test_thinking_and_effort(thinking, effort, engine, kwargs, sent_effort):
     chat = am.to_chat(body, am.messages(body), engine=engine, model=None)
     assert chat.get("chat_template_kwargs") == kwargs
     assert chat.get("reasoning_effort") == sent_effort
+
+
+def test_structured_output_and_strict_tools_reach_the_engine():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    body = {
+        **conversation(),
+        "tools": [{**WEATHER, "strict": True}],
+        "output_config": {"format": {"type": "json_schema", "schema": schema}, "effort": "high"},
+    }
+    chat = am.to_chat(body, am.messages(body), engine="vllm", model=None)
+    assert chat["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema, "strict": True},
+    }
+    assert chat["tools"][0]["function"]["strict"] is True
+    assert chat["reasoning_effort"] == "high"
+    with pytest.raises(BadRequest) as info:
+        am.to_chat(
+            {**body, "output_config": {"format": {"type": "json_schema"}}},
+            [],
+            engine="vllm",
+            model=None,
+        )
+    assert info.value.param == "output_config.format.schema"
