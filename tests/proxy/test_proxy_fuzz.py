@@ -72,7 +72,10 @@ BODIES: dict[str, dict[str, Any]] = {
         ],
         "tool_choice": {"type": "auto"},
         "thinking": {"type": "adaptive", "display": "omitted"},
-        "output_config": {"effort": "low"},
+        "output_config": {
+            "effort": "low",
+            "format": {"type": "json_schema", "schema": {"type": "object"}},
+        },
         "stop_sequences": ["x"],
     },
     "/v1/messages/count_tokens": {
