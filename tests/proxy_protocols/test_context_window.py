@@ -109,9 +109,10 @@ async def test_responses_max_output_tokens_is_cut_and_overflow_has_openais_code(
     assert refused.value.body["message"].startswith("Your input exceeds the context window")
     await client.close()
     await translating.stop()
-    ok, failed = steps_of(pool) if steps_of(pool)[0]["status"] == "ok" else steps_of(pool)[::-1]
-    assert ok["metadata"]["max_tokens_clamped"] == {"asked": ASKED, "sent": room}
-    assert failed["status"] == "error"
+    by_status = {s["status"]: s for s in steps_of(pool)}
+    assert sorted(by_status) == ["error", "ok"]
+    assert by_status["ok"]["metadata"]["max_tokens_clamped"] == {"asked": ASKED, "sent": room}
+    assert by_status["error"]["error"]["status"] == 400
 
 
 async def test_chat_calls_get_vllms_refusal_as_it_is(translating, chat_fake):
