@@ -123,7 +123,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
             metadata["history"] = "previous_response_id unknown to the proxy: input only"
         messages = adapter.messages(body, history, strict=mode == TRANSLATE)
         chat = (
-            adapter.to_chat(body, messages, engine=up.engine, model=up.model)
+            adapter.to_chat(body, messages, engine=up.engine, model=up.model, history=history)
             if mode == TRANSLATE
             else None
         )
@@ -179,7 +179,9 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         metadata=metadata,
         messages=messages,
     )
-    ctx = Ctx(st, chains, adapter, call, body, mode, adapter.new_id(), prompt_key, request_record)
+    ctx = Ctx(
+        st, chains, adapter, call, body, mode, adapter.new_id(), prompt_key, request_record, history
+    )
     headers = upstream_headers(
         request.headers,
         api_key,

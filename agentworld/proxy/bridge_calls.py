@@ -34,6 +34,7 @@ class Ctx:
     rid: str  # the protocol object id a translated answer gets
     prompt_key: bytes | None
     request_record: dict[str, Any]
+    history: list[Any]  # the items a previous_response_id stands for (Responses)
     seq: int = 0  # last Responses sequence_number seen (pass-through error events continue it)
 
     @property
@@ -141,7 +142,7 @@ def answer(ctx: Ctx, obj: dict[str, Any], proto: Any = None) -> tuple[list[dict[
         _, response, tokens = got[0]
         if proto is None:
             window = context_window.clamped(ctx.call)
-            proto = ctx.adapter.from_chat(obj, ctx.body, ctx.rid, tokens, window)
+            proto = ctx.adapter.from_chat(obj, ctx.body, ctx.rid, tokens, window, ctx.history)
         if isinstance(obj.get("id"), str):
             ctx.call.metadata["upstream_id"] = obj["id"]
     else:

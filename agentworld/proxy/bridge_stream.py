@@ -69,7 +69,9 @@ async def _stream_once(
         await record_fault(ctx, fault)
         return error_response(adapter, fault.status, fault.message)
     asm: Any = StreamAssembler(chat=True) if ctx.translate else adapter.assembler()
-    tr = adapter.translator(ctx.body, ctx.rid, clamped(call)) if ctx.translate else None
+    tr = (
+        adapter.translator(ctx.body, ctx.rid, clamped(call), ctx.history) if ctx.translate else None
+    )
     try:
         stamp(st, call, resp.headers)
         out_headers.update(call.relay)

@@ -75,6 +75,7 @@ class MessagesAdapter:
         *,
         engine: str,
         model: str | None,
+        history: list[Any] = (),
     ) -> dict[str, Any]:
         return am.to_chat(body, messages, engine=engine, model=model)
 
@@ -85,10 +86,13 @@ class MessagesAdapter:
         rid: str,
         tokens: dict[str, Any],
         window: bool = False,
+        history: list[Any] = (),
     ) -> dict[str, Any]:
         return am.from_chat(chat, body, tokens, window)
 
-    def translator(self, body: dict[str, Any], rid: str, window: bool = False) -> ChatToAnthropic:
+    def translator(
+        self, body: dict[str, Any], rid: str, window: bool = False, history: list[Any] = ()
+    ) -> ChatToAnthropic:
         return ChatToAnthropic(body, window)
 
     def streamed(
@@ -171,8 +175,9 @@ class ResponsesAdapter:
         *,
         engine: str,
         model: str | None,
+        history: list[Any] = (),
     ) -> dict[str, Any]:
-        return rs.to_chat(body, messages, engine=engine, model=model)
+        return rs.to_chat(body, messages, engine=engine, model=model, history=history)
 
     def from_chat(
         self,
@@ -181,11 +186,14 @@ class ResponsesAdapter:
         rid: str,
         tokens: dict[str, Any],
         window: bool = False,  # a length stop reads max_output_tokens either way
+        history: list[Any] = (),
     ) -> dict[str, Any]:
-        return rs.from_chat(chat, body, rid, tokens)
+        return rs.from_chat(chat, body, rid, tokens, history)
 
-    def translator(self, body: dict[str, Any], rid: str, window: bool = False) -> ChatToResponses:
-        return ChatToResponses(body, rid)
+    def translator(
+        self, body: dict[str, Any], rid: str, window: bool = False, history: list[Any] = ()
+    ) -> ChatToResponses:
+        return ChatToResponses(body, rid, history)
 
     def streamed(
         self,

@@ -19,7 +19,10 @@ come back as items with that ``namespace`` and ``name``. Hosted tools, which
 OpenAI runs (web search, file search, code interpreter, image generation,
 remote MCP, tool search), are left out (``left_out``) and the agent's call goes
 on without them; a deferred function (``defer_loading``) is given up front, as a
-chat upstream has no tool search to find it.
+chat upstream has no tool search to find it. A tool search the agent runs itself
+(``"execution": "client"``, as Codex sends it) is a function ``tool_search`` to
+the chat model: its call answers as a ``tool_search_call`` item, and the tools
+a ``tool_search_output`` item loads are given to the model from then on.
 """
 
 from __future__ import annotations
@@ -58,12 +61,14 @@ _ITEM_TYPES = frozenset(
         "function_call_output",
         "custom_tool_call",
         "custom_tool_call_output",
+        "tool_search_call",
+        "tool_search_output",
         "reasoning",
         "item_reference",
     }
 )
-_CALLS = ("function_call", "custom_tool_call")
-_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+_CALLS = ("function_call", "custom_tool_call", "tool_search_call")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output", "tool_search_output")
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 # Tools OpenAI runs itself (by type prefix): left out when translating to a chat upstream.
 # Tools the agent runs but a chat model cannot be given (computer use, local shell) need
@@ -77,6 +82,7 @@ _HOSTED_PREFIXES = (
     "tool_search",
 )
 NAMESPACE_SEP = "__"  # a namespaced tool's chat name: NAMESPACE__NAME
+TOOL_SEARCH = "tool_search"  # a client-executed tool search's chat name
 
 
 # -- checks -------------------------------------------------------------------------------
@@ -108,6 +114,13 @@ def check(body: dict[str, Any]) -> None:
                 raise BadRequest(
                     f"{where}.content: expected a string or a list of parts", f"{where}.content"
                 )
+        elif kind in ("tool_search_call", "tool_search_output"):
+            check_tool_name(item.get("call_id"), f"{where}.call_id")
+            if kind == "tool_search_output" and not (
+                isinstance(item.get("tools"), list)
+                and all(isinstance(t, dict) for t in item["tools"])
+            ):
+                raise BadRequest(f"{where}.tools: a list of tool objects", f"{where}.tools")
         elif kind in (*_CALLS, *_OUTPUTS):
             if not isinstance(item.get("call_id"), str):
                 raise BadRequest(f"{where}.call_id: required (a string)", f"{where}.call_id")
@@ -215,16 +228,25 @@ def messages(
             if turn is None:
                 turn = {"role": "assistant", "content": None}
                 out.append(turn)
-            arguments = (
-                dumps_args(item.get("arguments"))
-                if kind == "function_call"
-                else custom_arguments(item.get("input"))
-            )
-            name = str(item.get("name", ""))
+            if kind == "custom_tool_call":
+                arguments = custom_arguments(item.get("input"))
+            else:
+                arguments = dumps_args(item.get("arguments"))
+            name = TOOL_SEARCH if kind == "tool_search_call" else str(item.get("name", ""))
             if isinstance(item.get("namespace"), str) and item["namespace"]:
                 name = item["namespace"] + NAMESPACE_SEP + name
             turn.setdefault("tool_calls", []).append(
-                {"id": str(item.get("call_id", "")), "name": name, "arguments": arguments}
+                {"id": str(item.get("call_id") or ""), "name": name, "arguments": arguments}
+            )
+        elif kind == "tool_search_output":
+            turn = None
+            names = [str(t.get("name") or t.get("type")) for t in item.get("tools") or ()]
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(item.get("call_id") or ""),
+                    "content": "Tools loaded: " + ", ".join(names) if names else "No tools found.",
+                }
             )
         elif kind in _OUTPUTS:
             turn = None
@@ -256,19 +278,42 @@ def messages(
     return out
 
 
+def _client_search(t: dict[str, Any]) -> bool:
+    return t.get("type") == "tool_search" and t.get("execution") == "client"
+
+
 def _hosted(t: dict[str, Any]) -> bool:
     kind = t.get("type")
-    return isinstance(kind, str) and kind.startswith(_HOSTED_PREFIXES)
+    return isinstance(kind, str) and kind.startswith(_HOSTED_PREFIXES) and not _client_search(t)
 
 
-def _namespaced(body: dict[str, Any]) -> list[tuple[str, dict[str, Any], str | None, str]]:
+def loaded_tools(all_items: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(where, tool) for the tools ``tool_search_output`` items loaded, in order."""
+    return [
+        (f"tool_search_output.tools[{j}]", t)
+        for item in all_items
+        if item.get("type") == "tool_search_output" and isinstance(item.get("tools"), list)
+        for j, t in enumerate(item["tools"])
+        if isinstance(t, dict)
+    ]
+
+
+def _namespaced(
+    body: dict[str, Any], loaded: list[tuple[str, dict[str, Any]]] = ()
+) -> list[tuple[str, dict[str, Any], str | None, str]]:
     """(where, tool, namespace, its description) for each function or custom tool, those in a
-    namespace included; hosted tools skipped; raises for tools a chat model cannot be given."""
+    namespace and those a tool search loaded included; hosted tools skipped; deferred ones
+    skipped when the agent runs the search; raises for tools a chat model cannot be given."""
+    listed = [(f"tools[{i}]", t) for i, t in enumerate(body.get("tools") or ())]
+    client_search = any(_client_search(t) for _, t in listed)
     out = []
-    for i, t in enumerate(body.get("tools") or ()):
-        where = f"tools[{i}]"
+    for k, (where, t) in enumerate([*listed, *loaded]):
         kind = t.get("type")
-        if kind in ("function", "custom"):
+        # A deferred tool waits for the agent's own search (what it loaded is given).
+        waits = client_search and k < len(listed)
+        if waits and t.get("defer_loading") is True:
+            continue
+        if kind in ("function", "custom") or _client_search(t):
             out.append((where, t, None, ""))
         elif kind == "namespace":
             ns = t.get("name")
@@ -281,7 +326,8 @@ def _namespaced(body: dict[str, Any]) -> list[tuple[str, dict[str, Any], str | N
                         f"{where}.tools[{j}]: a namespace holds function and custom tools",
                         f"{where}.tools[{j}]",
                     )
-                out.append((f"{where}.tools[{j}]", inner, ns, about))
+                if not (waits and inner.get("defer_loading") is True):
+                    out.append((f"{where}.tools[{j}]", inner, ns, about))
         elif not _hosted(t):
             raise BadRequest(
                 f"{where}.type: tool type {kind!r} needs an upstream that speaks "
@@ -298,11 +344,19 @@ def _chat_name(t: dict[str, Any], namespace: str | None) -> Any:
     return namespace + NAMESPACE_SEP + name
 
 
-def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Function and custom tools (a namespace's too) in the chat shape, hosted tools left out;
-    other built-in tools need a Responses upstream."""
+def tools(
+    body: dict[str, Any], all_items: list[dict[str, Any]] = ()
+) -> list[dict[str, Any]] | None:
+    """Function and custom tools (a namespace's, and those a tool search loaded, too) in the
+    chat shape, a client tool search as a function, hosted tools left out; other built-in
+    tools need a Responses upstream."""
     out = []
-    for where, t, ns, about in _namespaced(body):
+    for where, t, ns, about in _namespaced(body, loaded_tools(all_items)):
+        if _client_search(t):
+            params = t.get("parameters") if isinstance(t.get("parameters"), dict) else None
+            said = t.get("description") if isinstance(t.get("description"), str) else None
+            out.append(function_tool(TOOL_SEARCH, said, params or _SEARCH_PARAMS, where))
+            continue
         name = _chat_name(t, ns)
         description = t.get("description") if isinstance(t.get("description"), str) else ""
         if about:  # what the namespace is for, which a chat model is not told otherwise
@@ -317,6 +371,13 @@ def tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     return out or None
 
 
+_SEARCH_PARAMS = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "What the tools are for."}},
+    "required": ["query"],
+}
+
+
 def left_out(body: dict[str, Any]) -> list[str]:
     """The hosted tools translation leaves out (by type)."""
     return [str(t.get("type")) for t in body.get("tools") or () if _hosted(t)]
@@ -326,15 +387,18 @@ def left_out(body: dict[str, Any]) -> list[str]:
 Called = tuple[str, str | None, str]
 
 
-def called_names(body: dict[str, Any]) -> dict[str, Called]:
-    """Chat names of the custom and namespaced tools, with what their calls answer as (a
-    name not here is a plain function's)."""
+def called_names(body: dict[str, Any], all_items: list[dict[str, Any]] = ()) -> dict[str, Called]:
+    """Chat names of the custom, namespaced and tool-search tools, with what their calls
+    answer as (a name not here is a plain function's)."""
     out: dict[str, Called] = {}
     try:
-        listed = _namespaced(body)
+        listed = _namespaced(body, loaded_tools(all_items))
     except BadRequest:  # not translated: nothing to map back
         return out
     for _, t, ns, _ in listed:
+        if _client_search(t):
+            out[TOOL_SEARCH] = ("tool_search_call", None, TOOL_SEARCH)
+            continue
         name = t.get("name")
         if not isinstance(name, str) or (ns is None and t.get("type") != "custom"):
             continue
@@ -442,14 +506,20 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 
 
 def to_chat(
-    body: dict[str, Any], normalised: list[dict[str, Any]], *, engine: str, model: str | None
+    body: dict[str, Any],
+    normalised: list[dict[str, Any]],
+    *,
+    engine: str,
+    model: str | None,
+    history: list[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The chat-completions body asking a chat upstream the same question."""
+    """The chat-completions body asking a chat upstream the same question (``history``: the
+    items a ``previous_response_id`` stands for)."""
     chat: dict[str, Any] = {
         "model": model or body.get("model") or "",
         "messages": chat_messages(normalised, engine=engine),
     }
-    chat_tools = tools(body)
+    chat_tools = tools(body, [*history, *items(body)])
     if chat_tools:
         chat["tools"] = chat_tools
         if body.get("tool_choice") is not None:
@@ -556,9 +626,28 @@ def custom_call_item(
     return item
 
 
+def search_call_item(item_id: str, call_id: str, arguments: str) -> dict[str, Any]:
+    """A client-executed tool search call: its arguments an object (what the model wrote,
+    or ``{}`` until it is whole)."""
+    try:
+        args = orjson.loads(arguments) if arguments else {}
+    except orjson.JSONDecodeError:
+        args = {}
+    return {
+        "id": item_id,
+        "type": "tool_search_call",
+        "call_id": call_id,
+        "arguments": args if isinstance(args, dict) else {},
+        "execution": "client",
+        "status": "completed",
+    }
+
+
 def call_item_for(called_as: Called, call_id: str, arguments: str) -> dict[str, Any]:
     """The output item for a chat model's call (arguments as far as they came)."""
     kind, ns, name = called_as
+    if kind == "tool_search_call":
+        return search_call_item(short_id("ts"), call_id, arguments)
     if kind == "custom_tool_call":
         return custom_call_item(short_id("ctc"), call_id, name, custom_input(arguments), ns)
     return call_item(short_id("fc"), call_id, name, arguments, namespace=ns)
@@ -621,6 +710,7 @@ def from_chat(
     body: dict[str, Any],
     response_id: str,
     tokens: dict[str, Any] | None = None,
+    history: list[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The Response object for a (non-streamed or assembled) chat-completions body."""
     choice = first_choice(chat)
@@ -629,7 +719,7 @@ def from_chat(
     created = chat.get("created") if isinstance(chat.get("created"), int | float) else time.time()
     resp = skeleton(body, response_id, model, created)
     resp["status"], resp["incomplete_details"] = status_of(choice.get("finish_reason"))
-    resp["output"] = output_of(msg, called_names(body))
+    resp["output"] = output_of(msg, called_names(body, [*history, *items(body)]))
     resp["usage"] = usage_of(*chat_usage(chat, tokens))
     return resp
 

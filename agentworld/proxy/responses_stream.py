@@ -29,8 +29,10 @@ from agentworld.proxy.responses import (
     called,
     called_names,
     custom_input,
+    items,
     message_item,
     reasoning_item,
+    search_call_item,
     skeleton,
     status_of,
     usage_of,
@@ -130,7 +132,9 @@ def _safe_end(raw: str, start: int, limit: int) -> int:
 class ChatToResponses:
     """Feed parsed ``chat.completion.chunk`` objects; get Responses SSE events as bytes."""
 
-    def __init__(self, body: dict[str, Any], response_id: str) -> None:
+    def __init__(
+        self, body: dict[str, Any], response_id: str, history: list[dict[str, Any]] = ()
+    ) -> None:
         self.body = body
         self.response_id = response_id
         self.seq = 0
@@ -140,7 +144,9 @@ class ChatToResponses:
         # "reasoning" | "message" | "function_call" | "custom_tool_call"
         self.kind: str | None = None
         self.calls: dict[int, int] = {}  # chat tool-call index -> output_index
-        self.names = called_names(body)  # custom and namespaced tools' calls
+        # custom, namespaced and tool-search tools' calls (history: what a tool search loaded)
+        self.names = called_names(body, [*history, *items(body)])
+        self.search_args: dict[int, str] = {}  # output_index -> a tool search's arguments so far
         self.custom_calls: dict[int, InputDecoder] = {}  # output_index -> its arguments so far
         self.finish_reason: Any = None
 
@@ -229,6 +235,8 @@ class ChatToResponses:
                     arguments=item["arguments"],
                 )
             )
+        elif self.kind == "tool_search_call":
+            item["arguments"] = search_call_item("", "", self.search_args[i])["arguments"]
         elif self.kind == "custom_tool_call":
             decoder = self.custom_calls[i]
             item["input"] = custom_input(decoder.raw)
@@ -294,6 +302,10 @@ class ChatToResponses:
             if called_as[0] == "custom_tool_call":
                 out += self._add("custom_tool_call", item)
                 self.custom_calls[self.open or 0] = InputDecoder()
+            elif called_as[0] == "tool_search_call":  # its arguments (an object) come at done
+                item["status"] = "in_progress"
+                out += self._add("tool_search_call", item)
+                self.search_args[self.open or 0] = ""
             else:
                 item["status"] = "in_progress"
                 out += self._add("function_call", item)
@@ -301,6 +313,9 @@ class ChatToResponses:
         i = self.calls[k]
         args = fn.get("arguments")
         if not isinstance(args, str) or not args:
+            return out
+        if i in self.search_args:
+            self.search_args[i] += args
             return out
         decoder = self.custom_calls.get(i)
         if decoder is not None:  # a custom call: its input, decoded as far as it came
@@ -335,6 +350,8 @@ class ChatToResponses:
         resp["output"] = copy.deepcopy(self.output)
         for i, decoder in self.custom_calls.items():  # with any late piece of its arguments
             resp["output"][i]["input"] = custom_input(decoder.raw)
+        for i, raw in self.search_args.items():
+            resp["output"][i]["arguments"] = search_call_item("", "", raw)["arguments"]
         resp["usage"] = usage_of(prompt, completion, cached)
         return resp
 

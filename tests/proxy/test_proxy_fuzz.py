@@ -99,6 +99,13 @@ BODIES: dict[str, dict[str, Any]] = {
                 "arguments": "{}",
             },
             {"type": "function_call_output", "call_id": "c2", "output": "r"},
+            {"type": "tool_search_call", "call_id": "s1", "arguments": {"query": "q"}},
+            {
+                "type": "tool_search_output",
+                "call_id": "s1",
+                "execution": "client",
+                "tools": [{"type": "function", "name": "h", "parameters": {"type": "object"}}],
+            },
         ],
         "tools": [
             {"type": "function", "name": "f", "parameters": {"type": "object"}},
@@ -109,6 +116,7 @@ BODIES: dict[str, dict[str, Any]] = {
                 "tools": [{"type": "function", "name": "g", "parameters": {"type": "object"}}],
             },
             {"type": "web_search"},
+            {"type": "tool_search", "execution": "client", "parameters": {"type": "object"}},
         ],
         "max_output_tokens": 50,
         "store": True,

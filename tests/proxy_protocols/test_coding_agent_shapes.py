@@ -194,3 +194,51 @@ async def test_codex_turns(translating, pool, chat_fake, mode):
         assert [t["function"]["name"] for t in s["request"]["tools"]] == names
     assert s0["response"]["message"]["tool_calls"][0]["name"] == "multi_agent_v1__close_agent"
     assert s0["raw"]["response"]["output"][0]["namespace"] == "multi_agent_v1"
+
+
+TOOL_SEARCH = {  # Codex 0.169 with a model it knows (gpt-5.5): it runs the search itself
+    "type": "tool_search",
+    "execution": "client",
+    "description": "Searches over deferred tool metadata with BM25.",
+    "parameters": {
+        "type": "object",
+        "properties": {"query": {"type": "string"}, "limit": {"type": "number"}},
+        "required": ["query"],
+    },
+}
+APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files."}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_codex_runs_its_own_tool_search(translating, pool, chat_fake, mode):
+    fake, _ = chat_fake
+    client = openai_client(translating.base_url)
+    tools = [TOOL_SEARCH, EXEC, APPLY_PATCH, {"type": "web_search"}]
+    history = [{"type": "message", "role": "user", "content": "Spawn a helper agent"}]
+    kw = {"instructions": "Be a coding agent.", "tools": tools, "extra_body": CODEX_EXTRA}
+    first = await ask_responses(client, mode, input=history, **kw)
+    (search,) = first.output
+    assert search.type == "tool_search_call" and search.execution == "client"
+    assert search.arguments == {"q": "Spawn a he", "j": 0}  # what the model wrote, an object
+    loaded = {"type": "tool_search_output", "call_id": search.call_id, "execution": "client"}
+    history += [search.model_dump(exclude_none=True), {**loaded, "tools": [NAMESPACE]}]
+    second = await ask_responses(client, mode, input=history, **kw)
+    assert second.output_text.startswith("ok 1: Spawn a helper")
+    await client.close()
+    await translating.stop()
+
+    asked, then = fake.requests
+    names = [t["function"]["name"] for t in asked["tools"]]
+    assert names == ["tool_search", "exec_command", "apply_patch"]  # web_search left out
+    assert asked["tools"][0]["function"]["parameters"] == TOOL_SEARCH["parameters"]
+    # What the search loaded is the model's from then on.
+    assert [t["function"]["name"] for t in then["tools"]] == [*names, "multi_agent_v1__close_agent"]
+    assert then["messages"][-2]["tool_calls"][0]["function"]["name"] == "tool_search"
+    assert then["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": search.call_id,
+        "content": "Tools loaded: multi_agent_v1",
+    }
+    s0, s1 = steps_of(pool)
+    assert s0["trajectory"] == s1["trajectory"]  # the search call threads like any other
+    assert s0["response"]["message"]["tool_calls"][0]["name"] == "tool_search"

@@ -385,3 +385,26 @@ def test_a_namespace_of_other_tools_is_refused_naming_it():
     with pytest.raises(BadRequest) as info:
         rs.tools(body)
     assert info.value.param == "tools[0].tools[0]"
+
+
+def test_deferred_functions_wait_for_the_agents_own_search_but_not_for_openais():
+    deferred = {**TOOL, "name": "later", "defer_loading": True}
+    search = {"type": "tool_search", "execution": "client"}
+    names = lambda body, items=(): [t["function"]["name"] for t in rs.tools(body, items)]  # noqa: E731
+    assert names({"tools": [TOOL, deferred, search]}) == ["get_weather", "tool_search"]
+    # What the agent's search loaded is given, deferred flag and all.
+    out = {"type": "tool_search_output", "call_id": "s1", "tools": [deferred]}
+    assert names({"tools": [TOOL, deferred, search]}, [out]) == [
+        "get_weather",
+        "tool_search",
+        "later",
+    ]
+    # OpenAI's own search (hosted) is left out: the chat model gets every tool up front.
+    hosted = {"tools": [TOOL, deferred, {"type": "tool_search"}]}
+    assert names(hosted) == ["get_weather", "later"] and rs.left_out(hosted) == ["tool_search"]
+    # The model's search call answers as the agent's own tool_search_call, arguments an object.
+    chat = chat_body(
+        content=None, calls=[("c9", "tool_search", '{"query": "x"}')], finish="tool_calls"
+    )
+    (item,) = Response.model_validate(rs.from_chat(chat, {"tools": [search]}, "resp_t")).output
+    assert (item.type, item.call_id, item.arguments) == ("tool_search_call", "c9", {"query": "x"})

@@ -71,10 +71,10 @@ run_claude() {  # name, prompt
   "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("  result:", d["result"]); sys.exit(d["is_error"])' "$work/$1.json"
 }
 
-run_codex() {  # name, prompt
+run_codex() {  # name, prompt[, the model Codex believes it talks to: its tools follow it]
   mkdir -p "$work/$1" "$work/home-codex/.codex"
   cat > "$work/home-codex/.codex/config.toml" <<TOML
-model = "scripted"
+model = "${3:-scripted}"
 model_provider = "agentworld"
 
 [model_providers.agentworld]
@@ -148,6 +148,20 @@ assert any("__" in n for n in names), f"no namespaced call came back from Codex:
 print(f"  Codex ran {names[-1]} and gave it back with its namespace")
 ' "$work/requests.jsonl"
 
+echo "== Codex as for gpt-5.5: its own tool search loads deferred tools"
+upstream --call tool_search --args '{"query": "spawn a sub-agent"}'
+run_codex codex-search "Spawn a helper" gpt-5.5
+"$py" -c '
+import json, sys
+first, last = [json.loads(line) for line in open(sys.argv[1])][-2:]
+names = lambda body: [t["function"]["name"] for t in body.get("tools", [])]
+loaded = [n for n in names(last) if n not in names(first)]
+said = last["messages"][-1]
+assert said["role"] == "tool" and said["content"].startswith("Tools loaded"), said
+assert loaded, "the search loaded no tools for the model"
+print(f"  Codex searched; the model then had {len(loaded)} more tools: {loaded[:3]}...")
+' "$work/requests.jsonl"
+
 echo "== opencode: shell tool (chat completions, recorded as sent)"
 upstream
 run_opencode opencode-shell "Create proof.txt"
@@ -168,7 +182,7 @@ bad = [r["id"] for r in rows if r["n_errors"] or r["token_source"] != "engine"]
 assert not bad, f"trajectories with errors or without engine token ids: {bad}"
 # One trajectory of 2 steps (call, then answer) per task; side calls (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
-want = {"claude-code": 3, "codex": 2, "opencode": 1, "openai-agents": 4}
+want = {"claude-code": 3, "codex": 3, "opencode": 1, "openai-agents": 4}
 assert tasks == want, f"tasks threaded into trajectories: {dict(tasks)}, expected {want}"
 print(f"OK: {len(rows)} trajectories, one per task (and side call), every step with engine ids")
 '
