@@ -351,13 +351,17 @@ def tools(
     chat shape, a client tool search as a function, hosted tools left out; other built-in
     tools need a Responses upstream."""
     out = []
+    given: set[Any] = set()  # a tool two searches loaded is given once
     for where, t, ns, about in _namespaced(body, loaded_tools(all_items)):
+        name = TOOL_SEARCH if _client_search(t) else _chat_name(t, ns)
+        if isinstance(name, str) and name in given:
+            continue
+        given.add(name if isinstance(name, str) else None)
         if _client_search(t):
             params = t.get("parameters") if isinstance(t.get("parameters"), dict) else None
             said = t.get("description") if isinstance(t.get("description"), str) else None
-            out.append(function_tool(TOOL_SEARCH, said, params or _SEARCH_PARAMS, where))
+            out.append(function_tool(TOOL_SEARCH, said, params or _search_parameters(), where))
             continue
-        name = _chat_name(t, ns)
         description = t.get("description") if isinstance(t.get("description"), str) else ""
         if about:  # what the namespace is for, which a chat model is not told otherwise
             description = f"({ns}: {about})\n{description}" if description else f"({ns}: {about})"
@@ -371,11 +375,13 @@ def tools(
     return out or None
 
 
-_SEARCH_PARAMS = {
-    "type": "object",
-    "properties": {"query": {"type": "string", "description": "What the tools are for."}},
-    "required": ["query"],
-}
+def _search_parameters() -> dict[str, Any]:
+    """A tool search's parameters when the agent gave none (a new dict: records share none)."""
+    return {
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "What the tools are for."}},
+        "required": ["query"],
+    }
 
 
 def left_out(body: dict[str, Any]) -> list[str]:

@@ -408,3 +408,10 @@ def test_deferred_functions_wait_for_the_agents_own_search_but_not_for_openais()
     )
     (item,) = Response.model_validate(rs.from_chat(chat, {"tools": [search]}, "resp_t")).output
     assert (item.type, item.call_id, item.arguments) == ("tool_search_call", "c9", {"query": "x"})
+
+
+def test_a_tool_two_searches_loaded_is_given_once():
+    search = {"type": "tool_search", "execution": "client"}
+    loaded = {"type": "tool_search_output", "tools": [{**TOOL, "name": "later"}]}
+    names = [t["function"]["name"] for t in rs.tools({"tools": [TOOL, search]}, [loaded, loaded])]
+    assert names == ["get_weather", "tool_search", "later"]
