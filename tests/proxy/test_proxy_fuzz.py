@@ -137,6 +137,9 @@ BODIES: dict[str, dict[str, Any]] = {
     "/aw/trajectories/TID/complete": {"status": "done", "reward": 1.0, "error": "x"},
     "/aw/policy": {"version": 3},
 }
+# The generated inputs' seeds: AW_FUZZ_SEEDS="1,2,3" for more than CI runs.
+SEEDS = [int(x) for x in os.environ.get("AW_FUZZ_SEEDS", "1,2").split(",")]
+_FN_G = {"type": "function", "name": "g", "parameters": {"type": "object"}}
 WRONG: list[Any] = [None, 0, -1, 1.5, 1e308, 2**70, "", "x", "x" * 5000, "\x00", True]
 WRONG += [[], [None], ["x"], [[]], [{}], {}, {"a": 1}]
 
@@ -173,9 +176,7 @@ def mutated(body: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize(
-    "seed", [int(x) for x in os.environ.get("AW_FUZZ_SEEDS", "1,2").split(",")]
-)
+@pytest.mark.parametrize("seed", SEEDS)
 async def test_generated_malformed_requests_never_break_the_proxy(proxy, caplog, seed):
     caplog.set_level(logging.ERROR)
     rng = random.Random(seed)
@@ -248,7 +249,7 @@ _CHUNKS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", SEEDS)
 async def test_generated_malformed_answers_never_break_the_proxy(make_proxy, pool, caplog, seed):
     """The upstream's answers, unary and streamed, with fields of the wrong type or shape:
     each call gets an answer (the upstream's, or a 502 / an error event), none is a 500 of
@@ -259,12 +260,17 @@ async def test_generated_malformed_answers_never_break_the_proxy(make_proxy, poo
     caplog.set_level(logging.ERROR)
     rng = random.Random(seed)
 
+    def named(obj: Any, name: str) -> Any:
+        """The answer with its tool call named ``name`` (a search, a namespaced tool, ...)."""
+        return json.loads(json.dumps(obj).replace('"name": "f"', f'"name": "{name}"'))
+
     async def chat(request: web.Request) -> web.StreamResponse:
+        name = rng.choice(["f", "tool_search", "ns__g", "apply_patch"])
         if not (await request.json()).get("stream"):
-            return web.json_response(mutated(_UNARY, rng))
+            return web.json_response(mutated(named(_UNARY, name), rng))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for chunk in _CHUNKS:
+        for chunk in named(_CHUNKS, name):
             event = mutated(chunk, rng) if rng.random() < 0.3 else chunk
             event.pop("stream", None)
             await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
@@ -280,7 +286,15 @@ async def test_generated_malformed_answers_never_break_the_proxy(make_proxy, poo
             "max_tokens": 9,
             "messages": [{"role": "user", "content": "x"}],
         },
-        "/v1/responses": {"model": "m", "input": "hi"},
+        "/v1/responses": {
+            "model": "m",
+            "input": "hi",
+            "tools": [
+                {"type": "tool_search", "execution": "client"},
+                {"type": "namespace", "name": "ns", "description": "d", "tools": [_FN_G]},
+                {"type": "custom", "name": "apply_patch"},
+            ],
+        },
     }
     async with TestServer(app) as up:
         from agentworld.proxy.config import UpstreamConfig
