@@ -275,3 +275,38 @@ def test_ids_sort_by_time() -> None:
 def test_non_utf8_json_refused_on_parse() -> None:
     with pytest.raises(ValueError):
         records.loads(b'{"agent": "\xff"}')
+
+
+def test_fast_json_check_is_never_looser_than_the_full_one_on_generated_values() -> None:
+    """Free-form JSON (params, metadata, raw) of every shape, valid or not."""
+    import random
+
+    rng = random.Random(7)
+    scalars = [None, True, 0, -1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 1.5, math.nan]
+    scalars += [math.inf, "x", "é", "\ud800", "k" * 5000, 3j, (1,), b"x", {1: 2}, {"k" * 4097: 1}]
+
+    def value(depth: int = 0) -> Any:
+        r = rng.random()
+        if depth > 5 or r < 0.5:
+            return rng.choice(scalars)
+        if r < 0.75:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        keys = ["a", "é", "\udc00", "k" * 4097]
+        return {rng.choice(keys): value(depth + 1) for _ in range(rng.randint(0, 3))}
+
+    agreed = {True: 0, False: 0}
+    for _ in range(3000):
+        rec = _set(step(), "metadata", {"v": value()})
+        try:
+            records.validate(rec)
+            valid = True
+        except RecordError:
+            valid = False
+        fast = accepts(rec)
+        assert not fast or valid, rec["metadata"]
+        agreed[valid] += fast == valid
+    assert agreed[True] > 500 and agreed[False] > 500  # both kinds were generated and judged
+    deep: Any = 1
+    for _ in range(64):
+        deep = [deep]
+    assert not accepts(_set(step(), "metadata", {"v": deep}))  # depth 65 inside metadata
