@@ -350,16 +350,15 @@ def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     that will not take that shape) as the agent sent them."""
     out = []
     for i, t in enumerate(body.get("tools") or ()):
-        try:
-            if t.get("type") not in _CLIENT_TOOL_TYPES:
-                raise BadRequest("not a client tool")
-            out.append(
-                function_tool(
+        tool = t
+        if t.get("type") in _CLIENT_TOOL_TYPES:
+            try:
+                tool = function_tool(
                     t.get("name"), t.get("description"), t.get("input_schema"), f"tools.{i}"
                 )
-            )
-        except BadRequest:
-            out.append(t)
+            except BadRequest:
+                pass  # a shape the chat form will not take: kept as sent
+        out.append(tool)
     return out or None
 
 
