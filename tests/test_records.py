@@ -265,11 +265,39 @@ def test_good_records_encode_canonically() -> None:
     assert records.loads(records.encode(e)) == e
 
 
-def test_ids_sort_by_time() -> None:
+def _id_number(rid: str) -> int:
+    alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+    n = 0
+    for ch in rid.split("_", 1)[1]:
+        n = n * 32 + alphabet.index(ch)
+    return n
+
+
+def test_ids_sort_by_time(monkeypatch: pytest.MonkeyPatch) -> None:
     a = records.new_id("tr")
     b = records.new_id("tr")
     assert a.startswith("tr_") and len(a) == 29
     assert a != b
+    # The number behind the digits is ms << 80 | 80 random bits, whatever the clock says.
+    minted = []
+    for ms in (0, 1, 1_764_600_000_000, 1_764_600_000_001, 2**48 - 1):
+        monkeypatch.setattr(records.time, "time_ns", lambda ms=ms: ms * 1_000_000 + 999_999)
+        rid = records.new_id("st")
+        assert len(rid) == 29 and _id_number(rid) >> 80 == ms, (ms, rid)
+        minted.append(rid)
+    assert minted == sorted(minted)  # later milliseconds sort later, as text
+
+
+def test_id_random_part_is_uniform_base32() -> None:
+    ids = [records.new_id("st") for _ in range(4000)]
+    assert len(set(ids)) == len(ids)
+    tails = [rid[-16:] for rid in ids]  # the 80 random bits
+    counts = {ch: 0 for ch in "0123456789abcdefghjkmnpqrstvwxyz"}
+    for t in tails:
+        for ch in t:
+            counts[ch] += 1  # a KeyError: a digit outside Crockford's alphabet
+    expected = 16 * len(ids) / 32  # 2,000 a digit
+    assert all(abs(c - expected) < 0.15 * expected for c in counts.values()), counts
 
 
 def test_non_utf8_json_refused_on_parse() -> None:

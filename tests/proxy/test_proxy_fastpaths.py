@@ -16,8 +16,14 @@ ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
 def reference_id(prefix: str, ms: int, rnd: bytes) -> str:
-    """The id scheme spelt out: 48-bit ms time then 80 random bits, 26 base32 digits."""
-    n = (ms << 80) | int.from_bytes(rnd, "big")
+    """The id scheme spelt out: 48-bit ms time then 80 random bits, 26 base32 digits.
+
+    The 80 bits are the low five bits of 16 random bytes, the first byte's highest.
+    """
+    bits = 0
+    for b in rnd:
+        bits = bits << 5 | (b & 31)
+    n = (ms << 80) | bits
     digits = []
     for _ in range(26):
         n, r = divmod(n, 32)
@@ -28,10 +34,11 @@ def reference_id(prefix: str, ms: int, rnd: bytes) -> str:
 @pytest.mark.parametrize(
     "ms, rnd",
     [
-        (0, bytes(10)),
-        (2**48 - 1, b"\xff" * 10),
-        (1_796_035_251_123, bytes(range(10))),
-        (1_700_000_000_000, b"\x80" + bytes(9)),
+        (0, bytes(16)),
+        (2**48 - 1, b"\xff" * 16),
+        (1_796_035_251_123, bytes(range(0, 256, 16))),
+        (1_700_000_000_000, b"\x1f" + bytes(15)),
+        (1_700_000_000_001, bytes(15) + b"\xe1"),
     ],
 )
 def test_new_id_digits_match_the_reference_scheme(monkeypatch, ms, rnd):
