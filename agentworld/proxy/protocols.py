@@ -249,7 +249,23 @@ def _reply(c: dict[str, Any]) -> dict[str, Any]:
 
 
 class _OpenAIAdapter:
-    """What the two OpenAI adapters share: stripping injected fields off a copy."""
+    """What the two OpenAI adapters share: the body sent upstream, stripping injected fields."""
+
+    def prepare(self, body: dict[str, Any], up: UpstreamConfig) -> tuple[dict[str, Any], Injected]:
+        """The body to send upstream (model, sampling defaults, token-id requests)."""
+        sent = {**{k: v for k, v in up.params.items() if k not in body}, **body}
+        if up.model is not None:
+            sent["model"] = up.model
+        if up.engine != "vllm":
+            return sent, Injected()
+        ids = not sent.get("return_token_ids")
+        if ids:
+            sent["return_token_ids"] = True
+        return sent, Injected(ids, self._ask_logprobs(sent))
+
+    def _ask_logprobs(self, sent: dict[str, Any]) -> bool:
+        """Ask for the sampled tokens' log-probs unless the agent did; whether it was asked."""
+        raise NotImplementedError
 
     def strip(self, obj: dict[str, Any], injected: Injected) -> None:
         raise NotImplementedError
@@ -304,31 +320,31 @@ class ChatAdapter(_OpenAIAdapter):
             raise BadRequest("'logprobs' must be a boolean", "logprobs")
         _check_common(body)
 
-    def prepare(self, body: dict[str, Any], up: UpstreamConfig) -> tuple[dict[str, Any], Injected]:
-        """The body to send upstream (model, sampling defaults, token-id requests)."""
-        sent = {**{k: v for k, v in up.params.items() if k not in body}, **body}
-        if up.model is not None:
-            sent["model"] = up.model
-        if up.engine != "vllm":
-            return sent, Injected()
-        ids = not sent.get("return_token_ids")
-        lps = not sent.get("logprobs")
-        if ids:
-            sent["return_token_ids"] = True
-        if lps:
-            sent["logprobs"] = True
-            sent.pop("top_logprobs", None)
-        return sent, Injected(ids, lps)
+    def _ask_logprobs(self, sent: dict[str, Any]) -> bool:
+        if sent.get("logprobs"):
+            return False
+        sent["logprobs"] = True
+        sent.pop("top_logprobs", None)
+        return True
 
     def strip(self, obj: dict[str, Any], injected: Injected) -> None:
-        """Remove what the agent did not ask for, from a body or a stream chunk, in place."""
-        if injected.token_ids:
+        """Remove what the agent did not ask for, from a body or a stream chunk, in place.
+
+        It runs on every streamed event: the choices are walked inline.
+        """
+        ids = injected.token_ids
+        if ids:
             obj.pop("prompt_token_ids", None)
-        for c in choice_list(obj):
-            if injected.token_ids:
-                c.pop("token_ids", None)
-            if injected.logprobs and "logprobs" in c:
-                c["logprobs"] = None
+        choices = obj.get("choices")
+        if choices.__class__ is not list:
+            return
+        lps = injected.logprobs
+        for c in choices:
+            if c.__class__ is dict:
+                if ids:
+                    c.pop("token_ids", None)
+                if lps and "logprobs" in c:
+                    c["logprobs"] = None
 
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
@@ -410,19 +426,11 @@ class CompletionsAdapter(_OpenAIAdapter):
             raise BadRequest("'logprobs' must be an integer", "logprobs")
         _check_common(body)
 
-    def prepare(self, body: dict[str, Any], up: UpstreamConfig) -> tuple[dict[str, Any], Injected]:
-        sent = {**{k: v for k, v in up.params.items() if k not in body}, **body}
-        if up.model is not None:
-            sent["model"] = up.model
-        if up.engine != "vllm":
-            return sent, Injected()
-        ids = not sent.get("return_token_ids")
-        lps = sent.get("logprobs") is None
-        if ids:
-            sent["return_token_ids"] = True
-        if lps:
-            sent["logprobs"] = 0  # the sampled token's log-prob, no alternatives
-        return sent, Injected(ids, lps)
+    def _ask_logprobs(self, sent: dict[str, Any]) -> bool:
+        if sent.get("logprobs") is not None:
+            return False
+        sent["logprobs"] = 0  # the sampled token's log-prob, no alternatives
+        return True
 
     def strip(self, obj: dict[str, Any], injected: Injected) -> None:
         for c in choice_list(obj):
