@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from agentworld.proxy.anthropic import anthropic_usage, error_body, message_id, stop_reason
-from agentworld.proxy.chat_form import sse
+from agentworld.proxy.chat_form import first_choice_pieces, sse
 from agentworld.raw_ids import RawIds
 
 
@@ -79,30 +79,23 @@ class ChatToAnthropic:
         if not isinstance(chunk, dict):
             return []
         out = [] if self.started else self._start(chunk)
-        for c in chunk.get("choices") or ():
-            if not isinstance(c, dict) or c.get("index", 0) != 0:
-                continue
-            delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
-            reasoning = delta.get("reasoning")
-            if reasoning is None:
-                reasoning = delta.get("reasoning_content")
-            if isinstance(reasoning, str) and reasoning:
+        for piece in first_choice_pieces(chunk):
+            if piece.reasoning:
                 if self.kind != "thinking":
                     out += self._open(
                         "thinking", {"type": "thinking", "thinking": "", "signature": ""}
                     )
-                out.append(self._delta({"type": "thinking_delta", "thinking": reasoning}))
-            text = delta.get("content")
-            if isinstance(text, str) and text:
+                out.append(self._delta({"type": "thinking_delta", "thinking": piece.reasoning}))
+            if piece.text:
                 if self.kind != "text":
                     out += self._open("text", {"type": "text", "text": ""})
-                out.append(self._delta({"type": "text_delta", "text": text}))
-            for tc in delta.get("tool_calls") or ():
+                out.append(self._delta({"type": "text_delta", "text": piece.text}))
+            for tc in piece.tool_calls:
                 out += self._tool_call(tc)
-            if c.get("finish_reason") is not None:
-                self.finish_reason = c["finish_reason"]
-            if c.get("stop_reason") is not None:
-                self.matched_stop = c["stop_reason"]
+            if piece.finish_reason is not None:
+                self.finish_reason = piece.finish_reason
+            if piece.stop_reason is not None:
+                self.matched_stop = piece.stop_reason
         return out
 
     def _tool_call(self, tc: Any) -> list[bytes]:

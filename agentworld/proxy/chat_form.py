@@ -8,8 +8,8 @@ are built from the same list and cannot disagree.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -134,6 +134,35 @@ def first_choice(body: dict[str, Any]) -> dict[str, Any]:
         if isinstance(c, dict) and c.get("index", 0) == 0:
             return c
     return {}
+
+
+class Piece(NamedTuple):
+    """What one streamed chat chunk adds to choice 0."""
+
+    reasoning: str  # "" when none
+    text: str
+    tool_calls: Any  # the delta's tool-call pieces, as sent
+    finish_reason: Any
+    stop_reason: Any
+
+
+def first_choice_pieces(chunk: dict[str, Any]) -> Iterator[Piece]:
+    """Choice 0's pieces in a streamed chat chunk (Anthropic and Responses have no ``n``)."""
+    for c in chunk.get("choices") or ():
+        if not isinstance(c, dict) or c.get("index", 0) != 0:
+            continue
+        delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
+        reasoning = delta.get("reasoning")
+        if reasoning is None:
+            reasoning = delta.get("reasoning_content")
+        text = delta.get("content")
+        yield Piece(
+            reasoning if isinstance(reasoning, str) else "",
+            text if isinstance(text, str) else "",
+            delta.get("tool_calls") or (),
+            c.get("finish_reason"),
+            c.get("stop_reason"),
+        )
 
 
 def check_number(body: dict[str, Any], key: str, *, integer: bool = False) -> None:

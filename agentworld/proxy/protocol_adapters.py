@@ -23,15 +23,36 @@ PASSTHROUGH, TRANSLATE = "passthrough", "translate"
 MODES = (PASSTHROUGH, TRANSLATE)
 
 
-class MessagesAdapter:
-    """Anthropic ``POST /v1/messages``."""
+class _Adapter:
+    """What both adapters take from their protocol's module as it is."""
 
-    protocol = am.PROTOCOL
-    path = am.PATH
-    final_events = frozenset({"message_stop"})
+    def __init__(self, module: Any) -> None:
+        self._module = module
+        self.protocol: str = module.PROTOCOL
+        self.path: str = module.PATH
 
     def check(self, body: dict[str, Any]) -> None:
-        am.check(body)
+        self._module.check(body)
+
+    def record_tools(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """A pass-through step's tools (a translated step records those the chat model got)."""
+        return self._module.record_tools(body)
+
+    def left_out(self, body: dict[str, Any]) -> list[str]:
+        """Tools translation leaves out (the upstream's own to run)."""
+        return self._module.left_out(body)
+
+    def params(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._module.params(body)
+
+    def response_record(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._module.response_record(obj)
+
+
+class MessagesAdapter(_Adapter):
+    """Anthropic ``POST /v1/messages``."""
+
+    final_events = frozenset({"message_stop"})
 
     def error_body(
         self, status: int, message: str, param: str | None = None, code: str | None = None
@@ -53,17 +74,6 @@ class MessagesAdapter:
         self, body: dict[str, Any], history: list[Any], *, strict: bool
     ) -> list[dict[str, Any]]:
         return am.messages(body)
-
-    def record_tools(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """A pass-through step's tools (a translated step records those the chat model got)."""
-        return am.record_tools(body)
-
-    def left_out(self, body: dict[str, Any]) -> list[str]:
-        """Tools translation leaves out (the upstream's own to run)."""
-        return am.left_out(body)
-
-    def params(self, body: dict[str, Any]) -> dict[str, Any]:
-        return am.params(body)
 
     def new_id(self) -> str:
         return short_id("msg")
@@ -109,24 +119,16 @@ class MessagesAdapter:
     def assembler(self) -> AnthropicAssembler:
         return AnthropicAssembler()
 
-    def response_record(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return am.response_record(obj)
-
     def remember(
         self, chains: ResponseChains, trajectory: str, body: dict[str, Any], obj: Any
     ) -> None:
         """Keep what a later request may point back to (nothing for Messages)."""
 
 
-class ResponsesAdapter:
+class ResponsesAdapter(_Adapter):
     """OpenAI ``POST /v1/responses``."""
 
-    protocol = rs.PROTOCOL
-    path = rs.PATH
     final_events = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-    def check(self, body: dict[str, Any]) -> None:
-        rs.check(body)
 
     def error_body(
         self, status: int, message: str, param: str | None = None, code: str | None = None
@@ -153,17 +155,6 @@ class ResponsesAdapter:
         self, body: dict[str, Any], history: list[Any], *, strict: bool
     ) -> list[dict[str, Any]]:
         return rs.messages(history + rs.items(body), body.get("instructions"), strict=strict)
-
-    def record_tools(self, body: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """A pass-through step's tools (a translated step records those the chat model got)."""
-        return rs.record_tools(body)
-
-    def left_out(self, body: dict[str, Any]) -> list[str]:
-        """Tools translation leaves out (the upstream's own to run)."""
-        return rs.left_out(body)
-
-    def params(self, body: dict[str, Any]) -> dict[str, Any]:
-        return rs.params(body)
 
     def new_id(self) -> str:
         return short_id("resp")
@@ -208,9 +199,6 @@ class ResponsesAdapter:
     def assembler(self) -> ResponsesAssembler:
         return ResponsesAssembler()
 
-    def response_record(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return rs.response_record(obj)
-
     def remember(
         self, chains: ResponseChains, trajectory: str, body: dict[str, Any], obj: Any
     ) -> None:
@@ -226,6 +214,6 @@ class ResponsesAdapter:
         )
 
 
-MESSAGES = MessagesAdapter()
-RESPONSES = ResponsesAdapter()
+MESSAGES = MessagesAdapter(am)
+RESPONSES = ResponsesAdapter(rs)
 ProtocolAdapter = MessagesAdapter | ResponsesAdapter

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy.chat_form import short_id, sse
+from agentworld.proxy.chat_form import first_choice_pieces, short_id, sse
 from agentworld.proxy.responses import (
     call_item_for,
     called,
@@ -260,26 +260,19 @@ class ChatToResponses:
         if not isinstance(chunk, dict):
             return []
         out = [] if self.response is not None else self._start(chunk)
-        for c in chunk.get("choices") or ():
-            if not isinstance(c, dict) or c.get("index", 0) != 0:
-                continue
-            delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
-            reasoning = delta.get("reasoning")
-            if reasoning is None:
-                reasoning = delta.get("reasoning_content")
-            if isinstance(reasoning, str) and reasoning:
+        for piece in first_choice_pieces(chunk):
+            if piece.reasoning:
                 if self.kind != "reasoning":
                     out += self._add("reasoning", reasoning_item(short_id("rs"), "", "in_progress"))
-                out.append(self._text_delta("response.reasoning_text.delta", reasoning))
-            text = delta.get("content")
-            if isinstance(text, str) and text:
+                out.append(self._text_delta("response.reasoning_text.delta", piece.reasoning))
+            if piece.text:
                 if self.kind != "message":
                     out += self._add("message", message_item(short_id("msg"), None, "in_progress"))
-                out.append(self._text_delta("response.output_text.delta", text, logprobs=[]))
-            for tc in delta.get("tool_calls") or ():
+                out.append(self._text_delta("response.output_text.delta", piece.text, logprobs=[]))
+            for tc in piece.tool_calls:
                 out += self._tool_call(tc)
-            if c.get("finish_reason") is not None:
-                self.finish_reason = c["finish_reason"]
+            if piece.finish_reason is not None:
+                self.finish_reason = piece.finish_reason
         return out
 
     def _text_delta(self, kind: str, text: str, **extra: Any) -> bytes:
