@@ -32,7 +32,14 @@ from agentworld.proxy.bridge_calls import (
     upstream_refused,
 )
 from agentworld.proxy.bridge_stream import stream
-from agentworld.proxy.calls import call_ended, post_upstream, thread_call, upstream_error_message
+from agentworld.proxy.calls import (
+    call_headers,
+    new_call,
+    post_upstream,
+    served,
+    thread_call,
+    upstream_error_message,
+)
 from agentworld.proxy.context_window import retry_within_window
 from agentworld.proxy.protocol_adapters import (
     MESSAGES,
@@ -42,10 +49,9 @@ from agentworld.proxy.protocol_adapters import (
     ProtocolAdapter,
 )
 from agentworld.proxy.protocols import CHAT, BadRequest, Injected
-from agentworld.proxy.recorder import Call
 from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.sse import MALFORMED
-from agentworld.proxy.upstream import Fault, classify, upstream_headers
+from agentworld.proxy.upstream import Fault, classify
 
 log = logging.getLogger("agentworld.proxy")
 
@@ -136,21 +142,11 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         st.stats.request(adapter.protocol, exc.status)
         return error_response(adapter, exc.status, exc.message, exc.param)
 
-    slot = st.registry.pick_slot(t, len(up.urls))
-    base = up.urls[slot]
-    index = t.next_index
-    t.next_index += 1
-    t.inflight += 1
-    st.registry.touch(t)
-    metadata.update({"upstream": base, "protocol_mode": mode})
-    if t.threaded:
-        metadata["threading"] = "auto"
-    if up.model is not None and body.get("model") not in (None, up.model):
-        metadata["requested_model"] = body.get("model")
+    metadata["protocol_mode"] = mode
     request_record: dict[str, Any] = {"messages": messages, "params": adapter.params(body)}
     if chat is not None:
         sent, injected = CHAT.prepare(chat, up)
-        url = base + CHAT.path
+        path = CHAT.path
         request_record["params"]["chat"] = {
             k: v for k, v in sent.items() if k not in ("model", "messages", "tools")
         }
@@ -158,7 +154,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         sent, injected = dict(body), Injected()
         if up.model is not None:
             sent["model"] = up.model
-        url = base + adapter.path
+        path = adapter.path
     if isinstance(sent.get("model"), str):
         request_record["model"] = sent["model"]
     # A translated step records the tools the chat model was given.
@@ -167,44 +163,32 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         request_record["tools"] = tools
     if chat is not None and (left := adapter.left_out(body)):
         metadata["tools_left_out"] = left  # hosted/server tools a chat upstream cannot run
-    call = Call(
-        trajectory=t,
-        index=index,
-        adapter=adapter,  # type: ignore[arg-type]
-        sent=sent,
-        injected=injected,
-        policy_version=st.policy_version,
+    call, base = new_call(
+        st,
+        t,
+        up,
+        adapter,
+        sent,
+        injected,
+        requested_model=body.get("model"),
         started_at=started_at,
         t0=t0,
-        metadata=metadata,
         messages=messages,
+        metadata=metadata,
     )
+    url = base + path
     ctx = Ctx(
         st, chains, adapter, call, body, mode, adapter.new_id(), prompt_key, request_record, history
     )
-    headers = upstream_headers(
-        request.headers,
-        api_key,
-        forward_client_auth=not st.config.auth_token,
-        extra={
-            "Content-Type": "application/json",
-            "Accept-Encoding": "identity",
-            "X-AW-Trajectory": t.id,
-        },
-    )
+    headers, out_headers = call_headers(st, request, call, api_key)
     if adapter is MESSAGES and mode == PASSTHROUGH and api_key is not None:
         del headers["Authorization"]  # Anthropic's API takes its key as x-api-key
         headers["x-api-key"] = api_key
-    out_headers = {"X-AW-Trajectory": t.id, "X-AW-Step": str(index)}
-    try:
-        if body.get("stream") is True:
-            resp = await stream(request, ctx, url, up, headers, out_headers)
-        else:
-            resp = await _unary(request, ctx, url, up, headers, out_headers)
-    finally:
-        call_ended(st, call, prompt_key)
-    st.stats.request(adapter.protocol, resp.status)
-    return resp
+    if body.get("stream") is True:
+        answer = stream(request, ctx, url, up, headers, out_headers)
+    else:
+        answer = _unary(request, ctx, url, up, headers, out_headers)
+    return await served(st, call, prompt_key, answer)
 
 
 # -- unary ------------------------------------------------------------------------------------

@@ -4,16 +4,19 @@ upstream POST, stamping the policy version, and recording failures and cancellat
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from agentworld.proxy.app import State
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.protocols import Injected
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
-from agentworld.proxy.upstream import Fault, policy_from, read_limited, relayed
+from agentworld.proxy.upstream import Fault, policy_from, read_limited, relayed, upstream_headers
 from agentworld.proxy.upstream_http import UpstreamConnectError, UpstreamResponse
 
 log = logging.getLogger("agentworld.proxy")
@@ -89,6 +92,78 @@ def thread_call(
     if keys is not None:
         t.peer = peer
     return t, keys[-1] if keys else None
+
+
+def new_call(
+    st: State,
+    t: Trajectory,
+    up: UpstreamConfig,
+    adapter: Any,
+    sent: dict[str, Any],
+    injected: Injected,
+    *,
+    requested_model: Any,
+    started_at: float,
+    t0: float,
+    messages: list[dict[str, Any]] | None,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[Call, str]:
+    """Number the trajectory's next step and pick its upstream URL (affinity): the call, and
+    that URL. ``call_ended`` must follow, however the call ends."""
+    slot = st.registry.pick_slot(t, len(up.urls))
+    index = t.next_index
+    t.next_index += 1
+    t.inflight += 1
+    st.registry.touch(t)
+    metadata = metadata if metadata is not None else {}
+    metadata["upstream"] = up.urls[slot]
+    if t.threaded:
+        metadata["threading"] = "auto"
+    if up.model is not None and requested_model not in (None, up.model):
+        metadata["requested_model"] = requested_model
+    call = Call(
+        trajectory=t,
+        index=index,
+        adapter=adapter,
+        sent=sent,
+        injected=injected,
+        policy_version=st.policy_version,
+        started_at=started_at,
+        t0=t0,
+        metadata=metadata,
+        messages=messages,
+    )
+    return call, up.urls[slot]
+
+
+def call_headers(
+    st: State, request: web.Request, call: Call, api_key: str | None
+) -> tuple[CIMultiDict[str], dict[str, str]]:
+    """(the headers for the upstream, those the agent's answer carries) of a call."""
+    tid = call.trajectory.id
+    headers = upstream_headers(
+        request.headers,
+        api_key,
+        forward_client_auth=not st.config.auth_token,
+        extra={
+            "Content-Type": "application/json",
+            "Accept-Encoding": "identity",
+            "X-AW-Trajectory": tid,
+        },
+    )
+    return headers, {"X-AW-Trajectory": tid, "X-AW-Step": str(call.index)}
+
+
+async def served(
+    st: State, call: Call, prompt_key: bytes | None, answer: Awaitable[web.StreamResponse]
+) -> web.StreamResponse:
+    """Await the call's answer; then its bookkeeping (``call_ended``) and request count."""
+    try:
+        resp = await answer
+    finally:
+        call_ended(st, call, prompt_key)
+    st.stats.request(call.adapter.protocol, resp.status)
+    return resp
 
 
 def call_ended(st: State, call: Call, prompt_key: bytes | None) -> None:

@@ -31,10 +31,12 @@ from agentworld.proxy.app import (
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
     add_reply_continuations,
-    call_ended,
+    call_headers,
     cancelled_steps,
+    new_call,
     post_upstream,
     record_fault,
+    served,
     thread_call,
     upstream_error_message,
 )
@@ -42,11 +44,7 @@ from agentworld.proxy.protocols import Adapter
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.streaming import stream
-from agentworld.proxy.upstream import (
-    Fault,
-    classify,
-    upstream_headers,
-)
+from agentworld.proxy.upstream import Fault, classify
 
 
 async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse:
@@ -72,50 +70,26 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
         st.stats.request(adapter.protocol, exc.status)
         return bad_request(exc)
 
-    slot = st.registry.pick_slot(t, len(up.urls))
-    url = up.urls[slot] + adapter.path
-    index = t.next_index
-    t.next_index += 1
-    t.inflight += 1
-    st.registry.touch(t)
     sent, injected = adapter.prepare(body, up)
-    metadata: dict[str, Any] = {"upstream": up.urls[slot]}
-    if t.threaded:
-        metadata["threading"] = "auto"
-    if up.model is not None and body.get("model") not in (None, up.model):
-        metadata["requested_model"] = body.get("model")
-    call = Call(
-        trajectory=t,
-        index=index,
-        adapter=adapter,
-        sent=sent,
-        injected=injected,
-        policy_version=st.policy_version,
+    call, base = new_call(
+        st,
+        t,
+        up,
+        adapter,
+        sent,
+        injected,
+        requested_model=body.get("model"),
         started_at=started_at,
         t0=t0,
-        metadata=metadata,
         messages=messages,
     )
-    headers = upstream_headers(
-        request.headers,
-        api_key,
-        forward_client_auth=not st.config.auth_token,
-        extra={
-            "Content-Type": "application/json",
-            "Accept-Encoding": "identity",
-            "X-AW-Trajectory": t.id,
-        },
-    )
-    out_headers = {"X-AW-Trajectory": t.id, "X-AW-Step": str(index)}
-    try:
-        if sent.get("stream") is True:
-            resp = await stream(request, st, call, url, up, headers, out_headers, prompt_key)
-        else:
-            resp = await _unary(request, st, call, url, up, headers, out_headers, prompt_key)
-    finally:
-        call_ended(st, call, prompt_key)
-    st.stats.request(adapter.protocol, resp.status)
-    return resp
+    url = base + adapter.path
+    headers, out_headers = call_headers(st, request, call, api_key)
+    if sent.get("stream") is True:
+        answer = stream(request, st, call, url, up, headers, out_headers, prompt_key)
+    else:
+        answer = _unary(request, st, call, url, up, headers, out_headers, prompt_key)
+    return await served(st, call, prompt_key, answer)
 
 
 async def _unary(
