@@ -205,6 +205,21 @@ def _usage_for(body: dict[str, Any], choice: dict[str, Any], n_choices: int, ids
     return out or None
 
 
+def _response(
+    body: dict[str, Any], c: dict[str, Any], n: int, ids: Any, response: dict[str, Any]
+) -> dict[str, Any]:
+    """A step's ``response`` for choice ``c`` of ``n``: ``response`` (its message or text)
+    with the finish reason, the body's id and the choice's share of the usage."""
+    if isinstance(c.get("finish_reason"), str):
+        response["finish_reason"] = c["finish_reason"]
+    if isinstance(body.get("id"), str):
+        response["id"] = body["id"]
+    usage = _usage_for(body, c, n, ids)
+    if isinstance(usage, dict):
+        response["usage"] = usage
+    return response
+
+
 def choice_list(body: dict[str, Any]) -> list[dict[str, Any]]:
     """A response body's choices (objects only; none when ``choices`` is not a list)."""
     choices = body.get("choices")
@@ -379,15 +394,8 @@ class ChatAdapter(_OpenAIAdapter):
         choices = choice_list(body)
         for i, c in enumerate(choices):
             message = replies[i] if replies is not None else _reply(c)
-            response: dict[str, Any] = {"message": message}
-            if isinstance(c.get("finish_reason"), str):
-                response["finish_reason"] = c["finish_reason"]
-            if isinstance(body.get("id"), str):
-                response["id"] = body["id"]
             ids = c.get("token_ids")
-            usage = _usage_for(body, c, len(choices), ids)
-            if isinstance(usage, dict):
-                response["usage"] = usage
+            response = _response(body, c, len(choices), ids, {"message": message})
             lp = c.get("logprobs")
             values = None
             if isinstance(lp, dict) and isinstance(lp.get("content"), list):
@@ -468,17 +476,9 @@ class CompletionsAdapter(_OpenAIAdapter):
         out = []
         choices = choice_list(body)
         for i, c in enumerate(choices):
-            response: dict[str, Any] = {
-                "text": c.get("text") if isinstance(c.get("text"), str) else ""
-            }
-            if isinstance(c.get("finish_reason"), str):
-                response["finish_reason"] = c["finish_reason"]
-            if isinstance(body.get("id"), str):
-                response["id"] = body["id"]
             ids = c.get("token_ids")
-            usage = _usage_for(body, c, len(choices), ids)
-            if isinstance(usage, dict):
-                response["usage"] = usage
+            text = c.get("text") if isinstance(c.get("text"), str) else ""
+            response = _response(body, c, len(choices), ids, {"text": text})
             lp = c.get("logprobs")
             values = lp.get("token_logprobs") if isinstance(lp, dict) else None
             tokens = _tokens(
