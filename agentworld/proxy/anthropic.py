@@ -19,6 +19,8 @@ answer (pass-through) becomes the record's normalised response.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any
 
 from agentworld.proxy.chat_form import (
@@ -476,6 +478,19 @@ def message_id(chat_id: Any) -> str:
     return f"msg_{chat_id}" if isinstance(chat_id, str) and chat_id else short_id("msg")
 
 
+def thinking_signature(thinking: str) -> str:
+    """The ``signature`` of a translated thinking block: a digest of its text.
+
+    Anthropic signs each thinking block, and clients hold a block without a
+    signature for an interrupted one: pi sends it back as a text block (the
+    model would see its own reasoning as something it said), and the next call
+    then no longer continues the conversation it answered. The proxy signs what
+    it translates; the signature says the text is as the proxy sent it.
+    """
+    digest = hashlib.sha256(thinking.encode("utf-8", "surrogatepass")).digest()
+    return "aw1." + base64.b64encode(digest).decode()
+
+
 def from_chat(
     chat: dict[str, Any],
     body: dict[str, Any],
@@ -490,7 +505,9 @@ def from_chat(
     if reasoning is None:
         reasoning = msg.get("reasoning_content")
     if isinstance(reasoning, str) and reasoning:
-        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+        content.append(
+            {"type": "thinking", "thinking": reasoning, "signature": thinking_signature(reasoning)}
+        )
     if isinstance(msg.get("content"), str) and msg["content"]:
         content.append({"type": "text", "text": msg["content"]})
     calls = [c for c in msg.get("tool_calls") or () if isinstance(c, dict)]

@@ -12,7 +12,13 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy.anthropic import anthropic_usage, error_body, message_id, stop_reason
+from agentworld.proxy.anthropic import (
+    anthropic_usage,
+    error_body,
+    message_id,
+    stop_reason,
+    thinking_signature,
+)
 from agentworld.proxy.chat_form import first_choice_pieces, sse
 from agentworld.raw_ids import RawIds
 
@@ -27,6 +33,7 @@ class ChatToAnthropic:
         self.index = -1  # the open content block, -1 when none
         self.kind: str | None = None  # "thinking" | "text" | "tool_use"
         self.tool_blocks: dict[int, int] = {}  # chat tool-call index -> content block index
+        self.thinking: list[str] = []  # the open thinking block's text, signed when it closes
         self.finish_reason: Any = None
         self.matched_stop: Any = None
 
@@ -53,8 +60,14 @@ class ChatToAnthropic:
     def _close(self) -> list[bytes]:
         if self.index < 0 or self.kind is None:
             return []
+        out = []
+        if self.kind == "thinking":  # as Anthropic: the signature is the block's last delta
+            signature = thinking_signature("".join(self.thinking))
+            out.append(self._delta({"type": "signature_delta", "signature": signature}))
+            self.thinking = []
         self.kind = None
-        return [sse("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+        out.append(sse("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+        return out
 
     def _open(self, kind: str, block: dict[str, Any]) -> list[bytes]:
         out = self._close()
@@ -85,6 +98,7 @@ class ChatToAnthropic:
                     out += self._open(
                         "thinking", {"type": "thinking", "thinking": "", "signature": ""}
                     )
+                self.thinking.append(piece.reasoning)
                 out.append(self._delta({"type": "thinking_delta", "thinking": piece.reasoning}))
             if piece.text:
                 if self.kind != "text":

@@ -8,6 +8,7 @@ import anthropic
 import orjson
 import pytest
 
+from agentworld.proxy.anthropic import thinking_signature
 from agentworld.proxy.fake_upstream import ids, render
 from tests.proxy_protocols.conftest import steps_of
 
@@ -99,6 +100,47 @@ async def test_translated_tool_conversation(translating, pool, chat_fake, stream
     ]
     assert s1["request"]["tools"][0]["function"]["name"] == "get_weather"
     assert s1["request"]["params"]["max_tokens"] == 200
+
+
+def as_pi_sends_back(block: anthropic.types.ContentBlock) -> dict:
+    """A content block as pi (its ``pi-ai`` Anthropic provider) sends it back: a thinking
+    block without a signature, which it takes for an interrupted one, becomes text."""
+    out = block.model_dump(exclude_none=True)
+    if out["type"] == "thinking" and not out["signature"].strip():
+        return {"type": "text", "text": out["thinking"]}
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+async def test_translated_thinking_comes_back_as_thinking_and_threads(translating, pool, stream):
+    client = client_for(translating.url)
+    msgs = [{"role": "user", "content": "Weather in Paris? think first"}]
+    first = await ask(client, stream, messages=msgs)
+    thinking, tool = first.content[0], first.content[-1]
+    assert thinking.type == "thinking" and thinking.thinking == "Let me think."
+    assert thinking.signature == thinking_signature("Let me think.")
+    msgs += [
+        {"role": "assistant", "content": [as_pi_sends_back(b) for b in first.content]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": tool.id, "content": "18C"}],
+        },
+    ]
+    assert msgs[1]["content"][0]["type"] == "thinking"  # signed: it goes back as it came
+    await ask(client, stream, messages=msgs)
+    await client.close()
+    await translating.stop()
+
+    s0, s1 = steps_of(pool)
+    assert s1["trajectory"] == s0["trajectory"] and s1["index"] == 1  # the answer was continued
+    assert s1["request"]["messages"][2] == {
+        "role": "assistant",
+        "content": None,
+        "reasoning": "Let me think.",
+        "tool_calls": [
+            {"id": tool.id, "name": "get_weather", "arguments": '{"q":"Weather in","j":0}'}
+        ],
+    }
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])

@@ -284,6 +284,25 @@ def test_stream_events_are_valid_and_accumulate_to_the_unary_message():
     assert got.usage.input_tokens == 5 and got.usage.output_tokens == unary.usage.output_tokens
 
 
+def test_translated_thinking_is_signed_as_anthropic_signs_it():
+    """A client holds a thinking block without a signature for an interrupted one (pi sends it
+    back as text): each translated block is signed, unary and streamed, and the stream gives
+    the signature as the block's last delta, as Anthropic's does."""
+    spec = {"content": "Sure.", "reasoning": "Hmm, Oslo.", "finish": "stop"}
+    block = am.from_chat(chat_body(**spec), conversation())["content"][0]
+    signature = am.thinking_signature("Hmm, Oslo.")
+    assert block == {"type": "thinking", "thinking": "Hmm, Oslo.", "signature": signature}
+    assert signature.startswith("aw1.") and signature != am.thinking_signature("Hmm, Rome.")
+    events = [d for _, d in _stream(chat_chunks(**spec), conversation()) if d.get("index") == 0]
+    assert events[0]["type"] == "content_block_start"
+    assert events[0]["content_block"] == {"type": "thinking", "thinking": "", "signature": ""}
+    deltas = [d["delta"] for d in events[1:-1]]
+    assert {d["type"] for d in deltas[:-1]} == {"thinking_delta"}
+    assert "".join(d["thinking"] for d in deltas[:-1]) == "Hmm, Oslo."
+    assert deltas[-1] == {"type": "signature_delta", "signature": signature}
+    assert events[-1] == {"type": "content_block_stop", "index": 0}
+
+
 def test_stream_with_stop_sequence_and_no_usage_chunk():
     tr = ChatToAnthropic(conversation())
     out = b"".join(b for c in chat_chunks(stop_reason="###", usage=False) for b in tr.feed(c))
@@ -319,7 +338,11 @@ def test_assembler_rebuilds_the_message_and_normalises_it():
 def test_response_resent_as_history_threads_to_the_same_turn():
     """The agent sends the answer back as an assistant turn: threading must see the same message."""
     msg = am.from_chat(
-        chat_body(calls=[("c1", "get_weather", '{"city": "Oslo"}')], finish="tool_calls"),
+        chat_body(
+            reasoning="Oslo, then.",
+            calls=[("c1", "get_weather", '{"city": "Oslo"}')],
+            finish="tool_calls",
+        ),
         conversation(),
     )
     recorded = am.response_record(msg)["message"]
