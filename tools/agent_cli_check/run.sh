@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Drive the real Claude Code, Codex and opencode CLIs and the OpenAI Agents SDK, unmodified, through `aw proxy` onto a
+# Drive the real Claude Code, Codex, opencode, pi and Qwen Code CLIs and the OpenAI Agents SDK, unmodified,
+# through `aw proxy` onto a
 # scripted chat upstream (Messages and Responses translated, chat completions as they are),
 # and check that they ran the tools it called and that the pool holds their trajectories with
 # exact tokens. Needs node/npm and the npm registry.
 #
 #   bash tools/agent_cli_check/run.sh            # the latest versions
-#   CLAUDE_CODE_VERSION=2.1.328 CODEX_VERSION=0.169.0 OPENCODE_VERSION=1.18.33 \
-#     OPENAI_AGENTS_VERSION=0.24.0 bash tools/agent_cli_check/run.sh
+#   CLAUDE_CODE_VERSION=2.1.328 CODEX_VERSION=0.169.0 OPENCODE_VERSION=1.18.33 PI_VERSION=0.73.1 \
+#     QWEN_CODE_VERSION=0.24.4 OPENAI_AGENTS_VERSION=0.24.0 bash tools/agent_cli_check/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -20,12 +21,16 @@ echo "work dir: $work"
 
 npm install --prefix "$work/npm" --no-audit --no-fund --loglevel=error \
   "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-latest}" "@openai/codex@${CODEX_VERSION:-latest}" \
-  "opencode-ai@${OPENCODE_VERSION:-latest}"
+  "opencode-ai@${OPENCODE_VERSION:-latest}" "@mariozechner/pi-coding-agent@${PI_VERSION:-latest}" \
+  "@qwen-code/qwen-code@${QWEN_CODE_VERSION:-latest}"
 claude="$work/npm/node_modules/.bin/claude"
 codex="$work/npm/node_modules/.bin/codex"
 opencode="$work/npm/node_modules/.bin/opencode"
+pi="$work/npm/node_modules/.bin/pi"
+qwen="$work/npm/node_modules/.bin/qwen"
 "$py" -m pip install -q --target "$work/py" "openai-agents${OPENAI_AGENTS_VERSION:+==$OPENAI_AGENTS_VERSION}"
-echo "claude $("$claude" --version)  |  $("$codex" --version)  |  opencode $("$opencode" --version)"
+echo "claude $("$claude" --version)  |  $("$codex" --version)  |  opencode $("$opencode" --version)"\
+  "  |  pi $("$pi" --version)  |  qwen $("$qwen" --version)"
 
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 up_port=$(free_port)
@@ -44,6 +49,14 @@ upstream = "http://127.0.0.1:$up_port"
 model = "scripted"
 
 [agents.openai-agents]
+upstream = "http://127.0.0.1:$up_port"
+model = "scripted"
+
+[agents.pi]
+upstream = "http://127.0.0.1:$up_port"
+model = "scripted"
+
+[agents.qwen-code]
 upstream = "http://127.0.0.1:$up_port"
 model = "scripted"
 TOML
@@ -109,6 +122,40 @@ JSON
   echo "  result: $(grep -v '^\s*$' "$work/$1.out" | head -n 1)"
 }
 
+run_pi() {  # name, pi's API for the proxy (openai-completions | openai-responses | anthropic-messages)
+  mkdir -p "$work/$1" "$work/home-pi"
+  local base="http://127.0.0.1:$proxy_port/a/pi"
+  [ "$2" = anthropic-messages ] || base="$base/v1"
+  cat > "$work/home-pi/models.json" <<JSON
+{"providers": {"aw": {"baseUrl": "$base", "api": "$2", "apiKey": "unused",
+  "models": [{"id": "scripted", "reasoning": true}]}}}
+JSON
+  (cd "$work/$1" && PI_CODING_AGENT_DIR="$work/home-pi" PI_OFFLINE=1 timeout 180 "$pi" \
+    -p "Create proof.txt" --provider aw --model scripted --thinking high --no-session \
+    > "$work/$1.out" 2> "$work/$1.err")
+  echo "  result: $(tail -n 1 "$work/$1.out")"
+}
+
+run_qwen() {  # name, prompt
+  mkdir -p "$work/$1" "$work/home-qwen"
+  (cd "$work/$1" && HOME="$work/home-qwen" OPENAI_BASE_URL="http://127.0.0.1:$proxy_port/a/qwen-code/v1" \
+    OPENAI_API_KEY=unused OPENAI_MODEL=scripted QWEN_CODE_SUPPRESS_YOLO_WARNING=1 timeout 180 \
+    "$qwen" "$2" --yolo --auth-type openai > "$work/$1.out" 2> "$work/$1.err")
+  echo "  result: $(tail -n 1 "$work/$1.out")"
+}
+
+# The model's reasoning as the agent sent it back on its next call (the chat upstream's last request).
+reasoning_came_back() {
+  "$py" -c '
+import json, sys
+last = json.loads(open(sys.argv[1]).readlines()[-1])
+said = [m for m in last["messages"] if m["role"] == "assistant"][-1]
+got = said.get("reasoning", said.get("reasoning_content"))  # vLLM takes either name
+assert got == sys.argv[2], f"the reasoning did not come back as reasoning: {said}"
+print("  the reasoning came back as reasoning, not as something the model said")
+' "$work/requests.jsonl" "$1"
+}
+
 proof() { grep -qx made-by-agent "$work/$1/proof.txt" && echo "  ran the shell tool: $1/proof.txt written"; }
 last_tools() { "$py" -c 'import json,sys; print(" ".join(t["function"]["name"] for t in json.loads(open(sys.argv[1]).readlines()[-1]).get("tools", [])))' "$work/requests.jsonl"; }
 
@@ -167,6 +214,20 @@ upstream
 run_opencode opencode-shell "Create proof.txt"
 proof opencode-shell
 
+reason="I should write the file with the shell."
+for api in openai-completions openai-responses anthropic-messages; do
+  echo "== pi over $api, thinking (chat as sent, the others translated)"
+  upstream --reason "$reason"
+  run_pi "pi-$api" "$api"
+  proof "pi-$api"
+  reasoning_came_back "$reason"
+done
+
+echo "== Qwen Code: shell tool (chat completions, recorded as sent)"
+upstream
+run_qwen qwen-shell "Create proof.txt"
+proof qwen-shell
+
 echo "== OpenAI Agents SDK: Responses (translated) and chat, run and streamed"
 mkdir -p "$work/openai-agents"
 (cd "$work/openai-agents" && PYTHONPATH="$work/py" timeout 180 "$py" "$here/openai_agents_task.py" \
@@ -182,7 +243,7 @@ bad = [r["id"] for r in rows if r["n_errors"] or r["token_source"] != "engine"]
 assert not bad, f"trajectories with errors or without engine token ids: {bad}"
 # One trajectory of 2 steps (call, then answer) per task; side calls (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
-want = {"claude-code": 3, "codex": 3, "opencode": 1, "openai-agents": 4}
+want = {"claude-code": 3, "codex": 3, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
 assert tasks == want, f"tasks threaded into trajectories: {dict(tasks)}, expected {want}"
 print(f"OK: {len(rows)} trajectories, one per task (and side call), every step with engine ids")
 '

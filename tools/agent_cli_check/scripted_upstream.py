@@ -2,7 +2,7 @@
 
 The first turn of a task (the last turn the user's, no tool result yet) calls one
 tool: the shell tool the CLI offers (Claude Code's ``Bash``, Codex's
-``exec_command``), told to write ``proof.txt``, or the tool ``--call`` names with
+``exec_command``, pi's ``bash``, Qwen Code's ``run_shell_command``), told to write ``proof.txt``, or the tool ``--call`` names with
 ``--args``. After a tool result it answers in text. Answers come in vLLM's shapes
 with token ids and log-probs (``agentworld.proxy.fake_upstream``), so the steps
 the proxy records are exact-token steps.
@@ -12,6 +12,7 @@ the proxy records are exact-token steps.
 
 ``--call __`` calls the first namespaced tool (a Codex namespace's, ``NS__NAME``).
 ``--log`` appends every chat request the proxy sent, one JSON line each.
+``--reason TEXT`` has the model reason (vLLM's ``reasoning`` field) before each answer.
 ``--max-model-len N`` checks requests against an N-token context window as vLLM
 does (a 400 in its words) and cuts answers at ``max_tokens``.
 """
@@ -26,7 +27,7 @@ from aiohttp import web
 
 from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 
-SHELLS = ("Bash", "bash", "exec_command", "shell", "shell_command")
+SHELLS = ("Bash", "bash", "exec_command", "shell", "shell_command", "run_shell_command")
 COMMAND = "echo made-by-agent > proof.txt && cat proof.txt"
 DONE = "Done."
 
@@ -45,9 +46,11 @@ def shell_arguments(fn: dict[str, Any]) -> str:
 
 
 class Scripted(FakeUpstream):
-    def __init__(self, call: str | None, arguments: str | None, log: str | None) -> None:
+    def __init__(
+        self, call: str | None, arguments: str | None, log: str | None, reason: str | None = None
+    ) -> None:
         super().__init__("scripted")
-        self.call, self.arguments = call, arguments
+        self.call, self.arguments, self.reason = call, arguments, reason
         self.log = open(log, "ab") if log else None  # noqa: SIM115 (open while serving)
 
     def _choices(self, body: dict[str, Any], chat: bool) -> list[dict[str, Any]]:
@@ -70,7 +73,7 @@ class Scripted(FakeUpstream):
             wanted = (fn for fn in tools if fn["name"] in SHELLS)
         fn = next(wanted, None)
         for c in out:
-            c["reasoning"] = None
+            c["reasoning"] = self.reason
             if first_turn and fn is not None:
                 args = self.arguments or shell_arguments(fn)
                 c["content"] = None
@@ -93,8 +96,9 @@ def main() -> None:
     ap.add_argument("--args", help="that call's arguments (JSON)")
     ap.add_argument("--log", help="append each chat request here (JSON lines)")
     ap.add_argument("--max-model-len", type=int, help="a context window, checked as vLLM does")
+    ap.add_argument("--reason", help="reasoning the model streams before each answer")
     a = ap.parse_args()
-    scripted = Scripted(a.call, a.args, a.log)
+    scripted = Scripted(a.call, a.args, a.log, a.reason)
     scripted.max_model_len = a.max_model_len
     app = make_fake_app(scripted)
     web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None)
