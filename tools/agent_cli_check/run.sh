@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Drive the real Claude Code, Codex, opencode, pi and Qwen Code CLIs and the OpenAI Agents SDK, unmodified,
+# Drive the real Claude Code, Codex, opencode, pi and Qwen Code CLIs, mini-swe-agent and the OpenAI Agents SDK,
+# unmodified,
 # through `aw proxy` onto a
 # scripted chat upstream (Messages and Responses translated, chat completions as they are),
 # and check that they ran the tools it called and that the pool holds their trajectories with
@@ -7,7 +8,8 @@
 #
 #   bash tools/agent_cli_check/run.sh            # the latest versions
 #   CLAUDE_CODE_VERSION=2.1.328 CODEX_VERSION=0.169.0 OPENCODE_VERSION=1.18.33 PI_VERSION=0.73.1 \
-#     QWEN_CODE_VERSION=0.24.4 OPENAI_AGENTS_VERSION=0.24.0 bash tools/agent_cli_check/run.sh
+#     QWEN_CODE_VERSION=0.24.4 OPENAI_AGENTS_VERSION=0.24.0 MINI_SWE_AGENT_VERSION=2.4.6 \
+#     bash tools/agent_cli_check/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -29,6 +31,8 @@ opencode="$work/npm/node_modules/.bin/opencode"
 pi="$work/npm/node_modules/.bin/pi"
 qwen="$work/npm/node_modules/.bin/qwen"
 "$py" -m pip install -q --target "$work/py" "openai-agents${OPENAI_AGENTS_VERSION:+==$OPENAI_AGENTS_VERSION}"
+"$py" -m pip install -q --target "$work/py-mini" \
+  "mini-swe-agent${MINI_SWE_AGENT_VERSION:+==$MINI_SWE_AGENT_VERSION}"
 echo "claude $("$claude" --version)  |  $("$codex" --version)  |  opencode $("$opencode" --version)"\
   "  |  pi $("$pi" --version)  |  qwen $("$qwen" --version)"
 
@@ -57,6 +61,10 @@ upstream = "http://127.0.0.1:$up_port"
 model = "scripted"
 
 [agents.qwen-code]
+upstream = "http://127.0.0.1:$up_port"
+model = "scripted"
+
+[agents.mini-swe-agent]
 upstream = "http://127.0.0.1:$up_port"
 model = "scripted"
 TOML
@@ -144,6 +152,16 @@ run_qwen() {  # name, prompt
   echo "  result: $(tail -n 1 "$work/$1.out")"
 }
 
+run_mini() {  # name, task: mini-swe-agent (through LiteLLM) until it submits
+  mkdir -p "$work/$1" "$work/home-mini"
+  (cd "$work/$1" && HOME="$work/home-mini" PYTHONPATH="$work/py-mini" MSWEA_CONFIGURED=true \
+    OPENAI_API_KEY=unused timeout 180 "$py" "$work/py-mini/bin/mini" -m openai/scripted -t "$2" \
+    -y --exit-immediately -l 0 -c mini.yaml -c model.cost_tracking=ignore_errors \
+    -c "model.model_kwargs.api_base=http://127.0.0.1:$proxy_port/a/mini-swe-agent/v1" \
+    -o "$work/$1.traj.json" > "$work/$1.out" 2> "$work/$1.err")
+  "$py" -c 'import json,sys; s=json.load(open(sys.argv[1]))["info"]["exit_status"]; print("  result:", s); sys.exit(s != "Submitted")' "$work/$1.traj.json"
+}
+
 # The model's reasoning as the agent sent it back on its next call (the chat upstream's last request).
 reasoning_came_back() {
   "$py" -c '
@@ -228,6 +246,11 @@ upstream
 run_qwen qwen-shell "Create proof.txt"
 proof qwen-shell
 
+echo "== mini-swe-agent: its bash tool, then its submit command (chat completions through LiteLLM)"
+upstream --finish-command "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+run_mini mini-shell "Create proof.txt"
+proof mini-shell
+
 echo "== OpenAI Agents SDK: Responses (translated) and chat, run and streamed"
 mkdir -p "$work/openai-agents"
 (cd "$work/openai-agents" && PYTHONPATH="$work/py" timeout 180 "$py" "$here/openai_agents_task.py" \
@@ -244,6 +267,7 @@ assert not bad, f"trajectories with errors or without engine token ids: {bad}"
 # One trajectory of 2 steps (call, then answer) per task; side calls (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
 want = {"claude-code": 3, "codex": 3, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
+want["mini-swe-agent"] = 1
 assert tasks == want, f"tasks threaded into trajectories: {dict(tasks)}, expected {want}"
 print(f"OK: {len(rows)} trajectories, one per task (and side call), every step with engine ids")
 '

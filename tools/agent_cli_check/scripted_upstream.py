@@ -12,6 +12,8 @@ the proxy records are exact-token steps.
 
 ``--call __`` calls the first namespaced tool (a Codex namespace's, ``NS__NAME``).
 ``--log`` appends every chat request the proxy sent, one JSON line each.
+``--finish-command CMD`` has the model run CMD with the shell tool after the first tool
+result, before it answers (mini-swe-agent ends on a command of its own).
 ``--reason TEXT`` has the model reason (vLLM's ``reasoning`` field) before each answer.
 ``--max-model-len N`` checks requests against an N-token context window as vLLM
 does (a 400 in its words) and cuts answers at ``max_tokens``.
@@ -32,14 +34,15 @@ COMMAND = "echo made-by-agent > proof.txt && cat proof.txt"
 DONE = "Done."
 
 
-def shell_arguments(fn: dict[str, Any]) -> str:
-    """Arguments that write proof.txt, in the shape the shell tool's schema asks for."""
+def shell_arguments(fn: dict[str, Any], command: str = COMMAND) -> str:
+    """Arguments that run ``command`` (write proof.txt), in the shape the shell tool's schema
+    asks for."""
     props = (fn.get("parameters") or {}).get("properties") or {}
     out: dict[str, Any] = {}
     for key in ("command", "cmd"):
         if key in props:
             array = props[key].get("type") == "array"
-            out[key] = ["bash", "-lc", COMMAND] if array else COMMAND
+            out[key] = ["bash", "-lc", command] if array else command
     if "description" in props:
         out["description"] = "Write proof.txt"
     return orjson.dumps(out).decode()
@@ -47,10 +50,15 @@ def shell_arguments(fn: dict[str, Any]) -> str:
 
 class Scripted(FakeUpstream):
     def __init__(
-        self, call: str | None, arguments: str | None, log: str | None, reason: str | None = None
+        self,
+        call: str | None,
+        arguments: str | None,
+        log: str | None,
+        reason: str | None = None,
+        finish: str | None = None,
     ) -> None:
         super().__init__("scripted")
-        self.call, self.arguments, self.reason = call, arguments, reason
+        self.call, self.arguments, self.reason, self.finish = call, arguments, reason, finish
         self.log = open(log, "ab") if log else None  # noqa: SIM115 (open while serving)
 
     def _choices(self, body: dict[str, Any], chat: bool) -> list[dict[str, Any]]:
@@ -72,6 +80,7 @@ class Scripted(FakeUpstream):
         else:
             wanted = (fn for fn in tools if fn["name"] in SHELLS)
         fn = next(wanted, None)
+        finished = any(m.get("tool_call_id") == "call_script_2" for m in msgs)
         for c in out:
             c["reasoning"] = self.reason
             if first_turn and fn is not None:
@@ -82,6 +91,18 @@ class Scripted(FakeUpstream):
                         "id": "call_script_1",
                         "type": "function",
                         "function": {"name": fn["name"], "arguments": args},
+                    }
+                ]
+            elif self.finish and fn is not None and not finished:
+                c["content"] = None
+                c["calls"] = [
+                    {
+                        "id": "call_script_2",
+                        "type": "function",
+                        "function": {
+                            "name": fn["name"],
+                            "arguments": shell_arguments(fn, self.finish),
+                        },
                     }
                 ]
             else:
@@ -97,8 +118,9 @@ def main() -> None:
     ap.add_argument("--log", help="append each chat request here (JSON lines)")
     ap.add_argument("--max-model-len", type=int, help="a context window, checked as vLLM does")
     ap.add_argument("--reason", help="reasoning the model streams before each answer")
+    ap.add_argument("--finish-command", help="after the first tool result, run this with the shell")
     a = ap.parse_args()
-    scripted = Scripted(a.call, a.args, a.log, a.reason)
+    scripted = Scripted(a.call, a.args, a.log, a.reason, a.finish_command)
     scripted.max_model_len = a.max_model_len
     app = make_fake_app(scripted)
     web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None)
