@@ -246,6 +246,14 @@ upstream
 run_qwen qwen-shell "Create proof.txt"
 proof qwen-shell
 
+echo "== Claude Code and Codex: five shell commands in a row, thinking every turn"
+upstream --steps 5 --reason "Next command."
+run_claude claude-steps "Create proof.txt"
+run_codex codex-steps "Create proof.txt"
+for d in claude-steps codex-steps; do
+  [ "$(wc -l < "$work/$d/steps.txt")" = 4 ] && echo "  $d ran all five commands"
+done
+
 echo "== mini-swe-agent: its bash tool, then its submit command (chat completions through LiteLLM)"
 upstream --finish-command "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 run_mini mini-shell "Create proof.txt"
@@ -264,10 +272,13 @@ import collections, json, sys
 rows = json.load(sys.stdin)
 bad = [r["id"] for r in rows if r["n_errors"] or r["token_source"] != "engine"]
 assert not bad, f"trajectories with errors or without engine token ids: {bad}"
-# One trajectory of 2 steps (call, then answer) per task; side calls (opencode titles) apart.
+# One trajectory per task (2 steps: call, then answer; 6 for the five-command tasks); side calls
+# (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
-want = {"claude-code": 3, "codex": 3, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
+want = {"claude-code": 4, "codex": 4, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
 want["mini-swe-agent"] = 1
+long = sorted(r["agent"] for r in rows if r["n_steps"] == 6)  # the five-command sessions
+assert long == ["claude-code", "codex"], f"six-step trajectories: {long}"
 assert tasks == want, f"tasks threaded into trajectories: {dict(tasks)}, expected {want}"
 print(f"OK: {len(rows)} trajectories, one per task (and side call), every step with engine ids")
 '

@@ -12,6 +12,8 @@ the proxy records are exact-token steps.
 
 ``--call __`` calls the first namespaced tool (a Codex namespace's, ``NS__NAME``).
 ``--log`` appends every chat request the proxy sent, one JSON line each.
+``--steps N`` has the model run N shell commands, one a turn (the first writes
+``proof.txt``, the others append to ``steps.txt``), before it answers.
 ``--finish-command CMD`` has the model run CMD with the shell tool after the first tool
 result, before it answers (mini-swe-agent ends on a command of its own).
 ``--reason TEXT`` has the model reason (vLLM's ``reasoning`` field) before each answer.
@@ -56,9 +58,11 @@ class Scripted(FakeUpstream):
         log: str | None,
         reason: str | None = None,
         finish: str | None = None,
+        steps: int = 1,
     ) -> None:
         super().__init__("scripted")
         self.call, self.arguments, self.reason, self.finish = call, arguments, reason, finish
+        self.steps = steps
         self.log = open(log, "ab") if log else None  # noqa: SIM115 (open while serving)
 
     def _choices(self, body: dict[str, Any], chat: bool) -> list[dict[str, Any]]:
@@ -70,8 +74,10 @@ class Scripted(FakeUpstream):
             return out
         msgs = body["messages"]
         turns = [m for m in msgs if m.get("role") != "system"]
-        first_turn = bool(turns) and turns[-1].get("role") == "user"
-        first_turn = first_turn and not any(m.get("role") == "tool" for m in msgs)
+        results = sum(1 for m in msgs if m.get("role") == "tool")
+        first_turn = bool(turns) and turns[-1].get("role") == "user" and not results
+        # --steps N: a shell command for each of the first N turns (the last one a tool result).
+        more = 0 < results < self.steps and turns[-1].get("role") == "tool"
         tools = [t["function"] for t in body.get("tools") or ()]
         if self.call == "__":
             wanted = (fn for fn in tools if "__" in fn["name"])
@@ -91,6 +97,16 @@ class Scripted(FakeUpstream):
                         "id": "call_script_1",
                         "type": "function",
                         "function": {"name": fn["name"], "arguments": args},
+                    }
+                ]
+            elif more and fn is not None and self.call is None:
+                c["content"] = None
+                step = f"echo step {results + 1} >> steps.txt"
+                c["calls"] = [
+                    {
+                        "id": f"call_script_step_{results + 1}",
+                        "type": "function",
+                        "function": {"name": fn["name"], "arguments": shell_arguments(fn, step)},
                     }
                 ]
             elif self.finish and fn is not None and not finished:
@@ -119,8 +135,9 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, help="a context window, checked as vLLM does")
     ap.add_argument("--reason", help="reasoning the model streams before each answer")
     ap.add_argument("--finish-command", help="after the first tool result, run this with the shell")
+    ap.add_argument("--steps", type=int, default=1, help="shell commands before the answer")
     a = ap.parse_args()
-    scripted = Scripted(a.call, a.args, a.log, a.reason, a.finish_command)
+    scripted = Scripted(a.call, a.args, a.log, a.reason, a.finish_command, a.steps)
     scripted.max_model_len = a.max_model_len
     app = make_fake_app(scripted)
     web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None)
