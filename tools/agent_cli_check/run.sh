@@ -34,7 +34,7 @@ qwen="$work/npm/node_modules/.bin/qwen"
 "$py" -m pip install -q --target "$work/py-mini" \
   "mini-swe-agent${MINI_SWE_AGENT_VERSION:+==$MINI_SWE_AGENT_VERSION}"
 echo "claude $("$claude" --version)  |  $("$codex" --version)  |  opencode $("$opencode" --version)"\
-  "  |  pi $("$pi" --version)  |  qwen $("$qwen" --version)"
+  "  |  pi $("$pi" --version 2>&1)  |  qwen $("$qwen" --version)"
 
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 up_port=$(free_port)
@@ -254,6 +254,15 @@ for d in claude-steps codex-steps; do
   [ "$(wc -l < "$work/$d/steps.txt")" = 4 ] && echo "  $d ran all five commands"
 done
 
+echo "== Claude Code and Codex: two shell calls in one turn"
+upstream --parallel
+run_claude claude-parallel "Create proof.txt"
+run_codex codex-parallel "Create proof.txt"
+for d in claude-parallel codex-parallel; do
+  proof "$d"
+  grep -qx parallel "$work/$d/steps.txt" && echo "  $d ran the second call too"
+done
+
 echo "== mini-swe-agent: its bash tool, then its submit command (chat completions through LiteLLM)"
 upstream --finish-command "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 run_mini mini-shell "Create proof.txt"
@@ -275,7 +284,7 @@ assert not bad, f"trajectories with errors or without engine token ids: {bad}"
 # One trajectory per task (2 steps: call, then answer; 6 for the five-command tasks); side calls
 # (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
-want = {"claude-code": 4, "codex": 4, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
+want = {"claude-code": 5, "codex": 5, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
 want["mini-swe-agent"] = 1
 long = sorted(r["agent"] for r in rows if r["n_steps"] == 6)  # the five-command sessions
 assert long == ["claude-code", "codex"], f"six-step trajectories: {long}"

@@ -14,6 +14,8 @@ the proxy records are exact-token steps.
 ``--log`` appends every chat request the proxy sent, one JSON line each.
 ``--steps N`` has the model run N shell commands, one a turn (the first writes
 ``proof.txt``, the others append to ``steps.txt``), before it answers.
+``--parallel`` makes the first turn two shell calls at once (the second appends to
+``steps.txt``).
 ``--finish-command CMD`` has the model run CMD with the shell tool after the first tool
 result, before it answers (mini-swe-agent ends on a command of its own).
 ``--reason TEXT`` has the model reason (vLLM's ``reasoning`` field) before each answer.
@@ -59,10 +61,11 @@ class Scripted(FakeUpstream):
         reason: str | None = None,
         finish: str | None = None,
         steps: int = 1,
+        parallel: bool = False,
     ) -> None:
         super().__init__("scripted")
         self.call, self.arguments, self.reason, self.finish = call, arguments, reason, finish
-        self.steps = steps
+        self.steps, self.parallel = steps, parallel
         self.log = open(log, "ab") if log else None  # noqa: SIM115 (open while serving)
 
     def _choices(self, body: dict[str, Any], chat: bool) -> list[dict[str, Any]]:
@@ -99,6 +102,15 @@ class Scripted(FakeUpstream):
                         "function": {"name": fn["name"], "arguments": args},
                     }
                 ]
+                if self.parallel:  # a second call in the same turn
+                    step = shell_arguments(fn, "echo parallel >> steps.txt")
+                    c["calls"].append(
+                        {
+                            "id": "call_script_1b",
+                            "type": "function",
+                            "function": {"name": fn["name"], "arguments": step},
+                        }
+                    )
             elif more and fn is not None and self.call is None:
                 c["content"] = None
                 step = f"echo step {results + 1} >> steps.txt"
@@ -136,8 +148,9 @@ def main() -> None:
     ap.add_argument("--reason", help="reasoning the model streams before each answer")
     ap.add_argument("--finish-command", help="after the first tool result, run this with the shell")
     ap.add_argument("--steps", type=int, default=1, help="shell commands before the answer")
+    ap.add_argument("--parallel", action="store_true", help="two shell calls in the first turn")
     a = ap.parse_args()
-    scripted = Scripted(a.call, a.args, a.log, a.reason, a.finish_command, a.steps)
+    scripted = Scripted(a.call, a.args, a.log, a.reason, a.finish_command, a.steps, a.parallel)
     scripted.max_model_len = a.max_model_len
     app = make_fake_app(scripted)
     web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None)
