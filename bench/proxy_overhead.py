@@ -16,7 +16,7 @@ goal is met with a margin when the interval clears it, not just the median.
 
     python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256] [--rounds 5]
                                     [--modes unary,stream] [--turns 0 --turn-chars 2000
-                                    --reply-chars 0] [--baseline CHECKOUT]
+                                    --reply-chars 0 --tools 0] [--baseline CHECKOUT]
                                     [--api chat|anthropic|responses]
 
 The default call is tiny (one short message, a 32-character answer): it shows
@@ -24,7 +24,9 @@ the fixed cost of a hop. ``--turns N`` sends an agent-shaped conversation
 instead (a system prompt and N user/assistant turns of ``--turn-chars``
 characters each), and ``--reply-chars R`` makes the fake answer R characters
 (one token a character, three tokens an SSE event): the costs that grow with
-the size of a call. ``--baseline CHECKOUT`` runs the proxy of another checkout
+the size of a call; ``--tools N`` gives the call N function tools of about
+1 kB each (a coding agent sends tens; the fake then answers with a tool
+call). ``--baseline CHECKOUT`` runs the proxy of another checkout
 (``git worktree add /tmp/base HEAD~1``, say) as a fourth path, side by side,
 and prints how this checkout's proxy compares with it round by round.
 ``--floor`` adds a raw byte relay (no HTTP parsing: each agent connection gets
@@ -239,6 +241,33 @@ def start_proxy(root: Path, pool: str, up: str, port: int, args: list[str]):
 
 
 # -- load ---------------------------------------------------------------------------------------
+
+
+def with_tools(request: dict, api: str, n: int) -> dict:
+    """The request with ``n`` function tools in its API's shape (about 1 kB each: a
+    description and six described string fields, as a coding agent's tools are)."""
+    if not n:
+        return request
+    schema = {
+        "type": "object",
+        "properties": {
+            f"field_{j}": {"type": "string", "description": "w " * 40} for j in range(6)
+        },
+        "required": ["field_0"],
+    }
+    tools = []
+    for i in range(n):
+        name, description = f"tool_{i}", f"Tool {i}: " + "does things " * 25
+        if api == "chat":
+            fn = {"name": name, "description": description, "parameters": schema}
+            tools.append({"type": "function", "function": fn})
+        elif api == "anthropic":
+            tools.append({"name": name, "description": description, "input_schema": schema})
+        else:
+            tools.append(
+                {"type": "function", "name": name, "description": description, "parameters": schema}
+            )
+    return {**request, "tools": tools}
 
 
 def make_body(turns: int, turn_chars: int) -> dict:
@@ -503,6 +532,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=0, help="agent-shaped conversation of N turns")
     ap.add_argument("--turn-chars", type=int, default=2000, help="characters per message")
     ap.add_argument("--reply-chars", type=int, default=0, help="answer length (0: a short one)")
+    ap.add_argument("--tools", type=int, default=0, help="function tools in the call (~1 kB each)")
     ap.add_argument("--reply", help=argparse.SUPPRESS)
     ap.add_argument(
         "--api",
@@ -539,13 +569,14 @@ def main() -> None:
         modes = [m.strip() == "stream" for m in a.modes.split(",")]
         if any(m.strip() not in ("unary", "stream") for m in a.modes.split(",")):
             ap.error(f"--modes: expected unary and/or stream, got {a.modes!r}")
-        if a.turns < 0 or a.turn_chars < 1 or a.reply_chars < 0:
-            ap.error("--turns and --reply-chars must be >= 0, --turn-chars >= 1")
+        if a.turns < 0 or a.turn_chars < 1 or a.reply_chars < 0 or a.tools < 0:
+            ap.error("--turns, --reply-chars and --tools must be >= 0, --turn-chars >= 1")
         reply = REPLY
         if a.reply_chars:
             reply = (REPLY + " ") * (a.reply_chars // (len(REPLY) + 1) + 1)
             reply = reply[: a.reply_chars]
         request = make_body(a.turns, a.turn_chars) if a.api == "chat" else APIS[a.api][1]
+        request = with_tools(request, a.api, a.tools)
         base = a.baseline.resolve() if a.baseline else None
         if base is not None and not (base / "agentworld" / "proxy").is_dir():
             ap.error(f"--baseline: {base} is not an AgentWorld checkout")

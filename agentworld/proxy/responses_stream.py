@@ -16,7 +16,6 @@ input as the finished arguments give it.
 
 from __future__ import annotations
 
-import copy
 import re
 import time
 from typing import Any
@@ -164,10 +163,10 @@ class ChatToResponses:
             model or self.body.get("model") or "",
             created or time.time(),
         )
-        snap = copy.deepcopy(self.response)
+        # Each event is serialised as it is made: what it shows needs no copy.
         return [
-            self._event("response.created", response=snap),
-            self._event("response.in_progress", response=snap),
+            self._event("response.created", response=self.response),
+            self._event("response.in_progress", response=self.response),
         ]
 
     def _add(self, kind: str, item: dict[str, Any]) -> list[bytes]:
@@ -175,11 +174,7 @@ class ChatToResponses:
         self.output.append(item)
         self.open = len(self.output) - 1
         self.kind = kind
-        out.append(
-            self._event(
-                "response.output_item.added", output_index=self.open, item=copy.deepcopy(item)
-            )
-        )
+        out.append(self._event("response.output_item.added", output_index=self.open, item=item))
         if kind in ("message", "reasoning"):
             part = (
                 {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
@@ -249,9 +244,7 @@ class ChatToResponses:
             )
         if self.kind != "custom_tool_call":  # the one item type without a status
             item["status"] = "completed"
-        out.append(
-            self._event("response.output_item.done", output_index=i, item=copy.deepcopy(item))
-        )
+        out.append(self._event("response.output_item.done", output_index=i, item=item))
         self.open = self.kind = None
         return out
 
@@ -340,7 +333,7 @@ class ChatToResponses:
         """The whole Response as it stands (also what the pass-through record would hold)."""
         resp = dict(self.response or skeleton(self.body, self.response_id, "", time.time()))
         resp["status"], resp["incomplete_details"] = status_of(self.finish_reason)
-        resp["output"] = copy.deepcopy(self.output)
+        resp["output"] = [dict(item) for item in self.output]  # its own items: set below
         for i, decoder in self.custom_calls.items():  # with any late piece of its arguments
             resp["output"][i]["input"] = custom_input(decoder.raw)
         for i, raw in self.search_args.items():
@@ -387,7 +380,7 @@ class ResponsesAssembler:
             i, int
         ):
             if isinstance(event.get("item"), dict):
-                self.items[i] = copy.deepcopy(event["item"])
+                self.items[i] = event["item"]  # parsed for this event alone: the deltas go in it
         elif kind == "response.output_text.delta" and i in self.items:
             parts = self.items[i].setdefault("content", [])
             ci = event.get("content_index", 0)
