@@ -105,12 +105,17 @@ def _number(v: Any) -> bool:
     return t is int and _INT64_MIN <= v <= _INT64_MAX
 
 
-def _json(v: Any, depth: int = 0) -> bool:
+def _json(v: Any, depth: int = 0, seen: dict[int, int] | None = None) -> bool:
     """Free-form JSON: finite numbers, 64-bit ints, UTF-8 strings, str keys, depth <= 64.
 
     One loop over a container's elements with the common scalars checked inline, not
     ``all(genexpr)`` with a call per element: the proxy runs this on every step's params
-    and metadata (twice as fast on those)."""
+    and metadata (twice as fast on those).
+
+    ``seen`` (container id -> the depth it passed at) skips a container met again in the
+    same record no deeper: a translated step holds the agent's tools three times (the
+    chat tools given to the model share their schemas, and the raw answer echoes the
+    request's list), tens of kilobytes each for a coding agent."""
     t = type(v)
     if t is str:
         return (v.isascii() and len(v) <= MAX_STRING_BYTES) or _text(v)
@@ -122,6 +127,10 @@ def _json(v: Any, depth: int = 0) -> bool:
         return _isfinite(v)
     if depth >= 64:
         return False
+    if seen is not None:
+        passed = seen.get(id(v))
+        if passed is not None and depth <= passed:  # it passed as deep or deeper
+            return True
     if t is dict:
         for k in v:
             if type(k) is not str or not ((k.isascii() and len(k) <= 4096) or _text(k, 4096)):
@@ -131,7 +140,7 @@ def _json(v: Any, depth: int = 0) -> bool:
         elements = v
     else:
         return False
-    depth += 1
+    inner = depth + 1
     for x in elements:
         tx = type(x)
         if tx is str:
@@ -140,8 +149,10 @@ def _json(v: Any, depth: int = 0) -> bool:
         elif tx is int:
             if not _INT64_MIN <= x <= _INT64_MAX:
                 return False
-        elif x is not None and tx is not bool and not _json(x, depth):
+        elif x is not None and tx is not bool and not _json(x, inner, seen):
             return False
+    if seen is not None:
+        seen[id(v)] = depth
     return True
 
 
@@ -304,7 +315,7 @@ def _tokens(v: Any) -> bool:
     return not (source == "engine" and ids is None)
 
 
-def _request(v: Any) -> bool:
+def _request(v: Any, seen: dict[int, int]) -> bool:
     if type(v) is not dict or not _REQUEST_KEYS.issuperset(v):
         return False
     messages, prompt = v.get("messages"), v.get("prompt")
@@ -315,9 +326,9 @@ def _request(v: Any) -> bool:
     if not _opt_text(v.get("model")) or not _opt_text(prompt):
         return False
     tools, params = v.get("tools"), v.get("params")
-    if tools is not None and (type(tools) is not list or not _json(tools, 1)):
+    if tools is not None and (type(tools) is not list or not _json(tools, 1, seen)):
         return False
-    return params is None or (type(params) is dict and _json(params, 1))
+    return params is None or (type(params) is dict and _json(params, 1, seen))
 
 
 def _response(v: Any) -> bool:
@@ -402,16 +413,17 @@ def accepts(r: Any) -> bool:
             r.get("choice"),
             r.get("raw"),
         )
+        seen: dict[int, int] = {}  # containers checked once (what the record holds twice)
         return (
             _count(r.get("index"))
             and (choice is None or _count(choice))
             and _member(r.get("protocol"), PROTOCOLS)
             and _member(status, STEP_STATUSES)
             and _timings(r.get("timings"))
-            and _request(r.get("request"))
+            and _request(r.get("request"), seen)
             and (response is None or _response(response))
             and _tokens(r.get("tokens"))
-            and (raw is None or (type(raw) is dict and _json(raw, 0)))
+            and (raw is None or (type(raw) is dict and _json(raw, 0, seen)))
             and not (status == "ok" and response is None)
             and not (status == "error" and r.get("error") is None)
         )

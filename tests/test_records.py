@@ -305,6 +305,27 @@ def test_non_utf8_json_refused_on_parse() -> None:
         records.loads(b'{"agent": "\xff"}')
 
 
+def test_a_container_a_record_holds_twice_is_judged_again_where_it_stands_deeper() -> None:
+    """The fast check passes a container once per record (a translated step holds the
+    agent's tools three times: its chat tools share their schemas); met again deeper than
+    where it passed, it is judged again against the depth limit."""
+    shared: Any = 1
+    for _ in range(59):  # its innermost list at depth 63 where it stands at 5: the most allowed
+        shared = [shared]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"s": shared}}}]
+    rec = _set(step(), "request.tools", tools)  # tools 1, tool 2, function 3, parameters 4
+    rec["raw"] = {"request": {"tools": [{"parameters": {"s": shared}}]}}
+    assert accepts(rec)  # at depth 5 both times: judged once
+    records.validate(rec)
+    deeper = {"response": {"a": {"b": {"c": {"d": {"e": shared}}}}}}  # at depth 6
+    rec["raw"] = {"request": {"s": shared}, **deeper}  # passed at depth 2, met again at 6
+    with pytest.raises(RecordError):
+        records.validate(rec)
+    assert not accepts(rec)
+    rec["raw"] = {**deeper, "request": {"s": shared}}  # the deep place first
+    assert not accepts(rec)
+
+
 def test_fast_json_check_is_never_looser_than_the_full_one_on_generated_values() -> None:
     """Free-form JSON (params, metadata, raw) of every shape, valid or not."""
     import random
