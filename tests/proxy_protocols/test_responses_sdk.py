@@ -196,3 +196,37 @@ async def test_store_false_keeps_no_chain_as_openai(translating, chat_fake):
     )
     assert again.previous_response_id == kept.id
     await client.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_store_false_reasoning_comes_back_as_reasoning_and_threads(translating, pool, mode):
+    """As Codex and pi run: ``store: false``, the whole history sent back each turn, the
+    model's reasoning items among it; the next call continues the same trajectory, and
+    the reasoning is the model's reasoning in it, not something it said."""
+    client = client_for(translating.base_url)
+    kw = {"store": False, "include": ["reasoning.encrypted_content"]}
+    kw["reasoning"] = {"effort": "high", "summary": "auto"}
+    history: list = [{"role": "user", "content": "Weather in Paris? think first"}]
+    first = await ask(client, mode, input=history, **kw)
+    kinds = [o.type for o in first.output]
+    assert kinds == ["reasoning", "function_call"]
+    thought, call = first.output
+    assert thought.content[0].type == "reasoning_text"
+    assert thought.content[0].text == "Let me think."
+    history += [o.model_dump(exclude_none=True) for o in first.output]
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": "18C"})
+    second = await ask(client, mode, input=history, **kw)
+    assert second.output_text.startswith("ok 1: Weather in Paris?")
+    await client.close()
+    await translating.stop()
+
+    s0, s1 = steps_of(pool)
+    assert s1["trajectory"] == s0["trajectory"] and s1["index"] == 1
+    assert s1["metadata"]["threading"] == "auto"
+    assert s1["request"]["messages"][2] == {
+        "role": "assistant",
+        "content": None,
+        "reasoning": "Let me think.",
+        "tool_calls": [{"id": call.call_id, "name": "get_weather", "arguments": call.arguments}],
+    }
+    assert s1["request"]["params"]["chat"]["reasoning_effort"] == "high"
