@@ -39,35 +39,10 @@ echo "claude $("$claude" --version)  |  $("$codex" --version)  |  opencode $("$o
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 up_port=$(free_port)
 proxy_port=$(free_port)
-cat > "$work/agents.toml" <<TOML
-[agents.claude-code]
-upstream = "http://127.0.0.1:$up_port"
-model = "scripted"
-
-[agents.codex]
-upstream = "http://127.0.0.1:$up_port"
-model = "scripted"
-
-[agents.opencode]
-upstream = "http://127.0.0.1:$up_port"
-model = "scripted"
-
-[agents.openai-agents]
-upstream = "http://127.0.0.1:$up_port"
-model = "scripted"
-
-[agents.pi]
-upstream = "http://127.0.0.1:$up_port"
-model = "scripted"
-
-[agents.qwen-code]
-upstream = "http://127.0.0.1:$up_port"
-model = "scripted"
-
-[agents.mini-swe-agent]
-upstream = "http://127.0.0.1:$up_port"
-model = "scripted"
-TOML
+# One agent per CLI (the path /a/NAME/ names it), all onto the scripted upstream.
+for agent in claude-code codex opencode openai-agents pi qwen-code mini-swe-agent; do
+  printf '[agents.%s]\nupstream = "http://127.0.0.1:%s"\nmodel = "scripted"\n\n' "$agent" "$up_port"
+done > "$work/agents.toml"
 
 wait_for() { for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done; echo "no answer at $1"; return 1; }
 "$aw" proxy --config "$work/agents.toml" --port "$proxy_port" --pool "$work/pool" > "$work/proxy.log" 2>&1 &
