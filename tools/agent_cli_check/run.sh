@@ -238,6 +238,32 @@ for d in claude-parallel codex-parallel; do
   grep -qx parallel "$work/$d/steps.txt" && echo "  $d ran the second call too"
 done
 
+echo "== Claude Code: six identical sessions at once (a group's rollouts of one task)"
+upstream --steps 4
+group=()
+for i in 1 2 3 4 5 6; do
+  run_claude "claude-group-$i" "Create proof.txt" > /dev/null &
+  group+=($!)
+done
+wait "${group[@]}"  # these six only: the proxy and the upstream run on
+"$py" - "$work/pool" <<'PY'
+import collections, json, sys
+from pathlib import Path
+from agentworld.pool import Layout, iter_records
+# Each trajectory of five steps must hold one session's calls (Claude Code names its session
+# in metadata.user_id): identical conversations, told apart by their connections.
+steps = collections.defaultdict(list)
+for r in iter_records(Layout(Path(sys.argv[1]))):
+    if r.get("kind") == "step" and r["agent"] == "claude-code":
+        user = ((r.get("raw") or {}).get("request") or {}).get("metadata", {}).get("user_id", "")
+        steps[r["trajectory"]].append(json.loads(user)["session_id"] if user[:1] == "{" else user)
+group = [s for s in steps.values() if len(s) == 5]
+assert len(group) == 6, f"{len(group)} five-step trajectories, expected 6"
+assert all(len(set(s)) == 1 for s in group), "a trajectory mixes two sessions' calls"
+assert len({s[0] for s in group}) == 6, "two trajectories hold the same session"
+print("  six trajectories of five steps, each one session's calls")
+PY
+
 echo "== mini-swe-agent: its bash tool, then its submit command (chat completions through LiteLLM)"
 upstream --finish-command "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 run_mini mini-shell "Create proof.txt"
@@ -259,7 +285,7 @@ assert not bad, f"trajectories with errors or without engine token ids: {bad}"
 # One trajectory per task (2 steps: call, then answer; 6 for the five-command tasks); side calls
 # (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
-want = {"claude-code": 5, "codex": 5, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
+want = {"claude-code": 11, "codex": 5, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
 want["mini-swe-agent"] = 1
 long = sorted(r["agent"] for r in rows if r["n_steps"] == 6)  # the five-command sessions
 assert long == ["claude-code", "codex"], f"six-step trajectories: {long}"
