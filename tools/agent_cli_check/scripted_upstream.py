@@ -52,6 +52,15 @@ def shell_arguments(fn: dict[str, Any], command: str = COMMAND) -> str:
     return orjson.dumps(out).decode()
 
 
+def _call(call_id: str, fn: dict[str, Any], arguments: str) -> dict[str, Any]:
+    """One chat tool call of the tool ``fn``."""
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": fn["name"], "arguments": arguments},
+    }
+
+
 class Scripted(FakeUpstream):
     def __init__(
         self,
@@ -90,51 +99,24 @@ class Scripted(FakeUpstream):
             wanted = (fn for fn in tools if fn["name"] in SHELLS)
         fn = next(wanted, None)
         finished = any(m.get("tool_call_id") == "call_script_2" for m in msgs)
+        if fn is None:
+            calls = []
+        elif first_turn:
+            calls = [_call("call_script_1", fn, self.arguments or shell_arguments(fn))]
+            if self.parallel:  # a second call in the same turn
+                calls.append(
+                    _call("call_script_1b", fn, shell_arguments(fn, "echo parallel >> steps.txt"))
+                )
+        elif more and self.call is None:
+            step = f"echo step {results + 1} >> steps.txt"
+            calls = [_call(f"call_script_step_{results + 1}", fn, shell_arguments(fn, step))]
+        elif self.finish and not finished:
+            calls = [_call("call_script_2", fn, shell_arguments(fn, self.finish))]
+        else:
+            calls = []
         for c in out:
             c["reasoning"] = self.reason
-            if first_turn and fn is not None:
-                args = self.arguments or shell_arguments(fn)
-                c["content"] = None
-                c["calls"] = [
-                    {
-                        "id": "call_script_1",
-                        "type": "function",
-                        "function": {"name": fn["name"], "arguments": args},
-                    }
-                ]
-                if self.parallel:  # a second call in the same turn
-                    step = shell_arguments(fn, "echo parallel >> steps.txt")
-                    c["calls"].append(
-                        {
-                            "id": "call_script_1b",
-                            "type": "function",
-                            "function": {"name": fn["name"], "arguments": step},
-                        }
-                    )
-            elif more and fn is not None and self.call is None:
-                c["content"] = None
-                step = f"echo step {results + 1} >> steps.txt"
-                c["calls"] = [
-                    {
-                        "id": f"call_script_step_{results + 1}",
-                        "type": "function",
-                        "function": {"name": fn["name"], "arguments": shell_arguments(fn, step)},
-                    }
-                ]
-            elif self.finish and fn is not None and not finished:
-                c["content"] = None
-                c["calls"] = [
-                    {
-                        "id": "call_script_2",
-                        "type": "function",
-                        "function": {
-                            "name": fn["name"],
-                            "arguments": shell_arguments(fn, self.finish),
-                        },
-                    }
-                ]
-            else:
-                c["calls"], c["content"] = [], DONE
+            c["calls"], c["content"] = (calls, None) if calls else ([], DONE)
         return out
 
 
