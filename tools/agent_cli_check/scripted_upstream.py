@@ -18,6 +18,9 @@ the proxy records are exact-token steps.
 ``steps.txt``).
 ``--finish-command CMD`` has the model run CMD with the shell tool after the first tool
 result, before it answers (mini-swe-agent ends on a command of its own).
+``--agent TYPE`` has the session's first turn call Claude Code's ``Agent`` tool (a sub-agent of
+that type: ``general-purpose``, or ``fork``, which starts from the session so far); the
+sub-agent then runs the shell command, and the session answers once it is back.
 ``--reason TEXT`` has the model reason (vLLM's ``reasoning`` field) before each answer.
 ``--max-model-len N`` checks requests against an N-token context window as vLLM
 does (a 400 in its words) and cuts answers at ``max_tokens``.
@@ -36,6 +39,7 @@ from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 SHELLS = ("Bash", "bash", "exec_command", "shell", "shell_command", "run_shell_command")
 COMMAND = "echo made-by-agent > proof.txt && cat proof.txt"
 DONE = "Done."
+SUB_TASK = "Sub-agent task: create proof.txt"
 
 
 def shell_arguments(fn: dict[str, Any], command: str = COMMAND) -> str:
@@ -71,10 +75,11 @@ class Scripted(FakeUpstream):
         finish: str | None = None,
         steps: int = 1,
         parallel: bool = False,
+        agent: str | None = None,
     ) -> None:
         super().__init__("scripted")
         self.call, self.arguments, self.reason, self.finish = call, arguments, reason, finish
-        self.steps, self.parallel = steps, parallel
+        self.steps, self.parallel, self.agent = steps, parallel, agent
         self.log = open(log, "ab") if log else None  # noqa: SIM115 (open while serving)
 
     def _choices(self, body: dict[str, Any], chat: bool) -> list[dict[str, Any]]:
@@ -87,7 +92,11 @@ class Scripted(FakeUpstream):
         msgs = body["messages"]
         turns = [m for m in msgs if m.get("role") != "system"]
         results = sum(1 for m in msgs if m.get("role") == "tool")
-        first_turn = bool(turns) and turns[-1].get("role") == "user" and not results
+        # --agent: the first turn of the session spawns a sub-agent for the task; the
+        # sub-agent (a fresh conversation, or a fork holding the session so far and its
+        # own directive) then does it with the shell, and nobody spawns another.
+        spawned = self.agent is not None and SUB_TASK in orjson.dumps(msgs).decode()
+        first_turn = bool(turns) and turns[-1].get("role") == "user" and (not results or spawned)
         # --steps N: a shell command for each of the first N turns (the last one a tool result).
         more = 0 < results < self.steps and turns[-1].get("role") == "tool"
         tools = [t["function"] for t in body.get("tools") or ()]
@@ -98,8 +107,15 @@ class Scripted(FakeUpstream):
         else:
             wanted = (fn for fn in tools if fn["name"] in SHELLS)
         fn = next(wanted, None)
+        spawner = None
+        if self.agent is not None and not spawned:
+            spawner = next((f for f in tools if f["name"] == "Agent"), None)
         finished = any(m.get("tool_call_id") == "call_script_2" for m in msgs)
-        if fn is None:
+        if spawner is not None and first_turn:  # --agent: a sub-agent does the first turn's work
+            args = {"description": "Write the proof file", "prompt": SUB_TASK}
+            args |= {"subagent_type": self.agent, "run_in_background": False}
+            calls = [_call("call_script_agent", spawner, orjson.dumps(args).decode())]
+        elif fn is None:
             calls = []
         elif first_turn:
             calls = [_call("call_script_1", fn, self.arguments or shell_arguments(fn))]
@@ -131,8 +147,11 @@ def main() -> None:
     ap.add_argument("--finish-command", help="after the first tool result, run this with the shell")
     ap.add_argument("--steps", type=int, default=1, help="shell commands before the answer")
     ap.add_argument("--parallel", action="store_true", help="two shell calls in the first turn")
+    ap.add_argument("--agent", help="Claude Code: the first turn spawns a sub-agent of this type")
     a = ap.parse_args()
-    scripted = Scripted(a.call, a.args, a.log, a.reason, a.finish_command, a.steps, a.parallel)
+    scripted = Scripted(
+        a.call, a.args, a.log, a.reason, a.finish_command, a.steps, a.parallel, a.agent
+    )
     scripted.max_model_len = a.max_model_len
     app = make_fake_app(scripted)
     web.run_app(app, host="127.0.0.1", port=a.port, access_log=None, print=None)
