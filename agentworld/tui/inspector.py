@@ -22,7 +22,7 @@ from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.delivery import deliver
 from agentworld.tui.messages import TrajectoryLabelled
 from agentworld.tui.tokens import Decoder, token_view
-from agentworld.tui.transcript import step_metadata, step_transcript
+from agentworld.tui.transcript import new_from, step_metadata, step_transcript
 
 
 def info_text(t: Trajectory, target: str, review: bool) -> Text:
@@ -63,6 +63,7 @@ class InspectorScreen(CuratingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("t", "toggle_tokens", "Tokens"),
+        Binding("h", "toggle_history", "History", show=False),  # the transcript says so
         Binding("full_stop", "toggle_target", "Step/traj", key_display="."),
         Binding("j", "step(1)", "Next step", show=False),
         Binding("k", "step(-1)", "Prev step", show=False),
@@ -81,6 +82,9 @@ class InspectorScreen(CuratingScreen):
         self.trajectory: Trajectory | None = None
         self.step_i = 0
         self.show_tokens = False
+        # A step shows what it added to the conversation; ``h``, everything it sent (a long
+        # session's history is hundreds of kilobytes of text: slow to lay out on every step).
+        self.full_history = False
         self.target_step = False
         self.skipped: list[str] = []
 
@@ -180,12 +184,16 @@ class InspectorScreen(CuratingScreen):
             self.query_one("#body", Static).update(Text(""))
             return
         step = t.steps[self.step_i]
+        prev = t.steps[self.step_i - 1] if self.step_i > 0 else None
         self.query_one("#meta", Static).update(step_metadata(step))
         if self.show_tokens:
-            prev = t.steps[self.step_i - 1] if self.step_i > 0 else None
             self.query_one("#body", Static).update(token_view(step, prev, decode=self.decoder()))
         else:
-            self.query_one("#body", Static).update(step_transcript(step))
+            start = 0 if self.full_history else new_from(step, prev)
+            body = step_transcript(
+                step, only_new_from=start, earlier_note=", as the step before (h: show)"
+            )
+            self.query_one("#body", Static).update(body)
 
     def decoder(self) -> Decoder | None:
         return self.aw.decoder()
@@ -218,6 +226,11 @@ class InspectorScreen(CuratingScreen):
     def action_toggle_tokens(self) -> None:
         self.show_tokens = not self.show_tokens
         self.render_step()
+
+    def action_toggle_history(self) -> None:
+        self.full_history = not self.full_history
+        if not self.show_tokens:
+            self.render_step()
 
     def action_toggle_target(self) -> None:
         self.target_step = not self.target_step

@@ -64,14 +64,42 @@ def message_text(m: dict[str, Any], out: Text | None = None) -> Text:
     return out
 
 
-def step_transcript(step: dict[str, Any], *, only_new_from: int = 0) -> Text:
+def _gist(m: Any) -> Any:
+    """What must match for a message resent by the agent to count as the one it had sent
+    (agents drop reasoning, or re-serialise tool arguments, when they send it back)."""
+    if not isinstance(m, dict):
+        return m
+    return m.get("role"), _content_text(m.get("content")).strip(), m.get("tool_call_id")
+
+
+def new_from(step: dict[str, Any], prev: dict[str, Any] | None) -> int:
+    """Where ``step``'s conversation stops repeating ``prev``'s request: the index of the
+    first message ``prev`` did not send (its reply, as the agent sent it back), or 0 when
+    ``step`` does not go on from it (another conversation, or one the agent compacted)."""
+    if prev is None:
+        return 0
+    msgs = (step.get("request") or {}).get("messages")
+    before = (prev.get("request") or {}).get("messages")
+    if not isinstance(msgs, list) or not isinstance(before, list):
+        return 0
+    n = len(before)
+    if not n or len(msgs) <= n:
+        return 0
+    if msgs[:n] == before or [_gist(m) for m in msgs[:n]] == [_gist(m) for m in before]:
+        return n
+    return 0
+
+
+def step_transcript(
+    step: dict[str, Any], *, only_new_from: int = 0, earlier_note: str = ""
+) -> Text:
     """The conversation a step saw (from message ``only_new_from`` on) and its response."""
     out = Text()
     req = step.get("request") or {}
     msgs = req.get("messages")
     if msgs is not None:
         if only_new_from:
-            out.append(f"… {only_new_from} earlier messages\n", style="dim")
+            out.append(f"… {only_new_from} earlier messages{earlier_note}\n", style="dim")
         for m in msgs[only_new_from:]:
             message_text(m, out)
     elif req.get("prompt") is not None:

@@ -14,7 +14,7 @@ from agentworld.tui.curation import Curator
 from agentworld.tui.filters import parse_filter
 from agentworld.tui.grouping import common_prefix_len, grpo_advantages, shared_prefix
 from agentworld.tui.tokens import prefix_break, token_view
-from agentworld.tui.transcript import message_text, step_metadata
+from agentworld.tui.transcript import message_text, new_from, step_metadata, step_transcript
 
 from .conftest import MARKUP
 
@@ -83,6 +83,48 @@ def test_prefix_break_found_where_the_prompt_diverges() -> None:
     assert prefix_break(None, _tok([1], [2])) is None
     shown = token_view(_tok([1, 2, 9, 4, 5, 6], [7]), prev).plain
     assert "BREAK at prompt token 2" in shown and "⟂BREAK⟂ 9" in shown
+
+
+def _asked(*messages: dict) -> dict:
+    return {"request": {"messages": list(messages)}}
+
+
+def test_a_step_shows_what_it_added_to_the_previous_steps_conversation() -> None:
+    system, user = {"role": "system", "content": "s"}, {"role": "user", "content": "fix it"}
+    said = {
+        "role": "assistant",
+        "content": None,
+        "reasoning": "look first",
+        "tool_calls": [{"id": "c1", "name": "bash", "arguments": '{"cmd": "ls"}'}],
+    }
+    result = {"role": "tool", "tool_call_id": "c1", "content": "a.py"}
+    first = _asked(system, user)
+    assert new_from(_asked(system, user, said, result), first) == 2
+    # Sent back without its reasoning, its arguments re-serialised: still the same turn.
+    resent = {
+        **said,
+        "reasoning": None,
+        "tool_calls": [{**said["tool_calls"][0], "arguments": '{"cmd":"ls"}'}],
+    }
+    assert new_from(_asked(system, user, resent, result), _asked(system, user, said)) == 3
+    assert new_from(_asked(system, {"role": "user", "content": "other"}, said), first) == 0
+    assert new_from(_asked(system, user), first) == 0  # nothing new: a retry shows it all
+    assert new_from(_asked(system, user, said), None) == 0
+    shown = step_transcript(
+        {
+            **_asked(system, user, said, result),
+            "response": {"message": {"role": "assistant", "content": "done"}},
+        },
+        only_new_from=2,
+        earlier_note=" (h)",
+    ).plain
+    assert shown.startswith("… 2 earlier messages (h)\n")
+    assert (
+        "fix it" not in shown
+        and "→ tool call bash" in shown
+        and "a.py" in shown
+        and "done" in shown
+    )
 
 
 def test_token_view_decodes_with_a_tokenizer_and_marks_source() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
+from agentworld import records
 from agentworld.pool import Pool
 from agentworld.tui.app import AgentWorldApp
 from agentworld.tui.dialog import PromptDialog
@@ -18,7 +19,7 @@ from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.monitor import MonitorScreen
 from agentworld.tui.trajectories import TrajectoriesScreen
 
-from .conftest import app_for
+from .conftest import T0, app_for
 
 SIZE = (100, 30)
 
@@ -189,6 +190,60 @@ async def test_inspector_transcript_metadata_tokens_and_step_labels(pool_path: P
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(pilot.app.screen, TrajectoriesScreen))
         await until(pilot, lambda: screen.page.rows[1].get("label_quality") == "good")
+
+
+async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path: Path) -> None:
+    """A long session's steps each resend the whole conversation: a step shows what it
+    added to the one before (fast to lay out), ``h`` the whole of what it sent."""
+    pool = Pool.create(tmp_path / "pool")
+    w = pool.writer(name="test")
+    msgs: list[dict] = [
+        {"role": "system", "content": "SYSTEM PROMPT"},
+        {"role": "user", "content": "FIRST TASK"},
+    ]
+    for i in range(3):
+        reply = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": f"c{i}", "name": "bash", "arguments": f'{{"n": {i}}}'}],
+        }
+        w.append(
+            records.make_step(
+                id=f"st_s_{i}",
+                trajectory="tr_session",
+                index=i,
+                agent="coder",
+                policy_version=1,
+                timings={"started_at": T0 + i, "ended_at": T0 + i + 1},
+                request={"model": "m", "messages": list(msgs)},
+                response={"message": reply, "finish_reason": "tool_calls"},
+                status="ok",
+                tokens={"source": "none"},
+            )
+        )
+        msgs += [reply, {"role": "tool", "tool_call_id": f"c{i}", "content": f"RESULT {i}"}]
+    w.close()
+    pool.index()
+    pool.close()
+    async with app_for(tmp_path / "pool").run_test(size=SIZE) as pilot:
+        await loaded_list(pilot)
+        pilot.app.inspect("tr_session")
+        await until(
+            pilot,
+            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
+        )
+        body = lambda: str(pilot.app.screen.query_one("#body", Static).render())  # noqa: E731
+        assert "SYSTEM PROMPT" in body() and "FIRST TASK" in body()  # the first step: all of it
+        await pilot.press("j", "j")
+        await until(pilot, lambda: "RESULT 1" in body())
+        assert "… 4 earlier messages" in body() and "(h: show)" in body()
+        assert "SYSTEM PROMPT" not in body() and "RESULT 0" not in body()
+        assert "bash [c1]" in body() and "bash [c2]" in body()  # the call answered, the next
+        await pilot.press("h")
+        await until(pilot, lambda: "SYSTEM PROMPT" in body())
+        assert "RESULT 0" in body() and "earlier messages" not in body()
+        await pilot.press("k")  # the whole history stays on while stepping
+        await until(pilot, lambda: "RESULT 1" not in body() and "SYSTEM PROMPT" in body())
 
 
 async def test_inspector_shows_failed_step_error(pool_path: Path) -> None:
