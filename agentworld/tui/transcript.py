@@ -121,20 +121,6 @@ def step_transcript(
     return out
 
 
-def trajectory_transcript(steps: list[dict[str, Any]]) -> Text:
-    """All steps, each showing only the messages its predecessor had not already shown."""
-    out = Text()
-    seen = 0
-    for s in steps:
-        out.append(f"━━ step {s.get('index')} ", style="bold reverse")
-        out.append("\n")
-        msgs = (s.get("request") or {}).get("messages") or []
-        start = seen if seen <= len(msgs) else 0
-        out.append_text(step_transcript(s, only_new_from=start))
-        seen = len(msgs) + 1  # the response is the next prompt's last-but-new message
-    return out
-
-
 def _ts(t: Any) -> str:
     if not isinstance(t, int | float):
         return "-"
