@@ -238,33 +238,40 @@ for d in claude-parallel codex-parallel; do
   grep -qx parallel "$work/$d/steps.txt" && echo "  $d ran the second call too"
 done
 
-echo "== Claude Code: its Agent tool, a fresh sub-agent and then a fork of the session"
+echo "== Claude Code and Codex: a sub-agent does the task, a fresh one and then a fork of the session"
 for kind in general-purpose fork; do
   upstream --agent "$kind"
   run_claude "claude-agent-$kind" "Create proof.txt"
+  run_codex "codex-agent-$kind" "Create proof.txt"
   proof "claude-agent-$kind"
+  proof "codex-agent-$kind"
 done
 "$py" - "$work/pool" <<'PY'
 import collections, sys
 from pathlib import Path
 from agentworld.pool import Layout, iter_records
-# Per session: the main conversation (it calls Agent, then answers) and the sub-agent's (it
-# runs the shell, then answers) are two trajectories, each threaded on its own, although
-# the sub-agent runs while the main call waits, and a fork starts with the whole session.
+# Per session: the main conversation (it spawns a sub-agent, Codex then waits for it, and it
+# answers) and the sub-agent's (it runs the shell, then answers) are two trajectories, each
+# threaded on its own, although they run at once and a fork starts from the session so far.
 steps = collections.defaultdict(dict)
 for r in iter_records(Layout(Path(sys.argv[1]))):
-    if r.get("kind") == "step" and r["agent"] == "claude-code":
+    if r.get("kind") == "step":
         steps[r["trajectory"]][r["index"]] = r
 def calls(t):
     return [[c["name"] for c in s["response"]["message"].get("tool_calls") or ()] for _, s in sorted(t.items())]
-def task_in(s):
-    return any("Sub-agent task" in str(m.get("content")) for m in s["request"]["messages"])
-main = [t for t in steps.values() if calls(t) == [["Agent"], []]]
-sub = [t for t in steps.values() if calls(t) == [["Bash"], []] and task_in(t[0])]
-assert len(main) == 2 and len(sub) == 2, f"{len(main)} main and {len(sub)} sub-agent trajectories"
-fork = [t for t in sub if any(m["role"] == "tool" for m in t[0]["request"]["messages"])]
-assert len(fork) == 1, "the fork does not start from the session's conversation"
-print("  two sessions: each main conversation and its sub-agent's are trajectories of their own")
+def has(step, text):
+    return any(text in str(m.get("content")) for m in step["request"]["messages"])
+for agent, spawn, shell in (
+    ("claude-code", [["Agent"], []], "Bash"),
+    ("codex", [["multi_agent_v1__spawn_agent"], ["multi_agent_v1__wait_agent"], []], "exec_command"),
+):
+    mine = [t for t in steps.values() if t[0]["agent"] == agent]
+    main = [t for t in mine if calls(t) == spawn]
+    sub = [t for t in mine if calls(t) == [[shell], []] and has(t[0], "Sub-agent task")]
+    assert len(main) == 2 and len(sub) == 2, f"{agent}: {len(main)} main, {len(sub)} sub-agent trajectories"
+    forks = [t for t in sub if has(t[0], "Create proof.txt")]  # the session's own prompt
+    assert len(forks) == 1, f"{agent}: the fork does not start from the session's conversation"
+    print(f"  {agent}: each of the two sessions and its sub-agent are trajectories of their own")
 PY
 
 echo "== Claude Code: six identical sessions at once (a group's rollouts of one task)"
@@ -314,7 +321,7 @@ assert not bad, f"trajectories with errors or without engine token ids: {bad}"
 # One trajectory per task (2 steps: call, then answer; 6 for the five-command tasks) and one
 # per sub-agent; side calls (opencode titles) apart.
 tasks = collections.Counter(r["agent"] for r in rows if r["n_steps"] >= 2)
-want = {"claude-code": 15, "codex": 5, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
+want = {"claude-code": 15, "codex": 9, "opencode": 1, "openai-agents": 4, "pi": 3, "qwen-code": 1}
 want["mini-swe-agent"] = 1
 long = sorted(r["agent"] for r in rows if r["n_steps"] == 6)  # the five-command sessions
 assert long == ["claude-code", "codex"], f"six-step trajectories: {long}"

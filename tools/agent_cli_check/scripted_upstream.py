@@ -18,9 +18,10 @@ the proxy records are exact-token steps.
 ``steps.txt``).
 ``--finish-command CMD`` has the model run CMD with the shell tool after the first tool
 result, before it answers (mini-swe-agent ends on a command of its own).
-``--agent TYPE`` has the session's first turn call Claude Code's ``Agent`` tool (a sub-agent of
-that type: ``general-purpose``, or ``fork``, which starts from the session so far); the
-sub-agent then runs the shell command, and the session answers once it is back.
+``--agent TYPE`` has the session's first turn start a sub-agent: Claude Code's ``Agent`` tool
+with that ``subagent_type`` (``general-purpose``, or ``fork``, which starts from the session so
+far), or Codex's ``spawn_agent`` (``fork_context`` for ``fork``), then its ``wait_agent``; the
+sub-agent runs the shell command, and the session answers once it is back.
 ``--reason TEXT`` has the model reason (vLLM's ``reasoning`` field) before each answer.
 ``--max-model-len N`` checks requests against an N-token context window as vLLM
 does (a 400 in its words) and cuts answers at ``max_tokens``.
@@ -40,6 +41,9 @@ SHELLS = ("Bash", "bash", "exec_command", "shell", "shell_command", "run_shell_c
 COMMAND = "echo made-by-agent > proof.txt && cat proof.txt"
 DONE = "Done."
 SUB_TASK = "Sub-agent task: create proof.txt"
+# The tools that start a sub-agent (Claude Code's, Codex's) and the one Codex waits for it with.
+SPAWNERS = ("Agent", "multi_agent_v1__spawn_agent")
+CODEX_WAIT = "multi_agent_v1__wait_agent"
 
 
 def shell_arguments(fn: dict[str, Any], command: str = COMMAND) -> str:
@@ -93,10 +97,12 @@ class Scripted(FakeUpstream):
         turns = [m for m in msgs if m.get("role") != "system"]
         results = sum(1 for m in msgs if m.get("role") == "tool")
         # --agent: the first turn of the session spawns a sub-agent for the task; the
-        # sub-agent (a fresh conversation, or a fork holding the session so far and its
-        # own directive) then does it with the shell, and nobody spawns another.
+        # sub-agent (a fresh conversation, or a fork holding the session so far) gets it as
+        # its last user message, does it with the shell, and nobody spawns another.
         spawned = self.agent is not None and SUB_TASK in orjson.dumps(msgs).decode()
-        first_turn = bool(turns) and turns[-1].get("role") == "user" and (not results or spawned)
+        asked = turns[-1] if turns and turns[-1].get("role") == "user" else None
+        sub_agent = spawned and SUB_TASK in orjson.dumps(asked).decode()
+        first_turn = asked is not None and (not results or sub_agent)
         # --steps N: a shell command for each of the first N turns (the last one a tool result).
         more = 0 < results < self.steps and turns[-1].get("role") == "tool"
         tools = [t["function"] for t in body.get("tools") or ()]
@@ -109,12 +115,21 @@ class Scripted(FakeUpstream):
         fn = next(wanted, None)
         spawner = None
         if self.agent is not None and not spawned:
-            spawner = next((f for f in tools if f["name"] == "Agent"), None)
+            spawner = next((f for f in tools if f["name"] in SPAWNERS), None)
+        waiter = next((f for f in tools if f["name"] == CODEX_WAIT), None)
+        spawn_result = msgs[-1].get("tool_call_id") == "call_script_agent"
         finished = any(m.get("tool_call_id") == "call_script_2" for m in msgs)
         if spawner is not None and first_turn:  # --agent: a sub-agent does the first turn's work
-            args = {"description": "Write the proof file", "prompt": SUB_TASK}
-            args |= {"subagent_type": self.agent, "run_in_background": False}
+            if spawner["name"] == "Agent":  # Claude Code
+                args = {"description": "Write the proof file", "prompt": SUB_TASK}
+                args |= {"subagent_type": self.agent, "run_in_background": False}
+            else:  # Codex: the sub-agent starts from the task alone, or from the whole thread
+                args = {"message": SUB_TASK, "fork_context": self.agent == "fork"}
             calls = [_call("call_script_agent", spawner, orjson.dumps(args).decode())]
+        elif waiter is not None and spawn_result:  # Codex's sub-agents run on: wait for it
+            target = orjson.loads(msgs[-1]["content"])["agent_id"]
+            args = {"targets": [target], "timeout_ms": 120_000}
+            calls = [_call("call_script_wait", waiter, orjson.dumps(args).decode())]
         elif fn is None:
             calls = []
         elif first_turn:
@@ -147,7 +162,7 @@ def main() -> None:
     ap.add_argument("--finish-command", help="after the first tool result, run this with the shell")
     ap.add_argument("--steps", type=int, default=1, help="shell commands before the answer")
     ap.add_argument("--parallel", action="store_true", help="two shell calls in the first turn")
-    ap.add_argument("--agent", help="Claude Code: the first turn spawns a sub-agent of this type")
+    ap.add_argument("--agent", help="the first turn spawns a sub-agent of this type (or fork)")
     a = ap.parse_args()
     scripted = Scripted(
         a.call, a.args, a.log, a.reason, a.finish_command, a.steps, a.parallel, a.agent
