@@ -190,9 +190,8 @@ class InspectorScreen(CuratingScreen):
             self.query_one("#body", Static).update(token_view(step, prev, decode=self.decoder()))
         else:
             start = 0 if self.full_history else new_from(step, prev)
-            body = step_transcript(
-                step, only_new_from=start, earlier_note=", as the step before (h: show)"
-            )
+            note = " (the step before sent them too; h: show)"
+            body = step_transcript(step, only_new_from=start, earlier_note=note)
             self.query_one("#body", Static).update(body)
 
     def decoder(self) -> Decoder | None:

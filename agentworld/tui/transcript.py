@@ -69,7 +69,8 @@ def _gist(m: Any) -> Any:
     (agents drop reasoning, or re-serialise tool arguments, when they send it back)."""
     if not isinstance(m, dict):
         return m
-    return m.get("role"), _content_text(m.get("content")).strip(), m.get("tool_call_id")
+    calls = tuple(c.get("name") if isinstance(c, dict) else c for c in m.get("tool_calls") or ())
+    return m.get("role"), _content_text(m.get("content")).strip(), m.get("tool_call_id"), calls
 
 
 def new_from(step: dict[str, Any], prev: dict[str, Any] | None) -> int:

@@ -108,6 +108,8 @@ def test_a_step_shows_what_it_added_to_the_previous_steps_conversation() -> None
     }
     assert new_from(_asked(system, user, resent, result), _asked(system, user, said)) == 3
     assert new_from(_asked(system, {"role": "user", "content": "other"}, said), first) == 0
+    other_call = {**said, "tool_calls": [{**said["tool_calls"][0], "name": "edit"}]}
+    assert new_from(_asked(system, user, other_call, result), _asked(system, user, said)) == 0
     assert new_from(_asked(system, user), first) == 0  # nothing new: a retry shows it all
     assert new_from(_asked(system, user, said), None) == 0
     shown = step_transcript(

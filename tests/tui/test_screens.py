@@ -236,7 +236,7 @@ async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path:
         assert "SYSTEM PROMPT" in body() and "FIRST TASK" in body()  # the first step: all of it
         await pilot.press("j", "j")
         await until(pilot, lambda: "RESULT 1" in body())
-        assert "… 4 earlier messages" in body() and "(h: show)" in body()
+        assert "… 4 earlier messages (the step before sent them too; h: show)" in body()
         assert "SYSTEM PROMPT" not in body() and "RESULT 0" not in body()
         assert "bash [c1]" in body() and "bash [c2]" in body()  # the call answered, the next
         await pilot.press("h")
