@@ -47,7 +47,7 @@ def add_continuations(
     if prompt_key is None or not call.trajectory.threaded:
         return
     msgs = [r["response"]["message"] for r in recs if r["status"] == "ok" and r.get("response")]
-    st.registry.add_continuations(call.trajectory, prompt_key, [m for m in msgs if m])
+    st.registry.add_continuations(call.trajectory, prompt_key, [m for m in msgs if m], call.index)
 
 
 def add_reply_continuations(
@@ -61,7 +61,9 @@ def add_reply_continuations(
     if prompt_key is None or not call.trajectory.threaded:
         return None
     replies = call.adapter.replies(body)
-    st.registry.add_continuations(call.trajectory, prompt_key, [m for m in replies if m])
+    st.registry.add_continuations(
+        call.trajectory, prompt_key, [m for m in replies if m], call.index
+    )
     return replies
 
 
@@ -89,8 +91,11 @@ def thread_call(
             threaded=messages is not None,
             policy_version=st.policy_version,
         )
+        if keys is not None:
+            t.forked_from = st.registry.fork_point(keys)
     if keys is not None:
         t.peer = peer
+        st.registry.remember(keys[-1], t, t.next_index)  # the prompt of the step it becomes
     return t, keys[-1] if keys else None
 
 
@@ -119,6 +124,8 @@ def new_call(
     metadata["upstream"] = up.urls[slot]
     if t.threaded:
         metadata["threading"] = "auto"
+        if index == 0 and t.forked_from is not None:
+            metadata["forked_from"] = t.forked_from
     if up.model is not None and requested_model not in (None, up.model):
         metadata["requested_model"] = requested_model
     call = Call(

@@ -30,6 +30,9 @@ URL_COOLDOWN_S = 10.0
 MAX_CLOSED_REMEMBERED = 100_000
 MAX_STEP_IDS = 100_000  # per trajectory; beyond it rewards by index need the pool
 PEER_SCAN = 64  # twins of one conversation looked through for the caller's own (find_thread)
+# Conversation points (a threaded step's prompt, and its prompt and reply) remembered to tell
+# where a new conversation branched off (``fork_point``): the most recent this many.
+MAX_FORK_POINTS = 50_000
 
 
 class UnknownTrajectory(LookupError):
@@ -64,6 +67,8 @@ class Trajectory:
     peer: Any = None  # the agent's address on its last threaded call (tells twins apart)
     spent_keys: tuple[bytes, ...] = ()  # taken by the last call (``resume_thread``, ``retract``)
     step_ids: dict[int, list[str]] = field(default_factory=dict)
+    # Where a threaded conversation branched off another's step (``Registry.fork_point``).
+    forked_from: dict[str, Any] | None = None
 
     def common(self) -> dict[str, Any]:
         """Fields every record of this trajectory carries."""
@@ -114,7 +119,7 @@ class Registry:
     of open trajectories (up to ``max_open``, 100,000 by default).
     """
 
-    def __init__(self, *, max_open: int = 100_000) -> None:
+    def __init__(self, *, max_open: int = 100_000, max_fork_points: int = MAX_FORK_POINTS) -> None:
         self.open: OrderedDict[str, Trajectory] = OrderedDict()  # least recently active first
         self.closed: OrderedDict[str, str] = OrderedDict()  # id -> end status
         # continuation key -> the open trajectories that can continue there, in the order
@@ -122,6 +127,10 @@ class Registry:
         # many twins, rollouts of one task that got the same answers, share a key)
         self.threads: dict[bytes, dict[str, None]] = {}
         self.max_open = max_open
+        # conversation point key -> (trajectory, step index) of the step that reached it,
+        # the most recent first to go (``remember``), kept after their trajectories close
+        self.points: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
+        self.max_fork_points = max_fork_points
         self.done_count = 0
         self._rr = 0
         self._slot_load: dict[str, list[int]] = {}  # agent -> open trajectories per URL
@@ -216,6 +225,28 @@ class Registry:
             return self.open[next(iter(tids))]
         return None
 
+    def remember(self, key: bytes, t: Trajectory, index: int) -> None:
+        """Step ``index`` of ``t`` sent (or was answered up to) the conversation point ``key``."""
+        points = self.points
+        if key in points:  # reached again (twins, a retry): the latest step, the newest point
+            points.move_to_end(key)
+        points[key] = (t.id, index)
+        if len(points) > self.max_fork_points:
+            points.popitem(last=False)
+
+    def fork_point(self, keys: Sequence[bytes]) -> dict[str, Any] | None:
+        """Where a conversation that continues no open trajectory branched off: the latest step
+        whose prompt, or prompt and reply, is the longest proper prefix of its messages (an
+        earlier point of a session, a point another call already took, or one of a closed
+        trajectory), as ``{trajectory, step, messages}`` (the messages they share). The
+        whole request is not looked for: an identical one is a twin or a retry, not a fork."""
+        points = self.points
+        for i in range(len(keys) - 2, 0, -1):
+            hit = points.get(keys[i])
+            if hit is not None:
+                return {"trajectory": hit[0], "step": hit[1], "messages": i}
+        return None
+
     def continue_thread(self, t: Trajectory) -> None:
         """A call goes on with the conversation: the old continuation points are spent (kept
         aside until it answers, for ``resume_thread``)."""
@@ -260,9 +291,14 @@ class Registry:
         t.thread_keys.clear()
 
     def add_continuations(
-        self, t: Trajectory, prompt_key: bytes, responses: Iterable[dict[str, Any]]
+        self,
+        t: Trajectory,
+        prompt_key: bytes,
+        responses: Iterable[dict[str, Any]],
+        index: int | None = None,
     ) -> None:
-        """Register where this trajectory's conversation can continue (one per choice)."""
+        """Register where this trajectory's conversation can continue (one per choice), after
+        its step ``index`` (remembered for ``fork_point``)."""
         if t.id not in self.open:
             return
         # ``spent_keys`` stay until the call ends (``call_ended``): ``retract`` may need them.
@@ -270,6 +306,8 @@ class Registry:
             k = _chain(prompt_key, msg)
             if k not in t.thread_keys:  # two choices with the same reply: one way on
                 self._register(t, k)
+                if index is not None:
+                    self.remember(k, t, index)
 
     # -- upstream affinity ---------------------------------------------------------------
 
@@ -397,7 +435,7 @@ def restore(
                     and (s.get("response") or {}).get("message")
                 ]
                 if responses:
-                    registry.add_continuations(t, keys[-1], responses)
+                    registry.add_continuations(t, keys[-1], responses, last["idx"])
                 else:  # the last call got no answer: its retry goes on here (resume_thread)
                     registry.resume_thread(t, keys[-1])
     return n

@@ -100,6 +100,52 @@ async def test_unrelated_request_starts_a_new_trajectory(proxy, pool):
     assert [s["index"] for s in steps] == [0, 0, 1]
 
 
+async def test_a_conversation_that_branches_off_another_says_where(proxy, pool):
+    """A conversation that goes on from another's step without continuing its trajectory
+    (from a point another call already took, or from its prompt with a turn of its own in
+    place of the answer: a retried branch, a sub-agent forked from the session) starts a
+    trajectory of its own whose first step names the step it branched off and how many
+    messages they share. A twin of a first call and a fresh conversation name none."""
+    c = client(proxy.base_url)
+    opening = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "task"}]
+    r0 = await c.chat.completions.create(model="m", messages=opening)
+    said = as_message(r0.choices[0].message)
+    turn = [*opening, said, {"role": "user", "content": "go on"}]
+    r1 = await c.chat.completions.create(model="m", messages=turn)
+    other_way = [*opening, said, {"role": "user", "content": "try another way"}]
+    await c.chat.completions.create(model="m", messages=other_way)
+    await c.chat.completions.create(
+        model="m", messages=[*opening, {"role": "user", "content": "x"}]
+    )
+    await c.chat.completions.create(model="m", messages=opening)
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "unrelated"}])
+    more = [*turn, as_message(r1.choices[0].message), {"role": "user", "content": "more"}]
+    await c.chat.completions.create(model="m", messages=more)
+    await c.close()
+    await proxy.stop()
+    steps = sorted(steps_of(pool), key=lambda s: s["timings"]["started_at"])
+    main = steps[0]["trajectory"]
+    assert [(s["trajectory"] == main, s["index"]) for s in steps] == [
+        (True, 0),
+        (True, 1),
+        (False, 0),
+        (False, 0),
+        (False, 0),
+        (False, 0),
+        (True, 2),
+    ]
+    assert len({s["trajectory"] for s in steps}) == 5
+    assert [s["metadata"].get("forked_from") for s in steps] == [
+        None,
+        None,
+        {"trajectory": main, "step": 0, "messages": 3},  # after step 0's answer
+        {"trajectory": main, "step": 0, "messages": 2},  # after step 0's prompt
+        None,
+        None,
+        None,
+    ]
+
+
 async def test_a_step_reward_right_after_complete_finds_a_step_not_yet_committed(make_proxy, pool):
     """An ended trajectory's steps are looked up in the pool's index; in batched mode the
     last of them may still be queued in the writer, and must be found all the same."""

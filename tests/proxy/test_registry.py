@@ -52,6 +52,27 @@ def test_twin_conversations_each_continue_their_own_trajectory_once():
     assert reg.threads == {}  # nothing left behind by the ones taken or closed
 
 
+def test_a_fork_point_is_the_longest_remembered_proper_prefix_and_the_oldest_are_forgotten():
+    reg = Registry(max_fork_points=3)
+    (a,) = _open(reg, 1)
+    asked = [{"role": "user", "content": "task"}]
+    reply = {"role": "assistant", "content": "answer"}
+    prompt = prefix_keys("a", asked)[-1]
+    reg.remember(prompt, a, 0)
+    reg.add_continuations(a, prompt, [reply], 0)
+    branch = prefix_keys("a", [*asked, reply, {"role": "user", "content": "another way"}])
+    assert reg.fork_point(branch) == {"trajectory": a.id, "step": 0, "messages": 2}
+    sub = prefix_keys("a", [*asked, {"role": "user", "content": "sub-task"}])
+    assert reg.fork_point(sub) == {"trajectory": a.id, "step": 0, "messages": 1}
+    assert reg.fork_point(prefix_keys("a", asked)) is None  # the same request: a twin, a retry
+    assert reg.fork_point(prefix_keys("b", [*asked, reply, {"role": "user", "x": 1}])) is None
+    reg.close(a.id, "done")  # a closed trajectory's points stay: a session resumed later
+    assert reg.fork_point(branch) == {"trajectory": a.id, "step": 0, "messages": 2}
+    for i in range(3):  # newer points push the oldest out
+        reg.remember(prefix_keys("a", [{"role": "user", "content": f"other {i}"}])[-1], a, i)
+    assert len(reg.points) == 3 and reg.fork_point(branch) is None
+
+
 def test_a_twin_goes_back_to_the_trajectory_its_connection_last_called_on():
     reg = Registry()
     a, b = _open(reg, 2)

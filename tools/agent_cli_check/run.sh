@@ -272,6 +272,12 @@ for agent, spawn, shell in (
     forks = [t for t in sub if has(t[0], "Create proof.txt")]  # the session's own prompt
     assert len(forks) == 1, f"{agent}: the fork does not start from the session's conversation"
     print(f"  {agent}: each of the two sessions and its sub-agent are trajectories of their own")
+    # Codex's fork starts from its session's first prompt: its first step says so. Claude
+    # Code's adds "cc_is_subagent=true" to the system prompt: another conversation.
+    link = forks[0][0]["metadata"].get("forked_from")
+    if agent == "codex":
+        assert link and link["step"] == 0 and link["trajectory"] in {t[0]["trajectory"] for t in main}, link
+    print(f"  {agent}: the fork's first step names where it branched off: {link}")
 PY
 
 echo "== Claude Code: six identical sessions at once (a group's rollouts of one task)"
