@@ -103,8 +103,9 @@ class AgentWorldApp(App[None]):
 
     # -- navigation (called by screens) ------------------------------------------------------
 
-    def inspect(self, trajectory_id: str) -> None:
-        self.push_screen(InspectorScreen(trajectory_id))
+    def inspect(self, trajectory_id: str, step: int | None = None) -> None:
+        """Open a trajectory in the inspector (at the step of that index, when given)."""
+        self.push_screen(InspectorScreen(trajectory_id, step=step))
 
     def show_group(self, group: str, focus: str | None = None) -> None:
         self.push_screen(GroupScreen(group, focus))

@@ -68,12 +68,18 @@ class InspectorScreen(CuratingScreen):
         Binding("j", "step(1)", "Next step", show=False),
         Binding("k", "step(-1)", "Prev step", show=False),
         Binding("g", "group", "Group", show=False),
+        Binding("f", "forked_from", "Forked from", show=False),
         Binding("space", "skip", "Skip (review)", show=False),
         *CURATION_BINDINGS,
     ]
 
     def __init__(
-        self, trajectory_id: str | None, *, review: bool = False, selection: Selection | None = None
+        self,
+        trajectory_id: str | None,
+        *,
+        review: bool = False,
+        selection: Selection | None = None,
+        step: int | None = None,
     ) -> None:
         super().__init__()
         self.trajectory_id = trajectory_id
@@ -81,6 +87,7 @@ class InspectorScreen(CuratingScreen):
         self.selection = selection or Selection()
         self.trajectory: Trajectory | None = None
         self.step_i = 0
+        self.start_step = step  # the step index to show first (else the first step)
         self.show_tokens = False
         # A step shows what it added to the conversation; ``h``, everything it sent (a long
         # session's history is hundreds of kilobytes of text: slow to lay out on every step).
@@ -151,6 +158,10 @@ class InspectorScreen(CuratingScreen):
         self.trajectory_id = t.id
         if not same:
             self.step_i = 0
+            if self.start_step is not None:
+                at = [i for i, s in enumerate(t.steps) if s.get("index") == self.start_step]
+                self.step_i = at[0] if at else 0
+                self.start_step = None
         table = self.query_one("#steps", DataTable)
         table.clear()
         for s in t.steps:
@@ -243,6 +254,19 @@ class InspectorScreen(CuratingScreen):
         group = t.first("group") if t else None
         if t and group:
             self.aw.show_group(group, t.id)
+
+    def action_forked_from(self) -> None:
+        """Open the trajectory this one branched off, at the step it branched from."""
+        t = self.trajectory
+        links = [
+            s["metadata"].get("forked_from") for s in (t.steps if t else ()) if s.get("metadata")
+        ]
+        link = next((x for x in links if isinstance(x, dict)), None)
+        if link is None or not isinstance(link.get("trajectory"), str):
+            self.notify("this trajectory did not branch off another", timeout=2)
+            return
+        step = link.get("step")
+        self.aw.inspect(link["trajectory"], step if isinstance(step, int) else None)
 
     def action_skip(self) -> None:
         if self.review and self.trajectory is not None:

@@ -246,6 +246,52 @@ async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path:
         await until(pilot, lambda: "RESULT 1" not in body() and "SYSTEM PROMPT" in body())
 
 
+async def test_inspector_opens_the_trajectory_a_fork_branched_off(tmp_path: Path) -> None:
+    pool = Pool.create(tmp_path / "pool")
+    w = pool.writer(name="test")
+    asked = [{"role": "user", "content": "TASK"}]
+    for tid, index, metadata in (
+        ("tr_main", 0, {"threading": "auto"}),
+        ("tr_main", 1, {"threading": "auto"}),
+        ("tr_fork", 0, {"forked_from": {"trajectory": "tr_main", "step": 1, "messages": 3}}),
+    ):
+        w.append(
+            records.make_step(
+                id=f"st_{tid}_{index}",
+                trajectory=tid,
+                index=index,
+                agent="coder",
+                timings={"started_at": T0 + index, "ended_at": T0 + index + 1},
+                request={"model": "m", "messages": asked},
+                response={"message": {"role": "assistant", "content": f"{tid} {index}"}},
+                metadata=metadata,
+            )
+        )
+    w.close()
+    pool.index()
+    pool.close()
+    async with app_for(tmp_path / "pool").run_test(size=SIZE) as pilot:
+        await loaded_list(pilot)
+        pilot.app.inspect("tr_fork")
+        await until(
+            pilot,
+            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
+        )
+        fork = pilot.app.screen
+        meta = str(fork.query_one("#meta", Static).render())
+        assert "forked_from=" in meta and "tr_main" in meta
+        await pilot.press("f")
+        await until(pilot, lambda: pilot.app.screen is not fork and pilot.app.screen.trajectory)
+        main = pilot.app.screen
+        assert main.trajectory.id == "tr_main" and main.step_i == 1  # the step it branched from
+        assert "tr_main 1" in str(main.query_one("#body", Static).render())
+        await pilot.press("f")  # tr_main branched off nothing: it says so and stays
+        await pilot.pause(0.1)
+        assert pilot.app.screen is main
+        await pilot.press("escape")
+        await until(pilot, lambda: pilot.app.screen is fork)
+
+
 async def test_inspector_shows_failed_step_error(pool_path: Path) -> None:
     async with app_for(pool_path).run_test(size=SIZE) as pilot:
         await loaded_list(pilot)
