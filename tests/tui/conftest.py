@@ -112,6 +112,18 @@ def build_pool(path: Path) -> Pool:
     return pool
 
 
+def write_pool(path: Path, recs: list[dict]) -> Path:
+    """A new pool holding ``recs``, indexed (see ``pool_path``); its path."""
+    pool = Pool.create(path)
+    w = pool.writer(name="test")
+    for rec in recs:
+        w.append(rec)
+    w.close()
+    pool.index()
+    pool.close()
+    return path
+
+
 @pytest.fixture
 def pool_path(tmp_path: Path) -> Path:
     path = tmp_path / "pool"

@@ -19,7 +19,7 @@ from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.monitor import MonitorScreen
 from agentworld.tui.trajectories import TrajectoriesScreen
 
-from .conftest import T0, app_for
+from .conftest import T0, app_for, write_pool
 
 SIZE = (100, 30)
 
@@ -38,6 +38,13 @@ async def until(pilot: Pilot, cond: Callable[[], object], wait_s: float = 30.0) 
 def overlay(pool_path: Path) -> dict[str, dict]:
     eff = Pool.open(pool_path, recover=False).labels.effective()
     return {t: {f: e.value for f, e in fields.items()} for t, fields in eff.items()}
+
+
+async def shown_inspector(pilot: Pilot) -> InspectorScreen:
+    """The inspector, once it shows a trajectory."""
+    screen = lambda: pilot.app.screen  # noqa: E731
+    await until(pilot, lambda: isinstance(screen(), InspectorScreen) and screen().trajectory)
+    return screen()
 
 
 def list_screen(app: AgentWorldApp) -> TrajectoriesScreen:
@@ -164,10 +171,7 @@ async def test_inspector_transcript_metadata_tokens_and_step_labels(pool_path: P
         await pilot.press("slash", *"group:grp-b", "enter")
         await until(pilot, lambda: screen.page.total == 3)
         await pilot.press("down", "enter")
-        await until(
-            pilot,
-            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
-        )
+        await shown_inspector(pilot)
         ins = pilot.app.screen
         assert ins.trajectory.id == "tr_grp-b_1"
         body = lambda: str(ins.query_one("#body", Static).render())  # noqa: E731
@@ -195,8 +199,7 @@ async def test_inspector_transcript_metadata_tokens_and_step_labels(pool_path: P
 async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path: Path) -> None:
     """A long session's steps each resend the whole conversation: a step shows what it
     added to the one before (fast to lay out), ``h`` the whole of what it sent."""
-    pool = Pool.create(tmp_path / "pool")
-    w = pool.writer(name="test")
+    steps = []
     msgs: list[dict] = [
         {"role": "system", "content": "SYSTEM PROMPT"},
         {"role": "user", "content": "FIRST TASK"},
@@ -207,7 +210,7 @@ async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path:
             "content": None,
             "tool_calls": [{"id": f"c{i}", "name": "bash", "arguments": f'{{"n": {i}}}'}],
         }
-        w.append(
+        steps.append(
             records.make_step(
                 id=f"st_s_{i}",
                 trajectory="tr_session",
@@ -222,16 +225,10 @@ async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path:
             )
         )
         msgs += [reply, {"role": "tool", "tool_call_id": f"c{i}", "content": f"RESULT {i}"}]
-    w.close()
-    pool.index()
-    pool.close()
-    async with app_for(tmp_path / "pool").run_test(size=SIZE) as pilot:
+    async with app_for(write_pool(tmp_path / "pool", steps)).run_test(size=SIZE) as pilot:
         await loaded_list(pilot)
         pilot.app.inspect("tr_session")
-        await until(
-            pilot,
-            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
-        )
+        await shown_inspector(pilot)
         body = lambda: str(pilot.app.screen.query_one("#body", Static).render())  # noqa: E731
         assert "SYSTEM PROMPT" in body() and "FIRST TASK" in body()  # the first step: all of it
         await pilot.press("j", "j")
@@ -247,37 +244,28 @@ async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path:
 
 
 async def test_inspector_opens_the_trajectory_a_fork_branched_off(tmp_path: Path) -> None:
-    pool = Pool.create(tmp_path / "pool")
-    w = pool.writer(name="test")
     asked = [{"role": "user", "content": "TASK"}]
-    for tid, index, metadata in (
-        ("tr_main", 0, {"threading": "auto"}),
-        ("tr_main", 1, {"threading": "auto"}),
-        ("tr_fork", 0, {"forked_from": {"trajectory": "tr_main", "step": 1, "messages": 3}}),
-    ):
-        w.append(
-            records.make_step(
-                id=f"st_{tid}_{index}",
-                trajectory=tid,
-                index=index,
-                agent="coder",
-                timings={"started_at": T0 + index, "ended_at": T0 + index + 1},
-                request={"model": "m", "messages": asked},
-                response={"message": {"role": "assistant", "content": f"{tid} {index}"}},
-                metadata=metadata,
-            )
+    steps = [
+        records.make_step(
+            id=f"st_{tid}_{index}",
+            trajectory=tid,
+            index=index,
+            agent="coder",
+            timings={"started_at": T0 + index, "ended_at": T0 + index + 1},
+            request={"model": "m", "messages": asked},
+            response={"message": {"role": "assistant", "content": f"{tid} {index}"}},
+            metadata=metadata,
         )
-    w.close()
-    pool.index()
-    pool.close()
-    async with app_for(tmp_path / "pool").run_test(size=SIZE) as pilot:
+        for tid, index, metadata in (
+            ("tr_main", 0, {"threading": "auto"}),
+            ("tr_main", 1, {"threading": "auto"}),
+            ("tr_fork", 0, {"forked_from": {"trajectory": "tr_main", "step": 1, "messages": 3}}),
+        )
+    ]
+    async with app_for(write_pool(tmp_path / "pool", steps)).run_test(size=SIZE) as pilot:
         await loaded_list(pilot)
         pilot.app.inspect("tr_fork")
-        await until(
-            pilot,
-            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
-        )
-        fork = pilot.app.screen
+        fork = await shown_inspector(pilot)
         meta = str(fork.query_one("#meta", Static).render())
         assert "forked_from=" in meta and "tr_main" in meta
         await pilot.press("f")
@@ -296,10 +284,7 @@ async def test_inspector_shows_failed_step_error(pool_path: Path) -> None:
     async with app_for(pool_path).run_test(size=SIZE) as pilot:
         await loaded_list(pilot)
         pilot.app.inspect("tr_grp-b_2")
-        await until(
-            pilot,
-            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
-        )
+        await shown_inspector(pilot)
         await pilot.press("j")
         meta = str(pilot.app.screen.query_one("#meta", Static).render())
         assert "upstream: boom [red]x[/red]" in meta
@@ -333,10 +318,7 @@ async def test_review_queue_walks_unlabelled_one_key_each(pool_path: Path) -> No
     async with app_for(pool_path).run_test(size=SIZE) as pilot:
         await loaded_list(pilot)
         await pilot.press("r")
-        await until(
-            pilot,
-            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
-        )
+        await shown_inspector(pilot)
         review = pilot.app.screen
         seen = [review.trajectory.id]
         assert seen == ["tr_grp-a_0"]  # oldest first
@@ -444,10 +426,7 @@ async def test_usable_at_80x24(pool_path: Path) -> None:
     async with app_for(pool_path).run_test(size=(80, 24)) as pilot:
         screen = await loaded_list(pilot)
         await pilot.press("enter")
-        await until(
-            pilot,
-            lambda: isinstance(pilot.app.screen, InspectorScreen) and pilot.app.screen.trajectory,
-        )
+        await shown_inspector(pilot)
         await pilot.press("escape", "m")
         await until(
             pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
