@@ -28,6 +28,7 @@ from agentworld.proxy.chat_form import (
     LENGTH,
     STOP,
     TOOL_CALLS,
+    VLLM_EFFORTS,
     chat_messages,
     chat_usage,
     check_number,
@@ -59,8 +60,6 @@ _SERVER_TOOL_PREFIXES = (
     "tool_search_tool_",
     "mcp_toolset",
 )
-# ``output_config.effort`` values a chat upstream's ``reasoning_effort`` takes too.
-_EFFORTS = ("low", "medium", "high")
 
 STOP_REASONS = {
     STOP: "end_turn",
@@ -109,8 +108,8 @@ def check(body: dict[str, Any], *, count_only: bool = False) -> None:
     ):
         raise BadRequest("max_tokens: Field required (a positive integer)", "max_tokens")
     messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise BadRequest("messages: Field required (a list of messages)", "messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: Field required (a list of at least one message)", "messages")
     for i, m in enumerate(messages):
         where = f"messages.{i}"
         if not isinstance(m, dict):
@@ -133,6 +132,13 @@ def check(body: dict[str, Any], *, count_only: bool = False) -> None:
         isinstance(choice, dict) and isinstance(choice.get("type"), str)
     ):
         raise BadRequest("tool_choice: expected an object with a 'type'", "tool_choice")
+    if choice is not None and choice["type"] == "tool":
+        names = {t.get("name") for t in tools or ()}
+        if choice.get("name") not in names:  # Anthropic refuses a choice of no tool given
+            raise BadRequest(
+                f"tool_choice.name: {choice.get('name')!r} is not one of the request's tools",
+                "tool_choice.name",
+            )
     stops = body.get("stop_sequences")
     if stops is not None and not (
         isinstance(stops, list) and all(isinstance(s, str) for s in stops)
@@ -395,6 +401,11 @@ def chat_prompt(
     chat_tools = tools(body)
     if chat_tools:
         chat["tools"] = chat_tools
+    last = normalised[-1] if normalised else {}
+    if engine == "vllm" and last.get("role") == "assistant" and not last.get("tool_calls"):
+        # A prefill: Anthropic goes on with the final assistant turn rather than answer it.
+        chat["continue_final_message"] = True
+        chat["add_generation_prompt"] = False
     thinking = body.get("thinking")
     if isinstance(thinking, dict) and engine == "vllm":
         # Chat templates that can think (Qwen3, DeepSeek, ...) read this switch; others ignore it.
@@ -420,7 +431,7 @@ def to_chat(
         if body.get(key) is not None:
             chat[key] = body[key]
     output = body.get("output_config") if isinstance(body.get("output_config"), dict) else {}
-    if output.get("effort") in _EFFORTS and engine == "vllm":  # vLLM hands it to the template
+    if output.get("effort") in VLLM_EFFORTS and engine == "vllm":  # vLLM hands it to the template
         chat["reasoning_effort"] = output["effort"]
     fmt = output.get("format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
@@ -456,10 +467,10 @@ def stop_reason(
     """(Anthropic stop_reason, stop_sequence) for a chat finish_reason and vLLM's matched stop;
     ``window``: max_tokens was cut to the room left in the context window, so a length stop
     is the window's (``model_context_window_exceeded``)."""
+    if finish == LENGTH:  # a tool call cut off too: its input is not whole
+        return ("model_context_window_exceeded" if window else "max_tokens"), None
     if has_calls:
         return "tool_use", None
-    if window and finish == LENGTH:
-        return "model_context_window_exceeded", None
     if finish == STOP and isinstance(matched, str) and matched in (stop_sequences or ()):
         return "stop_sequence", matched
     return STOP_REASONS.get(finish, "end_turn"), None

@@ -19,12 +19,32 @@ from agentworld.proxy.anthropic import (
     stop_reason,
     thinking_signature,
 )
-from agentworld.proxy.chat_form import first_choice_pieces, sse
+from agentworld.proxy.chat_form import first_choice_pieces, loads_args, short_id, sse
 from agentworld.raw_ids import RawIds
 
 
+class _PendingCall:
+    """A chat model's tool call whose arguments are still coming."""
+
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self, call_id: str, name: str) -> None:
+        self.id = call_id
+        self.name = name
+        self.arguments: list[str] = []
+
+
 class ChatToAnthropic:
-    """Feed parsed ``chat.completion.chunk`` objects; get Anthropic SSE events as bytes."""
+    """Feed parsed ``chat.completion.chunk`` objects; get Anthropic SSE events as bytes.
+
+    Text and thinking stream as they come. A tool call goes out whole, as one
+    ``input_json_delta``, once its arguments are complete: when a later call's
+    arguments begin (vLLM sends each call's arguments before the next call) or at
+    the end. Anthropic streams the partial JSON of an object, and its SDK parses
+    every delta as one: what a chat model writes need not be an object (a string,
+    invalid JSON, an answer cut off by ``max_tokens``), and is sent as the
+    non-streamed answer has it, ``{"_raw_arguments": ...}`` when not an object.
+    """
 
     def __init__(self, body: dict[str, Any], window: bool = False) -> None:
         self.body = body
@@ -32,7 +52,8 @@ class ChatToAnthropic:
         self.started = False
         self.index = -1  # the open content block, -1 when none
         self.kind: str | None = None  # "thinking" | "text" | "tool_use"
-        self.tool_blocks: dict[int, int] = {}  # chat tool-call index -> content block index
+        self.calls: dict[int, _PendingCall] = {}  # chat tool-call index -> the call
+        self.sent: set[int] = set()  # chat tool-call indices whose blocks went out
         self.thinking: list[str] = []  # the open thinking block's text, signed when it closes
         self.finish_reason: Any = None
         self.matched_stop: Any = None
@@ -115,33 +136,47 @@ class ChatToAnthropic:
     def _tool_call(self, tc: Any) -> list[bytes]:
         if not isinstance(tc, dict):
             return []
-        k = tc.get("index", len(self.tool_blocks))
+        k = tc.get("index", len(self.calls))
         fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
-        out: list[bytes] = []
-        if k not in self.tool_blocks:
-            block = {
-                "type": "tool_use",
-                "id": tc.get("id") or f"toolu_{k}",
-                "name": str(fn.get("name") or ""),
-                "input": {},
-            }
-            out += self._open("tool_use", block)
-            self.tool_blocks[k] = self.index
+        call = self.calls.get(k)
+        if call is None:  # an id the upstream left out is made here, and recorded (call_ids)
+            call = self.calls[k] = _PendingCall(tc.get("id") or short_id("toolu"), "")
+        if isinstance(fn.get("name"), str):
+            call.name += fn["name"]  # as the chat assembler reads it: the record agrees
         args = fn.get("arguments")
-        # Anthropic streams one block at a time; a late piece of an earlier call cannot be sent.
-        if isinstance(args, str) and args and self.tool_blocks[k] == self.index:
-            out.append(self._delta({"type": "input_json_delta", "partial_json": args}))
+        if not isinstance(args, str) or not args:
+            return []
+        call.arguments.append(args)
+        # The newest call's arguments have begun: the calls before it are whole.
+        return self._send_calls(lambda j: j < k)
+
+    def _send_calls(self, which: Any) -> list[bytes]:
+        out: list[bytes] = []
+        for j in sorted(self.calls):
+            if j in self.sent or not which(j):
+                continue
+            self.sent.add(j)
+            call = self.calls[j]
+            block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            out += self._open("tool_use", block)
+            arguments = orjson.dumps(loads_args("".join(call.arguments))).decode()
+            out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
         return out
+
+    def call_ids(self) -> list[str]:
+        """The ids the agent was given for the answer's tool calls, in the calls' order."""
+        return [self.calls[k].id for k in sorted(self.calls)]
 
     def finish(self, prompt: int, completion: int, cached: int) -> list[bytes]:
         """The closing events, given the final token counts."""
         out = [] if self.started else self._start({})
+        out += self._send_calls(lambda j: True)
         out += self._close()
         reason, sequence = stop_reason(
             self.finish_reason,
             self.matched_stop,
             self.body.get("stop_sequences"),
-            bool(self.tool_blocks),
+            bool(self.calls),
             self.window,
         )
         usage = anthropic_usage(prompt, completion, cached)
@@ -157,6 +192,10 @@ class ChatToAnthropic:
         )
         out.append(sse("message_stop", {"type": "message_stop"}))
         return out
+
+    def fail(self, status: int, message: str) -> bytes:
+        """What ends the stream when the call failed: Anthropic's error event."""
+        return error_event(status, message)
 
 
 def error_event(status: int, message: str) -> bytes:

@@ -140,7 +140,7 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         if exc.status != 408:  # the errors middleware counts that one as agent_timeout
             st.stats.error("bad_request")
         st.stats.request(adapter.protocol, exc.status)
-        return error_response(adapter, exc.status, exc.message, exc.param)
+        return error_response(adapter, exc.status, exc.message, exc.param, code=exc.code)
 
     metadata["protocol_mode"] = mode
     request_record: dict[str, Any] = {"messages": messages, "params": adapter.params(body)}

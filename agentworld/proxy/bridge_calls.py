@@ -12,6 +12,7 @@ from agentworld import records
 from agentworld.proxy import context_window
 from agentworld.proxy.app import State
 from agentworld.proxy.calls import WRITE_ERRORS, add_continuations
+from agentworld.proxy.chat_form import name_calls
 from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left
@@ -136,6 +137,7 @@ async def record_fault(ctx: Ctx, fault: Fault, partial: Any = None) -> None:
 def answer(ctx: Ctx, obj: dict[str, Any], proto: Any = None) -> tuple[list[dict[str, Any]], Any]:
     """The ok step for an upstream answer, and the protocol object the agent gets."""
     if ctx.translate:
+        name_calls(obj, ctx.adapter.call_prefix)
         got = CHAT.choices(obj)
         if not got:
             raise ValueError("the chat answer has no choices")
@@ -157,9 +159,12 @@ def answer(ctx: Ctx, obj: dict[str, Any], proto: Any = None) -> tuple[list[dict[
 
 
 def error_event(ctx: Ctx, tr: Any, status: int, message: str) -> bytes:
-    """A mid-stream error event (Responses events continue the sequence numbers)."""
-    seq = tr.seq if hasattr(tr, "seq") else ctx.seq + 1
-    return ctx.adapter.error_event(status, message, seq)
+    """The events that end a stream that failed: a translated stream's translator closes
+    it as its protocol does; a pass-through one gets an error event (Responses events
+    continue the upstream's sequence numbers)."""
+    if tr is not None:
+        return tr.fail(status, message)
+    return ctx.adapter.error_event(status, message, ctx.seq + 1)
 
 
 async def deliver(ctx: Ctx, recs: list[dict[str, Any]], send: Any, on_fail: Any) -> None:

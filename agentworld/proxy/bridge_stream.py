@@ -23,7 +23,7 @@ from agentworld.proxy.bridge_calls import (
     upstream_refused,
 )
 from agentworld.proxy.calls import WRITE_ERRORS, open_upstream, stamp, upstream_error_message
-from agentworld.proxy.chat_form import chat_usage
+from agentworld.proxy.chat_form import chat_usage, name_calls
 from agentworld.proxy.context_window import clamped, retry_within_window
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.sse import MALFORMED, EventSplitter, SSEError, StreamAssembler, event_data
@@ -251,6 +251,7 @@ async def _finish(
     if fault is None:
         try:
             if tr is not None:
+                name_calls(partial, ctx.adapter.call_prefix, tr.call_ids())
                 got = CHAT.choices(partial)
                 if not got:
                     raise ValueError("the stream has no choices")

@@ -8,7 +8,7 @@ are built from the same list and cannot disagree.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -17,6 +17,9 @@ from agentworld.proxy.protocols import BadRequest, check_tool_name
 
 # Chat finish reasons as the record stores them (the chat adapter's own vocabulary).
 STOP, LENGTH, TOOL_CALLS, CONTENT_FILTER = "stop", "length", "tool_calls", "content_filter"
+# The ``reasoning_effort`` values vLLM's chat requests take (it refuses any other with a
+# 400; it hands them to the chat template). OpenAI's own take more (minimal, none, xhigh).
+VLLM_EFFORTS = ("low", "medium", "high")
 
 
 def short_id(prefix: str) -> str:
@@ -134,6 +137,20 @@ def first_choice(body: dict[str, Any]) -> dict[str, Any]:
         if isinstance(c, dict) and c.get("index", 0) == 0:
             return c
     return {}
+
+
+def name_calls(chat: dict[str, Any], prefix: str, given: Sequence[str] = ()) -> None:
+    """Give choice 0's tool calls that came without an id one, in place: ``given[i]`` (the
+    id a stream translator already sent the agent for call ``i``), else a new one.
+
+    The agent, the step's normalised response and its ``raw`` answer then name each
+    call alike, and the agent's next request, which sends the ids back, continues it.
+    """
+    msg = first_choice(chat).get("message")
+    calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+    for i, c in enumerate(calls if isinstance(calls, list) else ()):
+        if isinstance(c, dict) and not c.get("id"):
+            c["id"] = given[i] if i < len(given) else short_id(prefix)
 
 
 class Piece(NamedTuple):

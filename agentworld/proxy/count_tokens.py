@@ -44,7 +44,7 @@ def _error(status: int, message: str) -> web.Response:
 def tokenize_body(body: dict[str, Any], up: UpstreamConfig) -> dict[str, Any]:
     """vLLM's ``/tokenize`` request for the prompt a Messages call would be sent as."""
     prompt = am.chat_prompt(body, am.messages(body), engine=up.engine, model=up.model)
-    return {**prompt, "add_generation_prompt": True}
+    return {"add_generation_prompt": True, **prompt}  # a prefill's prompt has none
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:

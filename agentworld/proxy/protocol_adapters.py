@@ -53,6 +53,7 @@ class MessagesAdapter(_Adapter):
     """Anthropic ``POST /v1/messages``."""
 
     final_events = frozenset({"message_stop"})
+    call_prefix = "toolu"  # an id for a tool call that came without one
 
     def error_body(
         self, status: int, message: str, param: str | None = None, code: str | None = None
@@ -129,6 +130,7 @@ class ResponsesAdapter(_Adapter):
     """OpenAI ``POST /v1/responses``."""
 
     final_events = frozenset({"response.completed", "response.incomplete", "response.failed"})
+    call_prefix = "call"
 
     def error_body(
         self, status: int, message: str, param: str | None = None, code: str | None = None

@@ -25,11 +25,14 @@ _MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", 
 class BadRequest(ValueError):
     """The agent's request is malformed; ``param`` names the field (OpenAI's error shape)."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, status: int = 400, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status
+        self.code = code  # a machine-readable code, where the protocol has one for the case
 
 
 @dataclass(frozen=True)

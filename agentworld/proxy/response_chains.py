@@ -73,6 +73,7 @@ class ResponseChains:
                         "" if rid == response_id else f" (its ancestor '{rid}' is no longer stored)"
                     ),
                     "previous_response_id",
+                    code="previous_response_not_found",  # OpenAI's code: clients key on it
                 )
             seen.add(rid)
             parts.append(s.input + s.output)

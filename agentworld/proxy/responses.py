@@ -37,6 +37,7 @@ from agentworld.proxy.chat_form import (
     LENGTH,
     STOP,
     TOOL_CALLS,
+    VLLM_EFFORTS,
     chat_messages,
     chat_usage,
     check_number,
@@ -151,6 +152,8 @@ def check(body: dict[str, Any]) -> None:
     for key in ("temperature", "top_p"):
         check_number(body, key)
     check_number(body, "max_output_tokens", integer=True)
+    if isinstance(body.get("max_output_tokens"), int) and body["max_output_tokens"] < 1:
+        raise BadRequest("'max_output_tokens' must be a positive integer", "max_output_tokens")
 
 
 def items(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -541,8 +544,9 @@ def to_chat(
     if fmt is not None:
         chat["response_format"] = fmt
     reasoning = body.get("reasoning")
-    if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
-        chat["reasoning_effort"] = reasoning["effort"]
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    if isinstance(effort, str) and (engine != "vllm" or effort in VLLM_EFFORTS):
+        chat["reasoning_effort"] = effort  # Codex's minimal / xhigh: vLLM would refuse the call
     if body.get("stream"):
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
@@ -726,6 +730,8 @@ def from_chat(
     resp = skeleton(body, response_id, model, created)
     resp["status"], resp["incomplete_details"] = status_of(choice.get("finish_reason"))
     resp["output"] = output_of(msg, called_names(body, [*history, *items(body)]))
+    if resp["status"] == "incomplete" and resp["output"] and "status" in resp["output"][-1]:
+        resp["output"][-1]["status"] = "incomplete"  # where the answer was cut off
     resp["usage"] = usage_of(*chat_usage(chat, tokens))
     return resp
 

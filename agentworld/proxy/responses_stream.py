@@ -243,7 +243,8 @@ class ChatToResponses:
                 self._event("response.custom_tool_call_input.done", **ids, input=item["input"])
             )
         if self.kind != "custom_tool_call":  # the one item type without a status
-            item["status"] = "completed"
+            # An answer cut off (max_output_tokens, content filter) leaves its last item so.
+            item["status"] = status_of(self.finish_reason)[0]
         out.append(self._event("response.output_item.done", output_index=i, item=item))
         self.open = self.kind = None
         return out
@@ -341,10 +342,23 @@ class ChatToResponses:
         resp["usage"] = usage_of(prompt, completion, cached)
         return resp
 
-    def error(self, status: int, message: str) -> bytes:
-        """A mid-stream error event."""
+    def call_ids(self) -> list[str]:
+        """The ``call_id`` the agent was given for each of the answer's tool calls, in order."""
+        return [self.output[self.calls[k]]["call_id"] for k in sorted(self.calls)]
+
+    def fail(self, status: int, message: str) -> bytes:
+        """What ends the stream when the call failed, as OpenAI ends one: an ``error`` event
+        and ``response.failed`` (after ``response.created``, which a client needs first,
+        when the failure came before anything else did)."""
+        out = [] if self.response is not None else self._start({})
         code = "server_error" if status >= 500 else "invalid_request_error"
-        return self._event("error", code=code, message=message, param=None)
+        out.append(self._event("error", code=code, message=message, param=None))
+        resp = dict(self.response or {})
+        resp["status"] = "failed"
+        resp["error"] = {"code": code, "message": message}
+        resp["output"] = [dict(item) for item in self.output]
+        out.append(self._event("response.failed", response=resp))
+        return b"".join(out)
 
 
 class ResponsesAssembler:

@@ -10,10 +10,14 @@ from pydantic import TypeAdapter
 from agentworld import records
 from agentworld.proxy import anthropic as am
 from agentworld.proxy.anthropic_stream import AnthropicAssembler, ChatToAnthropic, error_event
+from agentworld.proxy.chat_form import name_calls
+from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.count_tokens import tokenize_body
 from agentworld.proxy.protocols import BadRequest, thread_form
 from tests.proxy_protocols.chat_fixtures import chat_body, chat_chunks, parse_sse
 
 EVENT = TypeAdapter(RawMessageStreamEvent)
+HI = [{"role": "user", "content": "hi"}]
 WEATHER = {
     "name": "get_weather",
     "description": "Weather for a city",
@@ -163,8 +167,18 @@ def test_tool_choice(choice, expected):
             {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{}]}]},
             "messages.0.content.0",
         ),
-        ({"model": "m", "max_tokens": 5, "messages": [], "temperature": "hot"}, "temperature"),
-        ({"model": "m", "max_tokens": 5, "messages": [], "stop_sequences": "x"}, "stop_sequences"),
+        ({"model": "m", "max_tokens": 5, "messages": HI, "temperature": "hot"}, "temperature"),
+        ({"model": "m", "max_tokens": 5, "messages": HI, "stop_sequences": "x"}, "stop_sequences"),
+        ({"model": "m", "max_tokens": 5, "messages": []}, "messages"),  # as Anthropic: 400
+        (  # a named choice of a tool not given: Anthropic refuses it
+            {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": HI,
+                "tool_choice": {"type": "tool", "name": "x"},
+            },
+            "tool_choice.name",
+        ),
         # each was once a 500 (found by fuzzing the proxy)
         (
             {
@@ -282,6 +296,92 @@ def test_stream_events_are_valid_and_accumulate_to_the_unary_message():
     assert [b.model_dump() for b in got.content] == [b.model_dump() for b in unary.content]
     assert got.stop_reason == "tool_use"
     assert got.usage.input_tokens == 5 and got.usage.output_tokens == unary.usage.output_tokens
+
+
+def _accumulated(events: list[tuple[str | None, dict]]) -> Message:
+    """The Message the ``anthropic`` SDK builds from a stream (it raises on what it cannot)."""
+    snapshot, bufs = None, {}
+    for name, data in events:
+        if name != "ping":
+            ev = EVENT.validate_python(data)
+            snapshot = accumulate_event(event=ev, current_snapshot=snapshot, json_bufs=bufs)
+    return Message.model_validate(snapshot.model_dump())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "finish"),
+    [
+        ("{'city': 'Oslo'}", "tool_calls"),  # Python, not JSON
+        ("not json at all", "tool_calls"),
+        ('"Oslo"', "tool_calls"),  # a JSON string (a quoted answer)
+        ("[1, 2]", "tool_calls"),
+        ('{"city": "Oslo"}}', "tool_calls"),
+        ('{"city": "Oslo", "note": "cut of', "length"),  # max_tokens mid-call
+    ],
+)
+def test_streamed_tool_input_is_the_unary_object_whatever_the_model_wrote(arguments, finish):
+    """The SDK parses every ``input_json_delta`` as part of an object, and raised on a model's
+    non-object arguments, losing the turn: a call goes out whole, as the unary answer has it."""
+    spec = {"content": "On it.", "calls": [("call_1", "get_weather", arguments)], "finish": finish}
+    got = _accumulated(_stream(chat_chunks(**spec), conversation()))
+    unary = Message.model_validate(am.from_chat(chat_body(**spec), conversation()))
+    assert [b.model_dump() for b in got.content] == [b.model_dump() for b in unary.content]
+    assert isinstance(got.content[-1].input, dict)
+    assert (
+        got.stop_reason == unary.stop_reason == ("max_tokens" if finish == "length" else "tool_use")
+    )
+
+
+def test_a_tool_call_cut_off_says_max_tokens_or_the_window():
+    """A call cut off by max_tokens is no call to run: Anthropic says ``max_tokens`` (the
+    window's own stop when the proxy cut max_tokens to the room left)."""
+    calls = [("call_1", "write_file", '{"path": "a.py", "content": "print(')]
+    body = chat_body(content=None, calls=calls, finish="length")
+    assert am.from_chat(body, conversation())["stop_reason"] == "max_tokens"
+    windowed = am.from_chat(body, conversation(), window=True)
+    assert windowed["stop_reason"] == "model_context_window_exceeded"
+
+
+def test_calls_whose_arguments_come_after_both_heads_stream_whole():
+    """Some upstreams send every call's head first, then the arguments: each call's input
+    reaches the agent whole (an earlier block cannot take deltas once the next opened)."""
+    chunks = chat_chunks(content=None, finish="tool_calls")
+    role, rest = chunks[0], chunks[1:]
+    heads = [
+        {"index": j, "id": f"call_{j}", "type": "function", "function": {"name": "get_weather"}}
+        for j in range(2)
+    ]
+    args = [
+        {"index": j, "function": {"arguments": piece}}
+        for j, city in enumerate(("Oslo", "Rome"))
+        for piece in ('{"city": ', f'"{city}"}}')
+    ]
+    base = {k: role[k] for k in ("id", "object", "created", "model")}
+    mid = [
+        {**base, "choices": [{"index": 0, "delta": {"tool_calls": [tc]}, "finish_reason": None}]}
+        for tc in heads + args
+    ]
+    got = _accumulated(_stream([role, *mid, *rest], conversation()))
+    assert [(b.id, b.input) for b in got.content] == [
+        ("call_0", {"city": "Oslo"}),
+        ("call_1", {"city": "Rome"}),
+    ]
+
+
+def test_calls_without_ids_get_unique_ones_the_record_keeps():
+    """An upstream that names no call: each gets an id of its own (not ``toolu_0`` every
+    turn), and the record and the ``raw`` answer hold the ids the agent was given."""
+    spec = {"content": None, "calls": [("", "get_weather", '{"city": "Oslo"}')] * 2}
+    chunks = chat_chunks(finish="tool_calls", **spec)
+    ids = []
+    for _ in range(2):
+        tr = ChatToAnthropic(conversation())
+        out = b"".join(b for c in chunks for b in tr.feed(c)) + b"".join(tr.finish(5, 9, 0))
+        ids += [b.id for b in _accumulated(parse_sse(out)).content]
+        assembled = chat_body(finish="tool_calls", **spec)
+        name_calls(assembled, "toolu", tr.call_ids())
+        assert [b["id"] for b in am.from_chat(assembled, conversation())["content"]] == ids[-2:]
+    assert len(set(ids)) == 4 and all(i.startswith("toolu_") for i in ids)
 
 
 def test_translated_thinking_is_signed_as_anthropic_signs_it():
@@ -405,6 +505,30 @@ def test_server_tools_are_left_out_but_a_pass_through_record_keeps_them():
     assert [t["function"]["name"] for t in am.tools(body)] == ["get_weather"]
     assert am.left_out(body) == ["web_fetch"]
     assert am.record_tools(body)[1] == server  # the Anthropic upstream ran it: as sent
+
+
+@pytest.mark.parametrize("engine", ["vllm", "openai"])
+def test_a_prefill_is_continued(engine):
+    """A final assistant turn is a prefill Anthropic goes on with: vLLM is asked to continue
+    it (not to open a new assistant turn after it); count_tokens counts that prompt."""
+    body = {
+        "model": "m",
+        "max_tokens": 50,
+        "messages": [
+            {"role": "user", "content": "Answer in JSON."},
+            {"role": "assistant", "content": [{"type": "text", "text": '{"answer": '}]},
+        ],
+    }
+    chat = am.to_chat(body, am.messages(body), engine=engine, model=None)
+    assert chat["messages"][-1] == {"role": "assistant", "content": '{"answer": '}
+    continued = {"continue_final_message": True, "add_generation_prompt": False}
+    assert {k: chat[k] for k in continued if k in chat} == (continued if engine == "vllm" else {})
+    up = UpstreamConfig(urls=("http://x",), engine=engine)
+    assert tokenize_body(body, up)["add_generation_prompt"] is (engine != "vllm")
+    answered = {**body, "messages": body["messages"][:1]}
+    assert "continue_final_message" not in am.to_chat(
+        answered, am.messages(answered), engine="vllm", model=None
+    )
 
 
 @pytest.mark.parametrize(

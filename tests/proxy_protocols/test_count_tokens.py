@@ -70,7 +70,11 @@ async def test_counts_are_in_the_stats_by_status(translating):
         ({"model": "m"}, 400, "messages: Field required"),
         ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, 400, "messages.0.role"),
         (
-            {"model": "m", "messages": [], "tools": [{"type": "bash_20250124", "name": "bash"}]},
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "bash_20250124", "name": "bash"}],
+            },
             400,
             "tools.0: tool type 'bash_20250124' needs an Anthropic upstream",
         ),

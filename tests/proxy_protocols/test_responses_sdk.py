@@ -161,6 +161,7 @@ async def test_unknown_previous_response(translating, pool):
     with pytest.raises(openai.BadRequestError) as bad:
         await client.responses.create(model="m", input="hi", previous_response_id="resp_nope")
     assert bad.value.body["param"] == "previous_response_id"
+    assert bad.value.body["code"] == "previous_response_not_found"  # as OpenAI's
     assert "resp_nope" in bad.value.body["message"]
     with pytest.raises(openai.BadRequestError) as tool:
         await client.responses.create(model="m", input="hi", tools=[{"type": "local_shell"}])
@@ -180,6 +181,22 @@ async def test_upstream_error_reaches_the_agent(translating, pool):
     (step,) = steps_of(pool)
     assert step["status"] == "error" and step["error"]["status"] == 500
     assert step["protocol"] == "openai.responses"
+
+
+async def test_a_stream_the_upstream_breaks_ends_in_response_failed(translating, pool):
+    """As OpenAI ends a failed stream: ``error``, then ``response.failed`` with the error;
+    before, the stream ended on a bare ``error`` and a client waited for an end in vain."""
+    client = client_for(translating.base_url)
+    stream = await client.responses.create(model="break", input="hi", stream=True)
+    events = [ev async for ev in stream]
+    assert events[0].type == "response.created"
+    assert [ev.type for ev in events[-2:]] == ["error", "response.failed"]
+    failed = events[-1].response
+    assert failed.status == "failed" and "closed the connection" in failed.error.message
+    await client.close()
+    await translating.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "error" and failed.error.message in step["error"]["message"]
 
 
 async def test_store_false_keeps_no_chain_as_openai(translating, chat_fake):

@@ -99,6 +99,24 @@ def test_items_normalise_into_turns():
     )
 
 
+@pytest.mark.parametrize(
+    ("effort", "engine", "sent"),
+    [
+        ("high", "vllm", "high"),
+        ("minimal", "vllm", None),  # vLLM takes low / medium / high and refuses the rest
+        ("xhigh", "vllm", None),
+        ("none", "vllm", None),
+        ("minimal", "openai", "minimal"),  # OpenAI's chat API takes it
+    ],
+)
+def test_reasoning_effort_goes_where_the_engine_takes_it(effort, engine, sent):
+    """Codex sends the effort it is set to (``minimal``, ``xhigh``...): a value vLLM would
+    refuse with a 400 on every call is left out for it."""
+    body = {"model": "m", "input": "hi", "reasoning": {"effort": effort}}
+    chat = rs.to_chat(body, rs.messages(rs.items(body)), engine=engine, model=None)
+    assert chat.get("reasoning_effort") == sent
+
+
 def test_string_input_is_one_user_message():
     assert rs.messages(rs.items({"input": "hi"})) == [{"role": "user", "content": "hi"}]
 
@@ -141,6 +159,7 @@ def test_request_translates_to_chat():
         ({"input": "x", "previous_response_id": 3}, "previous_response_id"),
         ({"input": "x", "tools": {}}, "tools"),
         ({"input": "x", "max_output_tokens": 1.5}, "max_output_tokens"),
+        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
         # each was once a 500 (found by fuzzing the proxy)
         ({"input": [{"role": {}, "content": "x"}]}, "input[0].role"),
         (
@@ -309,13 +328,48 @@ def test_output_resent_as_input_threads_to_the_same_turn():
     assert thread_form(recorded) == thread_form(resent)
 
 
-def test_error_event_is_valid():
+@pytest.mark.parametrize("chunks", [0, 1, 3], ids=["before-anything", "after-role", "mid-text"])
+def test_a_failed_stream_ends_as_openai_ends_one(chunks):
+    """A failure, even before the upstream's first chunk, reaches a client as OpenAI sends it:
+    ``response.created`` first (the SDK raised a RuntimeError, not an API error, without
+    it), then ``error`` and ``response.failed`` with the error and the output so far."""
     tr = ChatToResponses(request(), "resp_e")
-    tr.feed(chat_chunks()[0])
-    ((name, data),) = parse_sse(tr.error(502, "upstream down"))
-    assert name == "error"
-    ev = EVENT.validate_python(data)
-    assert ev.message == "upstream down" and ev.code == "server_error"
+    out = b"".join(b for c in chat_chunks()[:chunks] for b in tr.feed(c))
+    events = parse_sse(out + tr.fail(502, "upstream down"))
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    names = [n for n, _ in events]
+    assert names[:2] == ["response.created", "response.in_progress"]
+    assert names[-2:] == ["error", "response.failed"]
+    state = ResponseStreamState(input_tools=[TOOL], text_format=omit)
+    for _, data in events:
+        state.handle_event(EVENT.validate_python(data))
+    error = EVENT.validate_python(events[-2][1])
+    assert error.message == "upstream down" and error.code == "server_error"
+    failed = Response.model_validate(events[-1][1]["response"])
+    assert failed.status == "failed" and failed.error.message == "upstream down"
+    assert len(failed.output) == (1 if chunks == 3 else 0)  # the message begun, in progress
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_a_call_cut_off_by_max_output_tokens_is_an_incomplete_item(stream):
+    """The response is incomplete, and so is the call the limit cut off: a client must not
+    take its half-written arguments for a call to run."""
+    spec = {
+        "content": "Writing.",
+        "calls": [("call_1", "get_weather", '{"city": "Os')],
+        "finish": "length",
+    }
+    if stream:
+        _, events = _stream(chat_chunks(**spec), request())
+        assert events[-1][0] == "response.incomplete"
+        resp = Response.model_validate(events[-1][1]["response"])
+        done = [EVENT.validate_python(d) for n, d in events if n == "response.output_item.done"]
+        assert [d.item.status for d in done] == ["completed", "incomplete"]
+    else:
+        resp = Response.model_validate(rs.from_chat(chat_body(**spec), request(), "resp_s"))
+    assert resp.status == "incomplete"
+    assert resp.incomplete_details.reason == "max_output_tokens"
+    assert [o.status for o in resp.output] == ["completed", "incomplete"]
 
 
 def _namespaced_body() -> dict:
