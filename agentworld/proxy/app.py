@@ -66,11 +66,18 @@ STATE: web.AppKey[State] = web.AppKey("agentworld_proxy_state", State)
 
 
 def error_response(
-    status: int, message: str, type_: str, param: str | None = None, code: Any = None
+    status: int,
+    message: str,
+    type_: str,
+    param: str | None = None,
+    code: Any = None,
+    headers: dict[str, str] | None = None,
 ) -> web.Response:
     """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
 
 
 def bad_request(exc: BadRequest) -> web.Response:

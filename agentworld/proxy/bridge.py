@@ -25,6 +25,7 @@ from agentworld.proxy.app import STATE, agent_for, get_trajectory, identify, rea
 from agentworld.proxy.bridge_calls import (
     Ctx,
     answer,
+    answer_fault,
     cancelled_step,
     deliver,
     error_response,
@@ -217,9 +218,7 @@ async def _unary(
         st.recorder.later(call.trajectory, cancelled_step(ctx))
         raise
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        fault = classify(exc, url)
-        await record_fault(ctx, fault)
-        return error_response(adapter, fault.status, fault.message)
+        return await answer_fault(ctx, classify(exc, url), out_headers)
     call.upstream_s = call.first_token_s = time.perf_counter() - t_up
     out_headers.update(call.relay)
     if status != 200:
@@ -235,8 +234,7 @@ async def _unary(
         recs, proto = answer(ctx, obj)
     except MALFORMED as exc:
         fault = Fault(502, "upstream_invalid", f"upstream {url} sent an unreadable answer: {exc}")
-        await record_fault(ctx, fault)
-        return error_response(adapter, 502, fault.message)
+        return await answer_fault(ctx, fault, out_headers)
     data = raw_ids.dumps(proto) if ctx.translate else raw
     out_headers["Content-Type"] = "application/json" if ctx.translate else ctype
     out: web.StreamResponse = web.Response(body=data, headers=out_headers)

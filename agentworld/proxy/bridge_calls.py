@@ -11,7 +11,7 @@ from aiohttp import web
 from agentworld import records
 from agentworld.proxy import context_window
 from agentworld.proxy.app import State
-from agentworld.proxy.calls import WRITE_ERRORS, add_continuations
+from agentworld.proxy.calls import WRITE_ERRORS, add_continuations, step_headers
 from agentworld.proxy.chat_form import name_calls
 from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
 from agentworld.proxy.protocols import CHAT
@@ -68,7 +68,8 @@ def upstream_refused(ctx: Ctx, status: int, message: str) -> web.Response:
     over = context_window.overflow(message) if status == 400 else None
     if over is not None:
         message, code = ctx.adapter.overflow(*over)
-    return error_response(ctx.adapter, status, message, headers=ctx.call.relay, code=code)
+    headers = {**step_headers(ctx.call), **ctx.call.relay}
+    return error_response(ctx.adapter, status, message, headers=headers, code=code)
 
 
 def step(
@@ -132,6 +133,13 @@ async def record_fault(ctx: Ctx, fault: Fault, partial: Any = None) -> None:
         await ctx.st.recorder.steps(ctx.call.trajectory, failed(ctx, "error", error, partial))  # type: ignore[union-attr]
     except RecordFailed:
         pass  # the agent already gets an error; the failure is counted and logged
+
+
+async def answer_fault(ctx: Ctx, fault: Fault, headers: dict[str, str]) -> web.Response:
+    """Record ``fault`` as the call's failed step; the agent's answer: the fault's status in
+    the protocol's error shape, with ``headers`` (the step's, and what the upstream's relay)."""
+    await record_fault(ctx, fault)
+    return error_response(ctx.adapter, fault.status, fault.message, headers=headers)
 
 
 def answer(ctx: Ctx, obj: dict[str, Any], proto: Any = None) -> tuple[list[dict[str, Any]], Any]:

@@ -15,10 +15,10 @@ from agentworld.proxy import upstream_json
 from agentworld.proxy.bridge_calls import (
     Ctx,
     answer,
+    answer_fault,
     cancelled_step,
     deliver,
     error_event,
-    error_response,
     record_fault,
     upstream_refused,
 )
@@ -27,7 +27,7 @@ from agentworld.proxy.chat_form import chat_usage, name_calls
 from agentworld.proxy.context_window import clamped, retry_within_window
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.sse import MALFORMED, EventSplitter, SSEError, StreamAssembler, event_data
-from agentworld.proxy.upstream import Fault, classify, read_limited
+from agentworld.proxy.upstream import Fault, classify, not_a_stream, read_limited
 from agentworld.proxy.upstream_http import UpstreamResponse
 
 
@@ -65,9 +65,7 @@ async def _stream_once(
         st.recorder.later(call.trajectory, cancelled_step(ctx))
         raise
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        fault = classify(exc, url)
-        await record_fault(ctx, fault)
-        return error_response(adapter, fault.status, fault.message)
+        return await answer_fault(ctx, classify(exc, url), out_headers)
     asm: Any = StreamAssembler(chat=True) if ctx.translate else adapter.assembler()
     tr = (
         adapter.translator(ctx.body, ctx.rid, clamped(call), ctx.history) if ctx.translate else None
@@ -76,27 +74,20 @@ async def _stream_once(
         stamp(st, call, resp.headers)
         out_headers.update(call.relay)
         ctype = resp.headers.get("Content-Type", "")
-        if resp.status != 200 or not ctype.startswith("text/event-stream"):
+        if resp.status != 200:  # the upstream's error
             try:
                 raw = await read_limited(resp, st.config.max_response_bytes)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                fault = classify(exc, url)
-                await record_fault(ctx, fault)
-                return error_response(adapter, fault.status, fault.message)
-            ok = resp.status == 200
-            message = "the upstream answered without an event stream"
-            if not ok:
-                message = upstream_error_message(raw)
-                if (
-                    resp.status == 400
-                    and ctx.translate
-                    and retry_within_window(call, ctx.request_record, message)
-                ):
-                    return None
-            fault = Fault(502 if ok else resp.status, "upstream_status", message)
+                return await answer_fault(ctx, classify(exc, url), out_headers)
+            message = upstream_error_message(raw)
+            if (
+                resp.status == 400
+                and ctx.translate
+                and retry_within_window(call, ctx.request_record, message)
+            ):
+                return None
+            fault = Fault(resp.status, "upstream_status", message)
             await record_fault(ctx, fault)
-            if ok:
-                return error_response(adapter, fault.status, fault.message, headers=call.relay)
             if ctx.translate:
                 return upstream_refused(ctx, fault.status, fault.message)
             return web.Response(
@@ -104,6 +95,8 @@ async def _stream_once(
                 body=raw,
                 headers={"Content-Type": ctype or "application/json", **out_headers},
             )
+        if not ctype.startswith("text/event-stream"):  # unread: the connection is closed
+            return await answer_fault(ctx, not_a_stream(url, ctype), out_headers)
         out = web.StreamResponse(
             status=200,
             headers={

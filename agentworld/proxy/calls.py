@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from agentworld.proxy.app import State
+from agentworld.proxy.app import State, error_response
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.protocols import Injected
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
@@ -158,7 +158,14 @@ def call_headers(
             "X-AW-Trajectory": tid,
         },
     )
-    return headers, {"X-AW-Trajectory": tid, "X-AW-Step": str(call.index)}
+    return headers, step_headers(call)
+
+
+def step_headers(call: Call) -> dict[str, str]:
+    """The headers naming the step a call is recorded as. Every answer to a recorded call
+    carries them, an error too, so a harness can tell which step failed (to label it,
+    or to close its trajectory)."""
+    return {"X-AW-Trajectory": call.trajectory.id, "X-AW-Step": str(call.index)}
 
 
 async def served(
@@ -267,6 +274,17 @@ async def record_fault(st: State, call: Call, fault: Fault, partial: Any = None)
         await st.recorder.steps(call.trajectory, recs)  # type: ignore[union-attr]
     except RecordFailed:
         pass  # the agent already gets an error; the failure is counted and logged
+
+
+async def answer_fault(
+    st: State, call: Call, fault: Fault, headers: dict[str, str]
+) -> web.Response:
+    """Record ``fault`` as the call's failed step; the agent's answer: the fault's status in
+    OpenAI's error shape, with ``headers`` (the step's, and what the upstream's relay)."""
+    await record_fault(st, call, fault)
+    return error_response(
+        fault.status, fault.message, "upstream_error", code=fault.status, headers=headers
+    )
 
 
 def cancelled_steps(call: Call, partial: Any = None) -> list[dict[str, Any]]:

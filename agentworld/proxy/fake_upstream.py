@@ -5,7 +5,9 @@ It answers in vLLM's JSON and SSE shapes, including ``return_token_ids``
 (id = code point) of a rendered prompt, so consecutive turns of one
 conversation have prompts that extend each other, as with a real chat template.
 Faults are chosen by the request's ``model``: ``fail-500``, ``fail-400``,
-``rate-limit``, ``hang``, ``reset``, ``break``, ``slow``, ``bad-json``.
+``rate-limit``, ``hang``, ``reset``, ``break``, ``slow``, ``bad-json``, and
+``no-stream`` (a whole JSON answer to a streamed call, as from an engine that
+ignores ``stream``).
 """
 
 from __future__ import annotations
@@ -305,7 +307,7 @@ class FakeUpstream:
         headers = dict(self.response_headers)
         if self.policy_version is not None:
             headers["X-AW-Policy-Version"] = str(self.policy_version)
-        if body.get("stream"):
+        if body.get("stream") and body.get("model") != "no-stream":
             return await self._stream(request, body, chat, prompt_ids, choices, headers, number)
         out_choices = []
         completion_tokens = 0

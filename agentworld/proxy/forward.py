@@ -31,6 +31,7 @@ from agentworld.proxy.app import (
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
     add_reply_continuations,
+    answer_fault,
     call_headers,
     cancelled_steps,
     new_call,
@@ -110,9 +111,7 @@ async def _unary(
         st.recorder.later(call.trajectory, cancelled_steps(call))
         raise
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        fault = classify(exc, url)
-        await record_fault(st, call, fault)
-        return error_response(fault.status, fault.message, "upstream_error", code=fault.status)
+        return await answer_fault(st, call, classify(exc, url), out_headers)
     call.upstream_s = call.first_token_s = time.perf_counter() - t_up
     out_headers.update(call.relay)
     if status != 200:
@@ -127,8 +126,7 @@ async def _unary(
         fault = Fault(
             502, "upstream_invalid", f"upstream {url} sent a body that is not a JSON object: {exc}"
         )
-        await record_fault(st, call, fault)
-        return error_response(502, fault.message, "upstream_error", code=502)
+        return await answer_fault(st, call, fault, out_headers)
     # The answer waits only for the continuation points the agent's next call needs; the
     # parsed body stays whole (the agent's copy is stripped) for the records.
     try:
@@ -136,13 +134,12 @@ async def _unary(
             raw = raw_ids.dumps(call.adapter.stripped(obj, call.injected))
         replies = add_reply_continuations(st, call, prompt_key, obj)
     except MALFORMED as exc:
-        return await _malformed(st, call, url, exc)
-    out_headers["Content-Type"] = ctype
+        return await answer_fault(st, call, _malformed(url, exc), out_headers)
     if st.recorder.strict:
         try:
             recs = ok_steps(call, obj, replies)
         except MALFORMED as exc:
-            return await _malformed(st, call, url, exc)
+            return await answer_fault(st, call, _malformed(url, exc), out_headers)
         try:
             await st.recorder.steps(call.trajectory, recs)
         except RecordFailed as exc:
@@ -153,7 +150,9 @@ async def _unary(
                 "service_unavailable",
                 code=503,
             )
+        out_headers["Content-Type"] = ctype
         return web.Response(body=raw, headers=out_headers)
+    out_headers["Content-Type"] = ctype
     out = web.Response(body=raw, headers=out_headers)
     gone = False
     try:
@@ -165,7 +164,7 @@ async def _unary(
     try:
         recs = ok_steps(call, obj, replies)
     except MALFORMED as exc:  # the agent has its answer; the step says why it has no record
-        await _malformed(st, call, url, exc)
+        await record_fault(st, call, _malformed(url, exc))
         return out
     if gone:
         mark_left(recs, "the answer")
@@ -173,8 +172,6 @@ async def _unary(
     return out
 
 
-async def _malformed(st: State, call: Call, url: str, exc: Exception) -> web.Response:
-    """A body of the wrong shape from the upstream: an error step, and a 502 for the agent."""
-    fault = Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")
-    await record_fault(st, call, fault)
-    return error_response(502, fault.message, "upstream_error", code=502)
+def _malformed(url: str, exc: Exception) -> Fault:
+    """A body of the wrong shape from the upstream: a 502, and an error step."""
+    return Fault(502, "upstream_invalid", f"upstream {url} sent a malformed answer: {exc}")

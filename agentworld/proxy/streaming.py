@@ -13,10 +13,11 @@ import orjson
 from aiohttp import web
 
 from agentworld.proxy import upstream_json
-from agentworld.proxy.app import State, error_response
+from agentworld.proxy.app import State
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
     add_reply_continuations,
+    answer_fault,
     cancelled_steps,
     open_upstream,
     record_fault,
@@ -32,7 +33,7 @@ from agentworld.proxy.sse import (
     encode_event,
     event_data,
 )
-from agentworld.proxy.upstream import Fault, classify, read_limited
+from agentworld.proxy.upstream import Fault, classify, not_a_stream, read_limited
 from agentworld.proxy.upstream_http import UpstreamResponse
 
 
@@ -55,32 +56,27 @@ async def stream(
         st.recorder.later(call.trajectory, cancelled_steps(call))
         raise
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        fault = classify(exc, url)
-        await record_fault(st, call, fault)
-        return error_response(fault.status, fault.message, "upstream_error", code=fault.status)
+        return await answer_fault(st, call, classify(exc, url), out_headers)
     asm = StreamAssembler(chat=call.adapter.chat)
     clean = False  # fully read: the connection can go back to the pool (keep-alive)
     try:
         stamp(st, call, resp.headers)
         out_headers.update(call.relay)
         ctype = resp.headers.get("Content-Type", "")
-        if resp.status != 200 or not ctype.startswith("text/event-stream"):
+        if resp.status != 200:  # the upstream's error, relayed as it came
             try:
                 raw = await read_limited(resp, st.config.max_response_bytes)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                fault = classify(exc, url)
-                await record_fault(st, call, fault)
-                return error_response(
-                    fault.status, fault.message, "upstream_error", code=fault.status
-                )
-            msg = upstream_error_message(raw) if resp.status != 200 else "not an event stream"
-            fault = Fault(resp.status if resp.status != 200 else 502, "upstream_status", msg)
+                return await answer_fault(st, call, classify(exc, url), out_headers)
+            fault = Fault(resp.status, "upstream_status", upstream_error_message(raw))
             await record_fault(st, call, fault)
             return web.Response(
                 status=resp.status,
                 body=raw,
                 headers={"Content-Type": ctype or "application/json", **out_headers},
             )
+        if not ctype.startswith("text/event-stream"):  # unread: the connection is closed
+            return await answer_fault(st, call, not_a_stream(url, ctype), out_headers)
         out = web.StreamResponse(
             status=200,
             headers={"Content-Type": ctype, "Cache-Control": "no-cache", **out_headers},

@@ -63,6 +63,14 @@ def classify(exc: BaseException, url: str) -> Fault:
     return Fault(502, "upstream_error", f"upstream {url}: {type(exc).__name__}: {exc}")
 
 
+def not_a_stream(url: str, ctype: str) -> Fault:
+    """A streamed call that the upstream answered 200 without an event stream (garbage,
+    or a whole completion from one that ignores ``stream``): an answer of the wrong shape.
+    Relayed, it would reach the agent's SDK as a stream of no events and no error."""
+    msg = f"upstream {url} answered a stream as {ctype or 'no content type'}, not an event stream"
+    return Fault(502, "upstream_invalid", msg)
+
+
 def make_session() -> aiohttp.ClientSession:
     """The proxy's one upstream session (connection pooling per upstream host)."""
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)

@@ -198,6 +198,63 @@ async def test_upstream_reset_or_garbage_is_502(proxy, pool, model):
     assert steps_of(pool)[0]["status"] == "error"
 
 
+@pytest.mark.parametrize("model", ["bad-json", "no-stream"])
+async def test_a_stream_answered_without_an_event_stream_is_the_502_its_step_records(
+    proxy, pool, model
+):
+    """Garbage, or a whole completion from an upstream that ignores ``stream``: relayed as
+    a 200, the SDK read it as a stream of no chunks and no error."""
+    c = client(proxy)
+    with pytest.raises(openai.APIStatusError) as info:
+        stream = await c.chat.completions.create(model=model, messages=USER, stream=True)
+        async for _ in stream:
+            pass
+    assert info.value.status_code == 502
+    assert info.value.body["type"] == "upstream_error"
+    assert "not an event stream" in info.value.body["message"]
+    await still_serves(proxy)
+    await c.close()
+    await proxy.stop()
+    failed = steps_of(pool)[0]
+    assert failed["status"] == "error"
+    assert failed["error"]["status"] == 502 and failed["error"]["type"] == "upstream_invalid"
+
+
+@pytest.mark.parametrize(
+    ("fault", "stream"),
+    [
+        ("refused", False),
+        ("refused", True),
+        ("hang", False),
+        ("hang", True),
+        ("reset", False),
+        ("break", False),
+        ("bad-json", False),
+        ("bad-json", True),
+        ("fail-500", False),  # relayed as it came: the headers were always there
+    ],
+)
+async def test_every_failed_call_names_its_step(make_proxy, pool, fake, fault, stream):
+    """The proxy's own 502s and 504s name the step they were recorded as, as a relayed
+    upstream error does: a harness can label the failed step or close its trajectory."""
+    fake[0].hang_s = 1.0
+    url = f"http://127.0.0.1:{closed_port()}" if fault == "refused" else fake[1]
+    proxy = await make_proxy(UpstreamConfig(urls=(url,), timeout_s=0.2))
+    body = {"model": fault, "messages": USER, "stream": stream}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(proxy.base_url + "/chat/completions", json=body) as r,
+    ):
+        status, headers = r.status, r.headers
+        assert (await r.json())["error"]["message"]
+    assert status >= 500
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "error" and step["error"]["status"] == status
+    assert headers["X-AW-Trajectory"] == step["trajectory"]
+    assert headers["X-AW-Step"] == str(step["index"])
+
+
 async def test_stream_broken_midway_reaches_agent_and_is_recorded(proxy, pool):
     c = client(proxy)
     got = []

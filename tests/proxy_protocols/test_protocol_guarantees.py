@@ -87,3 +87,40 @@ async def test_agent_leaving_mid_stream_is_recorded_as_cancelled(translating, po
     await translating.stop()
     (step,) = steps_of(pool)
     assert step["status"] == "cancelled" and step["protocol"] == "openai.responses"
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/responses"])
+@pytest.mark.parametrize(
+    ("model", "stream"),
+    [
+        ("refused", False),
+        ("refused", True),
+        ("bad-json", True),
+        ("no-stream", True),
+        ("fail-500", True),
+    ],
+)
+async def test_every_failed_call_names_its_step(make_proxy, chat_fake, pool, path, model, stream):
+    """An error the proxy makes (or translates) for an upstream fault names the step it
+    recorded, as a relayed upstream error does; a stream answered without an event stream
+    is a wrong-shaped answer, a 502."""
+    url = "http://127.0.0.1:9" if model == "refused" else chat_fake[1]  # discard port: refused
+    proxy = await make_proxy(url)
+    if path == "/v1/messages":
+        body = {"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    else:
+        body = {"model": model, "input": "x"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(proxy.url + path, json={**body, "stream": stream}) as r,
+    ):
+        status, headers = r.status, r.headers
+        assert "error" in await r.json()
+    assert status == (500 if model == "fail-500" else 502)
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "error" and step["error"]["status"] == status
+    if model in ("bad-json", "no-stream"):
+        assert step["error"]["type"] == "upstream_invalid"
+    assert headers["X-AW-Trajectory"] == step["trajectory"]
+    assert headers["X-AW-Step"] == str(step["index"])
