@@ -186,6 +186,18 @@ def _check_common(body: dict[str, Any]) -> None:
         raise BadRequest("'stop' must be a string or a list of strings", "stop")
 
 
+def _check_top_logprobs(v: Any, logprobs: bool) -> None:
+    """Alternatives only with ``logprobs: true``, as OpenAI, vLLM and ``aw serve`` require
+    (vLLM takes 0 alone, and -1 for all). Forwarded, the proxy's own log-probs request
+    would hide the agent's mistake: the call would succeed with no alternatives."""
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest("'top_logprobs' must be an integer", "top_logprobs")
+    if v != 0 and not logprobs:
+        raise BadRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
+
+
 def _params(body: dict[str, Any], skip: frozenset[str]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in skip and not is_secret(k)}
 
@@ -336,12 +348,15 @@ class ChatAdapter(_OpenAIAdapter):
         lp = body.get("logprobs")
         if lp is not None and not isinstance(lp, bool):
             raise BadRequest("'logprobs' must be a boolean", "logprobs")
+        _check_top_logprobs(body.get("top_logprobs"), lp is True)
         _check_common(body)
 
     def _ask_logprobs(self, sent: dict[str, Any]) -> bool:
         if sent.get("logprobs"):
             return False
         sent["logprobs"] = True
+        # The agent asked for no alternatives (``check`` refuses them without log-probs): a
+        # default from the agent's config must not make the engine compute them for the proxy.
         sent.pop("top_logprobs", None)
         return True
 

@@ -96,6 +96,30 @@ async def test_bad_requests_get_openai_shaped_4xx(proxy, pool, body, status, nee
     assert len(steps_of(pool)) == 1  # bad requests are not steps
 
 
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"top_logprobs": 3}, "requires 'logprobs' to be true"),
+        ({"top_logprobs": 3, "logprobs": False}, "requires 'logprobs' to be true"),
+        ({"top_logprobs": -1}, "requires 'logprobs' to be true"),  # vLLM's "all"
+        ({"top_logprobs": "3", "logprobs": True}, "must be an integer"),
+    ],
+)
+async def test_top_logprobs_without_logprobs_is_refused_not_dropped(proxy, fake, extra, needle):
+    """OpenAI and vLLM refuse it; the proxy, asking for log-probs itself, used to drop it,
+    and the agent got an answer without the alternatives it asked for."""
+    c = client(proxy)
+    with pytest.raises(openai.BadRequestError) as info:
+        await c.chat.completions.create(model="m", messages=USER, extra_body=extra)
+    assert info.value.body["param"] == "top_logprobs" and needle in info.value.body["message"]
+    assert not fake[0].requests  # not forwarded
+    await c.chat.completions.create(model="m", messages=USER, extra_body={"top_logprobs": 0})
+    r = await c.chat.completions.create(model="m", messages=USER, logprobs=True, top_logprobs=2)
+    assert r.choices[0].logprobs.content
+    assert fake[0].requests[-1]["top_logprobs"] == 2
+    await c.close()
+
+
 async def test_completions_missing_prompt(proxy):
     got, err = await raw_post(proxy.base_url + "/completions", b'{"model": "m"}')
     assert got == 400 and err["error"]["param"] == "prompt"
