@@ -174,6 +174,8 @@ class FakeUpstream:
                     )
                 content = None
             reasoning = "Let me think." if chat and "think" in text else None
+            if reasoning and not content:
+                content = None  # vLLM's reasoning parsers leave an empty rest null
             out.append({"content": content, "calls": calls, "reasoning": reasoning})
         return out
 

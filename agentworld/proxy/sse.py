@@ -116,6 +116,16 @@ class _Choice:
     saw_content: bool = False
 
 
+def _content(ch: _Choice) -> str | None:
+    """A streamed choice's message content, as vLLM's unary answer has it: null when no
+    text came, or only the "" its first chunk carries, before tool calls or reasoning
+    (vLLM's parsers make an empty rest null); "" for an answer of nothing else."""
+    if not ch.saw_content:
+        return None
+    text = "".join(ch.content)
+    return None if not text and (ch.tool_calls or ch.reasoning) else text
+
+
 class StreamAssembler:
     """Accumulates parsed chunks; ``result()`` is the equivalent non-streamed body."""
 
@@ -233,10 +243,7 @@ class StreamAssembler:
             ch = self.choices[i]
             out: dict[str, Any] = {"index": i, "finish_reason": ch.finish_reason}
             if self.chat:
-                msg: dict[str, Any] = {
-                    "role": ch.role,
-                    "content": "".join(ch.content) if ch.saw_content else None,
-                }
+                msg: dict[str, Any] = {"role": ch.role, "content": _content(ch)}
                 if ch.reasoning:
                     msg["reasoning"] = "".join(ch.reasoning)
                 if ch.tool_calls:

@@ -95,6 +95,32 @@ async def test_stream_assembles_to_the_unary_message(proxy, pool):
     assert b["timings"]["first_token_s"] > 0
 
 
+@pytest.mark.parametrize(
+    ("reply", "ask", "content"),
+    [
+        (None, {"tools": TOOLS}, None),  # tool calls and no text
+        ("", {"messages": [{"role": "user", "content": "think"}]}, None),  # reasoning alone
+        ("", {}, ""),  # nothing at all
+    ],
+    ids=["tool-calls", "reasoning", "empty"],
+)
+async def test_a_streamed_answer_records_the_content_of_its_unary_twin(
+    proxy, pool, fake, reply, ask, content
+):
+    """vLLM's first chunk carries ``content: ""`` before tool calls or reasoning; its unary
+    answer says null for an empty rest. The step is the same either way."""
+    fake[0].reply = reply
+    c = client(proxy)
+    kw = {"model": "m", "messages": USER, **ask}
+    await c.chat.completions.create(**kw)
+    await streamed(c, **kw)
+    await c.close()
+    await proxy.stop()
+    unary, stream = steps_of(pool)
+    assert unary["response"]["message"]["content"] == content
+    assert stream["response"]["message"] == unary["response"]["message"]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_parallel_tool_calls(proxy, pool, stream):
     c = client(proxy)

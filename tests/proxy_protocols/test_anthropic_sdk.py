@@ -88,6 +88,7 @@ async def test_translated_tool_conversation(translating, pool, chat_fake, stream
         {"id": "call_0_0", "name": "get_weather", "arguments": '{"q":"Weather in","j":0}'}
     ]
     assert s0["response"]["finish_reason"] == "tool_calls"
+    assert s0["response"]["message"]["content"] is None  # streamed too: as vLLM's unary answer
     assert s1["request"]["messages"][2:] == [
         {
             "role": "assistant",
