@@ -41,7 +41,7 @@ from agentworld.proxy.chat_form import (
     text_of,
 )
 from agentworld.proxy.protocols import BadRequest, check_tool_name
-from agentworld.proxy.redact import is_secret
+from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "anthropic.messages"
 PATH = "/v1/messages"
@@ -386,7 +386,7 @@ def _tool_choice(choice: dict[str, Any]) -> tuple[Any, bool | None]:
 
 def params(body: dict[str, Any]) -> dict[str, Any]:
     """The agent's generation parameters, as it sent them (for the record)."""
-    return {k: v for k, v in body.items() if k not in _NOT_PARAMS and not is_secret(k)}
+    return recorded_params(body, _NOT_PARAMS)
 
 
 def chat_prompt(

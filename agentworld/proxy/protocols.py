@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from agentworld.proxy.config import UpstreamConfig
-from agentworld.proxy.redact import is_secret
+from agentworld.proxy.redact import recorded_params
 from agentworld.raw_ids import RawIds
 from agentworld.records import MAX_TOOL_NAME_BYTES
 
@@ -196,10 +196,6 @@ def _check_top_logprobs(v: Any, logprobs: bool) -> None:
         raise BadRequest("'top_logprobs' must be an integer", "top_logprobs")
     if v != 0 and not logprobs:
         raise BadRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
-
-
-def _params(body: dict[str, Any], skip: frozenset[str]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in skip and not is_secret(k)}
 
 
 def _usage_for(body: dict[str, Any], choice: dict[str, Any], n_choices: int, ids: Any) -> Any:
@@ -385,7 +381,7 @@ class ChatAdapter(_OpenAIAdapter):
         skip = self._skip | _injected_keys(injected, chat=True)
         req: dict[str, Any] = {
             "messages": messages if messages is not None else self.messages(sent),
-            "params": _params(sent, skip),
+            "params": recorded_params(sent, skip),
         }
         if isinstance(sent.get("model"), str):
             req["model"] = sent["model"]
@@ -471,7 +467,7 @@ class CompletionsAdapter(_OpenAIAdapter):
     ) -> dict[str, Any]:
         skip = self._skip | _injected_keys(injected, chat=False)
         prompt = sent["prompt"]
-        req: dict[str, Any] = {"params": _params(sent, skip)}
+        req: dict[str, Any] = {"params": recorded_params(sent, skip)}
         if isinstance(prompt, str):
             req["prompt"] = prompt
         elif all(isinstance(p, str) for p in prompt):

@@ -49,7 +49,7 @@ from agentworld.proxy.chat_form import (
     text_of,
 )
 from agentworld.proxy.protocols import BadRequest, check_tool_name
-from agentworld.proxy.redact import is_secret
+from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "openai.responses"
 PATH = "/v1/responses"
@@ -486,7 +486,7 @@ def custom_input(arguments: str) -> str:
 
 
 def params(body: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in _NOT_PARAMS and not is_secret(k)}
+    return recorded_params(body, _NOT_PARAMS)
 
 
 def _tool_choice(choice: Any) -> Any:

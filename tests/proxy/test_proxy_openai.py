@@ -362,20 +362,52 @@ async def test_a_key_sent_in_the_body_reaches_the_upstream_but_not_the_pool(prox
     import anthropic
 
     c = client(proxy)
-    extra = {"api_key": "sk-body-secret", "Client-Secret": "cs-secret", "seed": 7}
-    await c.chat.completions.create(model="m", messages=USER, extra_body=extra)
+    secrets = {
+        "api_key": "sk-body-secret",
+        "Client-Secret": "cs-secret",
+        "api_token": "at-secret",
+        "hf_token": "hf-secret",
+        "aws_secret_access_key": "aws-secret",
+        "private_key": "pk-secret",
+    }
+    # The sampling parameters that name tokens, as vLLM takes them: all of them recorded.
+    sampling = {
+        "seed": 7,
+        "max_tokens": 50,
+        "max_completion_tokens": 50,
+        "min_tokens": 1,
+        "top_logprobs": 2,
+        "logit_bias": {"65": 1.0},
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "stop_token_ids": [2],
+        "allowed_token_ids": [65, 66],
+        "truncate_prompt_tokens": 100,
+        "add_special_tokens": False,
+        "return_tokens_as_token_ids": False,
+        "metadata": {"run": "r1", "api_key": "sk-meta-secret"},
+    }
+    await c.chat.completions.create(
+        model="m", messages=USER, logprobs=True, extra_body={**secrets, **sampling}
+    )
     assert fake[0].requests[-1]["api_key"] == "sk-body-secret"  # the upstream may need it
+    assert fake[0].requests[-1]["metadata"]["api_key"] == "sk-meta-secret"
     await c.close()
     claude = anthropic.AsyncAnthropic(base_url=proxy.url, api_key="k", max_retries=0)
     await claude.messages.create(
-        model="m", max_tokens=16, messages=USER, extra_body={"password": "pw-secret"}
+        model="m",
+        max_tokens=16,
+        messages=USER,
+        metadata={"user_id": "u1"},
+        extra_body={"password": "pw-secret", "metadata": {"user_id": "u1", "hf_token": "hf-m"}},
     )
     await claude.close()
     await proxy.stop()
     messages, chat = sorted(steps_of(pool), key=lambda s: s["protocol"])  # anthropic.*, openai.*
-    assert chat["request"]["params"]["seed"] == 7  # other fields are kept
-    assert "api_key" not in chat["request"]["params"]
+    assert chat["request"]["params"] == {**sampling, "logprobs": True, "metadata": {"run": "r1"}}
     assert "password" not in messages["raw"]["request"]
     assert "password" not in messages["request"]["params"]
+    assert messages["request"]["params"]["metadata"] == {"user_id": "u1"}
+    assert messages["raw"]["request"]["metadata"] == {"user_id": "u1"}
     text = orjson.dumps([chat, messages])
-    assert not any(s in text for s in (b"sk-body-secret", b"cs-secret", b"pw-secret"))
+    assert b"secret" not in text and b"hf-m" not in text
