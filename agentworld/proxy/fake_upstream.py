@@ -103,6 +103,14 @@ def _window_refusal(window: int, prompt: int, max_tokens: Any) -> web.Response |
     return web.json_response({"error": error}, status=400)
 
 
+def _prompts(prompt: Any) -> list[Any]:
+    """A completions ``prompt`` as the prompts it holds, each a string or token ids: a list
+    of strings or of token-id lists is a batch."""
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        return [prompt]
+    return list(prompt)
+
+
 def _last_turn(messages: list[dict[str, Any]]) -> Any:
     """Whose turn came last (a system message mid-conversation is an instruction, not a turn)."""
     return next((m.get("role") for m in reversed(messages) if m.get("role") != "system"), None)
@@ -284,23 +292,25 @@ class FakeUpstream:
         fault = await self._fault(request, body)
         if fault is not None:
             return fault
-        prompt = (
-            render(body["messages"])
-            if chat
-            else (body["prompt"] if isinstance(body["prompt"], str) else "")
-        )
-        raw_prompt = body.get("prompt")
-        if chat or isinstance(raw_prompt, str):
-            prompt_ids = ids(prompt)
-        elif isinstance(raw_prompt, list) and all(isinstance(p, int) for p in raw_prompt):
-            prompt_ids = list(raw_prompt)  # token ids
-        else:  # a list of prompts: their text, as one
-            prompt_ids = ids("".join(p for p in raw_prompt or () if isinstance(p, str)))
+        if chat:
+            prompts = [ids(render(body["messages"]))]
+            choices = self._choices(body, chat)
+            for c in choices:
+                c["prompt_ids"] = prompts[0]
+        else:  # a batch answers each prompt with n choices, numbered on (as vLLM does)
+            batch = _prompts(body["prompt"])
+            prompts = [ids(p) if isinstance(p, str) else list(p) for p in batch]
+            choices = []
+            for p, p_ids in zip(batch, prompts, strict=True):
+                for c in self._choices({**body, "prompt": p}, chat):
+                    c["prompt_ids"] = p_ids
+                    choices.append(c)
         if self.max_model_len is not None:
-            refused = _window_refusal(self.max_model_len, len(prompt_ids), body.get("max_tokens"))
+            longest = max(len(p) for p in prompts)
+            refused = _window_refusal(self.max_model_len, longest, body.get("max_tokens"))
             if refused is not None:
                 return refused
-        choices = self._choices(body, chat)
+        prompt_tokens = sum(len(p) for p in prompts)
         limit = body.get("max_tokens")
         if self.max_model_len is not None and isinstance(limit, int):
             for c in choices:
@@ -310,7 +320,7 @@ class FakeUpstream:
         if self.policy_version is not None:
             headers["X-AW-Policy-Version"] = str(self.policy_version)
         if body.get("stream") and body.get("model") != "no-stream":
-            return await self._stream(request, body, chat, prompt_ids, choices, headers, number)
+            return await self._stream(request, body, chat, prompt_tokens, choices, headers, number)
         out_choices = []
         completion_tokens = 0
         for i, c in enumerate(choices):
@@ -348,7 +358,7 @@ class FakeUpstream:
             if body.get("return_token_ids"):
                 choice["token_ids"] = ids(toks)
                 if not chat:
-                    choice["prompt_token_ids"] = prompt_ids
+                    choice["prompt_token_ids"] = c["prompt_ids"]
             else:
                 choice["token_ids"] = None
             out_choices.append(choice)
@@ -359,15 +369,15 @@ class FakeUpstream:
             "model": body.get("model") or MODEL,
             "choices": out_choices,
             "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "total_tokens": len(prompt_ids) + completion_tokens,
+                "prompt_tokens": prompt_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
                 "completion_tokens": completion_tokens,
                 "prompt_tokens_details": None,
             },
         }
         if chat:
             resp["prompt_logprobs"] = None
-            resp["prompt_token_ids"] = prompt_ids if body.get("return_token_ids") else None
+            resp["prompt_token_ids"] = prompts[0] if body.get("return_token_ids") else None
         self.finished += 1
         return web.Response(
             body=orjson.dumps(resp), content_type="application/json", headers=headers
@@ -378,7 +388,7 @@ class FakeUpstream:
         request: web.Request,
         body: dict[str, Any],
         chat: bool,
-        prompt_ids: list[int],
+        prompt_tokens: int,
         choices: list[dict[str, Any]],
         headers: dict[str, str],
         number: int,
@@ -407,7 +417,7 @@ class FakeUpstream:
             if slow:
                 await asyncio.sleep(0.05)
 
-        first_extra = {"prompt_token_ids": prompt_ids} if want_ids and chat else {}
+        first_extra = {"prompt_token_ids": choices[0]["prompt_ids"]} if want_ids and chat else {}
         sent = 0
         total = 0
         for i, c in enumerate(choices):
@@ -464,7 +474,7 @@ class FakeUpstream:
                                 "top_logprobs": None,
                             }
                         if want_ids and k == 0:
-                            ch["prompt_token_ids"] = prompt_ids
+                            ch["prompt_token_ids"] = c["prompt_ids"]
                     if want_ids:
                         ch["token_ids"] = ids(piece)
                     k += len(piece)
@@ -488,8 +498,8 @@ class FakeUpstream:
             await send(
                 [],
                 usage={
-                    "prompt_tokens": len(prompt_ids),
-                    "total_tokens": len(prompt_ids) + total,
+                    "prompt_tokens": prompt_tokens,
+                    "total_tokens": prompt_tokens + total,
                     "completion_tokens": total,
                 },
             )

@@ -207,9 +207,13 @@ def _usage_for(body: dict[str, Any], choice: dict[str, Any], n_choices: int, ids
             if isinstance(prompt, list | RawIds):
                 usage["prompt_tokens"] = len(prompt)
         return usage
-    # n > 1: the upstream's usage covers all choices; give each step its own share.
+    # n > 1: the upstream's usage covers all choices; give each step its own share. A
+    # completions batch's choices answer different prompts: vLLM puts each one's ids on it.
     out: dict[str, Any] = {}
-    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+    prompt = choice.get("prompt_token_ids")
+    if isinstance(prompt, list | RawIds):
+        out["prompt_tokens"] = len(prompt)
+    elif isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
         out["prompt_tokens"] = usage["prompt_tokens"]
     if isinstance(ids, list):
         out["completion_tokens"] = len(ids)
@@ -295,6 +299,12 @@ class _OpenAIAdapter:
 
     def strip(self, obj: dict[str, Any], injected: Injected) -> None:
         raise NotImplementedError
+
+    def choice_request(
+        self, request: dict[str, Any], sent: dict[str, Any], choice: int
+    ) -> dict[str, Any]:
+        """The request of choice ``choice``'s step: the call's (one prompt, many answers)."""
+        return request
 
     def stripped(self, obj: dict[str, Any], injected: Injected) -> dict[str, Any]:
         """``strip`` on shallow copies: the parsed body stays whole for the record."""
@@ -436,12 +446,15 @@ class CompletionsAdapter(_OpenAIAdapter):
             and prompt
             and (
                 all(isinstance(p, str) for p in prompt)
-                or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+                or _token_ids(prompt)
+                or all(isinstance(p, list) and p and _token_ids(p) for p in prompt)
             )
         )
         if not ok:
             raise BadRequest(
-                "'prompt' must be a string, a list of strings or a list of token ids", "prompt"
+                "'prompt' must be a string, a list of strings, a list of token ids or a list "
+                "of lists of token ids",
+                "prompt",
             )
         lp = body.get("logprobs")
         if lp is not None and (isinstance(lp, bool) or not isinstance(lp, int)):
@@ -465,21 +478,35 @@ class CompletionsAdapter(_OpenAIAdapter):
     def request_record(
         self, sent: dict[str, Any], injected: Injected, messages: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
+        """The call's request; a batch of prompts is in ``params.prompt_list`` (each choice's
+        step has its own prompt: ``choice_request``)."""
         skip = self._skip | _injected_keys(injected, chat=False)
-        prompt = sent["prompt"]
+        prompts = _prompts(sent["prompt"])
         req: dict[str, Any] = {"params": recorded_params(sent, skip)}
-        if isinstance(prompt, str):
-            req["prompt"] = prompt
-        elif all(isinstance(p, str) for p in prompt):
-            req["prompt"] = prompt[0] if len(prompt) == 1 else "".join(prompt)
-            if len(prompt) > 1:
-                req["params"]["prompt_list"] = prompt
+        if len(prompts) == 1:
+            _record_prompt(req, prompts[0])
         else:
             req["prompt"] = ""
-            req["params"]["prompt_token_ids"] = prompt
+            req["params"]["prompt_list"] = prompts
         if isinstance(sent.get("model"), str):
             req["model"] = sent["model"]
         return req
+
+    def choice_request(
+        self, request: dict[str, Any], sent: dict[str, Any], choice: int
+    ) -> dict[str, Any]:
+        """The request of choice ``choice``'s step: for a batch of prompts, the prompt it
+        answers (choice = prompt index * n + j, as OpenAI and vLLM number them) and its
+        ``params.prompt_index``; else ``request`` itself."""
+        prompts = _prompts(sent["prompt"])
+        k = choice // (sent.get("n") or 1)
+        if len(prompts) == 1 or k >= len(prompts):
+            return request
+        params = {key: v for key, v in request["params"].items() if key != "prompt_list"}
+        params["prompt_index"] = k
+        out = {**request, "params": params}
+        _record_prompt(out, prompts[k])
+        return out
 
     def replies(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         return []  # completions carry no messages: never threaded
@@ -500,6 +527,27 @@ class CompletionsAdapter(_OpenAIAdapter):
             )
             out.append((_choice_index(c, i), response, tokens))
         return out
+
+
+def _token_ids(v: list[Any]) -> bool:
+    return all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+
+
+def _prompts(prompt: Any) -> list[Any]:
+    """A completions ``prompt`` (as ``check`` lets through) as the prompts it holds, each a
+    string or a list of token ids: a list of strings or of token-id lists is a batch."""
+    if isinstance(prompt, str) or isinstance(prompt[0], int):
+        return [prompt]
+    return prompt
+
+
+def _record_prompt(req: dict[str, Any], prompt: str | list[int]) -> None:
+    """One prompt in a request record: its text, or "" and its ``params.prompt_token_ids``."""
+    if isinstance(prompt, str):
+        req["prompt"] = prompt
+    else:
+        req["prompt"] = ""
+        req["params"]["prompt_token_ids"] = prompt
 
 
 def _injected_keys(injected: Injected, *, chat: bool) -> frozenset[str]:

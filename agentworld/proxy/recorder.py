@@ -132,14 +132,17 @@ def ok_steps(
                 error={"type": "upstream_invalid", "message": "the response has no choices"},
             )
         ]
-    multi = len(choices) > 1
+    if len(choices) == 1:
+        _, response, tokens = choices[0]
+        return [_step(base, request=request, response=response, tokens=tokens)]
+    choice_request = call.adapter.choice_request  # a batch of prompts: each choice its own
     return [
         _step(
             base,
-            request=request,
+            request=choice_request(request, call.sent, index),
             response=response,
             tokens=tokens,
-            choice=index if multi else None,
+            choice=index,
         )
         for index, response, tokens in choices
     ]
@@ -159,7 +162,8 @@ def failed_step(
     if partial is not None:
         got = call.adapter.choices(partial)
         if got:
-            _, response, tokens = got[0]
+            index, response, tokens = got[0]
+            request = call.adapter.choice_request(request, call.sent, index)
     return [
         _step(
             _base(call),

@@ -125,6 +125,24 @@ async def test_completions_missing_prompt(proxy):
     assert got == 400 and err["error"]["param"] == "prompt"
 
 
+@pytest.mark.parametrize(
+    ("prompt", "status"),
+    [
+        (b"[[1, 2], [3]]", 200),  # a batch of tokenized prompts, as OpenAI and vLLM take
+        (b'[[1, 2], "x"]', 400),
+        (b"[[1], []]", 400),
+        (b"[[true]]", 400),
+        (b"[]", 400),
+    ],
+)
+async def test_completions_prompt_shapes(proxy, prompt, status):
+    body = b'{"model": "m", "max_tokens": 3, "prompt": ' + prompt + b"}"
+    got, answer = await raw_post(proxy.base_url + "/completions", body)
+    assert got == status
+    if status == 400:
+        assert answer["error"]["param"] == "prompt"
+
+
 async def test_body_too_large_is_413(make_proxy):
     proxy = await make_proxy(max_body_bytes=4096)
     body = b'{"messages": [{"role": "user", "content": "' + b"x" * 8000 + b'"}]}'

@@ -242,6 +242,46 @@ async def test_completions(proxy, pool, stream):
     assert_aligned(step)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "prompt", [["Once upon", "In a galaxy"], [[79, 110], [73, 110, 32]]], ids=["text", "ids"]
+)
+async def test_a_completions_batch_records_each_choice_with_its_prompt(proxy, pool, prompt, stream):
+    """A list of prompts is a batch (OpenAI, vLLM): n choices a prompt, numbered on
+    (choice = prompt index * n + j); each choice's step has the prompt it answers."""
+    c = client(proxy)
+    if stream:
+        s = await c.completions.create(model="m", prompt=prompt, n=2, stream=True)
+        texts: dict[int, str] = {}
+        async for ch in s:
+            for choice in ch.choices:
+                texts[choice.index] = texts.get(choice.index, "") + choice.text
+    else:
+        r = await c.completions.create(model="m", prompt=prompt, n=2)
+        texts = {choice.index: choice.text for choice in r.choices}
+    assert sorted(texts) == [0, 1, 2, 3]
+    await c.close()
+    await proxy.stop()
+    steps = sorted(steps_of(pool), key=lambda s: s["choice"])
+    assert [s["choice"] for s in steps] == [0, 1, 2, 3]
+    for s in steps:
+        k = s["choice"] // 2
+        asked = prompt[k]
+        prompt_ids = [ord(ch) for ch in asked] if isinstance(asked, str) else asked
+        assert s["request"]["params"]["prompt_index"] == k
+        assert "prompt_list" not in s["request"]["params"]
+        if isinstance(asked, str):
+            assert s["request"]["prompt"] == asked
+        else:
+            assert s["request"]["params"]["prompt_token_ids"] == asked
+        assert s["response"]["text"] == texts[s["choice"]]
+        assert s["tokens"]["prompt_ids"] == prompt_ids
+        assert s["response"]["usage"]["prompt_tokens"] == len(prompt_ids)
+        assert_aligned(s)
+    if isinstance(prompt[0], str):
+        assert steps[2]["response"]["text"] == "ok 0: In a galaxy"
+
+
 async def test_openai_engine_records_messages_only(make_proxy, pool, fake):
     proxy = await make_proxy(UpstreamConfig.single(fake[1], engine="openai"))
     c = client(proxy)
