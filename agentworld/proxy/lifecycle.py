@@ -25,7 +25,7 @@ from agentworld.proxy.app import (
 )
 from agentworld.proxy.protocols import normalise_message
 from agentworld.proxy.recorder import RecordFailed
-from agentworld.proxy.trajectories import Trajectory
+from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 
 log = logging.getLogger("agentworld.proxy")
 
@@ -243,7 +243,12 @@ async def set_reward(request: web.Request) -> web.Response:
     ):
         raise BadRequest("'choice' must be an integer >= 0", "choice")
     if isinstance(step, str) and step:
-        ids = [check_name(step, "step")]
+        sid = check_name(step, "step")
+        if t is not None and any(sid in ids for ids in t.step_ids.values()):
+            ids = [sid]
+        else:  # an ended trajectory, one restored after a restart, or not its step: ask the index
+            rows = await asyncio.to_thread(_indexed_steps, st, tid)
+            ids = [r["id"] for r in rows if r["id"] == sid]
     elif isinstance(step, int) and not isinstance(step, bool) and step >= 0:
         if t is not None and step in t.step_ids:
             ids = list(t.step_ids[step])  # in choice order
@@ -393,6 +398,7 @@ async def whitebox_step(request: web.Request) -> web.Response:
     except RecordError as exc:
         st.stats.error("bad_request")
         raise BadRequest(f"invalid step: {exc}", exc.field) from None
+    _claim(t, index, rec.get("choice"), rec["id"])
     t.next_index = max(t.next_index, index + 1)
     st.registry.touch(t)
     if isinstance(pv, int):
@@ -402,6 +408,11 @@ async def whitebox_step(request: web.Request) -> web.Response:
     try:
         await st.recorder.steps(t, [rec])
     except RecordFailed as exc:
+        claimed = t.step_ids.get(index, [])
+        if rec["id"] in claimed:  # not recorded: the index is free for the agent's retry
+            claimed.remove(rec["id"])
+            if not claimed:
+                del t.step_ids[index]
         return error_response(
             503, f"the step could not be recorded durably: {exc}", "service_unavailable"
         )
@@ -409,6 +420,30 @@ async def whitebox_step(request: web.Request) -> web.Response:
         t.call_landed()
     st.stats.whitebox_steps += 1
     return _json({"id": rec["id"], "trajectory": t.id, "index": index})
+
+
+def _claim(t: Trajectory, index: int, choice: int | None, step_id: str) -> None:
+    """Take step ``index`` of ``t`` for a white-box step, or a 409 if a step has it already.
+
+    Another choice of a step index is taken in order, as a call with ``n`` > 1
+    records its choices: a reward by index and choice finds the step by its place
+    among the index's step ids. The claim is made before the step is written, so
+    two steps sent at once cannot both take it. (An index a proxied call still in
+    flight was given is not known to be taken until its step is recorded.)
+    """
+    taken = t.step_ids.get(index)
+    if taken and choice != len(taken):
+        what = f"step {index}" if choice is None else f"step {index} choice {choice}"
+        raise BadRequest(
+            f"trajectory {t.id!r} already has {what} ({len(taken)} recorded; another"
+            f" choice of it is sent as choice {len(taken)})",
+            "index",
+            409,
+        )
+    if taken:
+        taken.append(step_id)
+    elif len(t.step_ids) < MAX_STEP_IDS:
+        t.step_ids[index] = [step_id]
 
 
 # -- policy, health, stats ------------------------------------------------------------------

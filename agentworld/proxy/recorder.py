@@ -244,8 +244,12 @@ class Recorder:
                 rec["metadata"] = {**(rec.get("metadata") or {}), "proxy": self.instance}
             await self._append(rec)
             t.steps += 1
-            if len(t.step_ids) < MAX_STEP_IDS:
-                t.step_ids.setdefault(rec["index"], []).append(rec["id"])
+            ids = t.step_ids.get(rec["index"])
+            if ids is None:
+                if len(t.step_ids) < MAX_STEP_IDS:
+                    t.step_ids[rec["index"]] = [rec["id"]]
+            elif rec["id"] not in ids:  # a white-box step claims its place before it is written
+                ids.append(rec["id"])
             self.stats.step(rec["status"], *step_tokens(rec))
 
     async def end(self, t: Trajectory, rec: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
-"""The /aw/ lifecycle endpoints at their edges: an end while calls are in flight, the state of
-ended trajectories."""
+"""The /aw/ lifecycle endpoints at their edges: an end while calls are in flight, rewards and
+white-box steps naming steps, the state of ended trajectories."""
 
 from __future__ import annotations
 
@@ -172,6 +172,74 @@ async def test_the_recorder_writes_no_step_after_its_trajectorys_end(strict):
         await recorder.steps(t, [late])
     assert [r["id"] for r in writer.lines] == ["en_1"]
     assert t.steps == 0 and stats.errors["record"] == 1
+
+
+# -- rewards and white-box steps name steps of their trajectory ------------------------------
+
+
+async def test_a_reward_for_a_step_id_that_is_not_the_trajectorys_is_a_404(proxy, pool):
+    """Each was a 200, and a label for a step that does not exist, or for another trajectory's."""
+    tid, url = await created(proxy)
+    other, _ = await created(proxy)
+    for t in (tid, other):
+        c = client(proxy.trajectory_url(t))
+        await c.chat.completions.create(model="m", messages=HELLO)
+        await c.close()
+    own = proxy.state.registry.open[tid].step_ids[0][0]
+    foreign = proxy.state.registry.open[other].step_ids[0][0]
+    for target, step in [
+        (url, foreign),
+        (url, "st_typo"),
+        (f"{proxy.url}/aw/trajectories/tr_doesnotexist", "st_typo"),
+    ]:
+        status, body = await post(target + "/reward", {"reward": 0.9, "step": step})
+        assert status == 404, (target, step, body)
+        assert repr(step) in body["error"]["message"] and body["error"]["param"] == "step"
+    status, body = await post(url + "/reward", {"reward": 0.9, "step": own})
+    assert status == 200 and body["labelled"] == [f"step:{own}"]
+    status, _ = await post(url + "/complete", {})
+    assert status == 200
+    # Ended: the index knows its steps.
+    status, body = await post(url + "/reward", {"reward": 0.5, "step": own})
+    assert status == 200 and body["labelled"] == [f"step:{own}"]
+    status, body = await post(url + "/reward", {"reward": 0.5, "step": foreign})
+    assert status == 404 and repr(foreign) in body["error"]["message"]
+    await proxy.stop()
+    labelled = {k for k in pool.labels.effective() if k.startswith("step:")}
+    assert labelled == {f"step:{own}"}
+
+
+async def test_a_white_box_step_index_already_taken_is_a_409(proxy, pool):
+    tid, _ = await created(proxy, agent="wb")
+    step = {"trajectory": tid, "index": 0, "messages": HELLO, "completion": "4"}
+    status, body = await post(proxy.url + "/aw/steps", step)
+    assert status == 200 and body["index"] == 0, body
+    for again in (step, {**step, "choice": 0}):
+        status, body = await post(proxy.url + "/aw/steps", again)
+        assert status == 409, (again, body)
+        assert repr(tid) in body["error"]["message"] and "step 0" in body["error"]["message"]
+        assert body["error"]["param"] == "index"
+    status, body = await post(proxy.url + "/aw/steps", {**step, "choice": 1})
+    assert status == 200  # another choice of it, in order
+    status, body = await post(proxy.url + "/aw/steps", {**step, "choice": 1})
+    assert status == 409 and "choice 1" in body["error"]["message"]
+    # A proxied call takes the next index; a white-box step cannot take it again.
+    c = client(proxy.trajectory_url(tid))
+    r = await c.with_raw_response.chat.completions.create(model="m", messages=HELLO)
+    await c.close()
+    assert r.headers["X-AW-Step"] == "1"
+    status, body = await post(proxy.url + "/aw/steps", {**step, "index": 1})
+    assert status == 409 and "step 1" in body["error"]["message"]
+    status, body = await post(proxy.url + "/aw/steps", {**step, "index": None})
+    assert status == 200 and body["index"] == 2
+    # Two sent at once for one new index: the first claims it before it is written.
+    sent = await asyncio.gather(
+        *(post(proxy.url + "/aw/steps", {**step, "index": 5}) for _ in range(2))
+    )
+    assert sorted(status for status, _ in sent) == [200, 409]
+    await proxy.stop()
+    taken = sorted((s["index"], s.get("choice", -1)) for s in steps_of(pool))
+    assert taken == [(0, -1), (0, 1), (1, -1), (2, -1), (5, -1)]
 
 
 # -- the state of ended trajectories ----------------------------------------------------------
