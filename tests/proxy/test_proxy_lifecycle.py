@@ -1,11 +1,12 @@
 """The /aw/ lifecycle endpoints at their edges: an end while calls are in flight, rewards and
-white-box steps naming steps, the state of ended trajectories."""
+white-box steps naming steps, the state of ended trajectories, refusals an SDK must not retry."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
@@ -264,3 +265,34 @@ async def test_the_state_of_an_ended_trajectory_is_how_it_ended(make_proxy, pool
     again = await make_proxy()
     status, state = await get(f"{again.url}/aw/trajectories/{tid}")
     assert status == 200 and want.items() <= state.items(), state
+
+
+# -- refusals an SDK must not retry -------------------------------------------------------------
+
+
+async def test_the_proxys_own_404s_and_409s_tell_sdks_not_to_retry(proxy):
+    """openai-python retried each 409 twice (about 1.5 s) before raising ConflictError."""
+    tid, url = await created(proxy)
+    status, _ = await post(url + "/complete", {})
+    assert status == 200
+    c = openai.AsyncOpenAI(base_url=proxy.trajectory_url(tid), api_key="k", max_retries=2)
+    with pytest.raises(openai.ConflictError):
+        await c.chat.completions.create(model="m", messages=HELLO)
+    await c.close()
+    assert proxy.state.stats.by_route[("openai.chat", 409)] == 1  # asked once, not three times
+    async with aiohttp.ClientSession() as h:
+        for method, path, body in [
+            ("POST", f"/t/{tid}/v1/chat/completions", {"model": "m", "messages": HELLO}),
+            ("POST", f"/t/{tid}/v1/messages", {"model": "m", "max_tokens": 9, "messages": HELLO}),
+            ("POST", f"/t/{tid}/v1/messages/count_tokens", {"model": "m", "messages": HELLO}),
+            ("POST", "/t/tr_nope/v1/chat/completions", {"model": "m", "messages": HELLO}),
+            ("POST", f"/aw/trajectories/{tid}/complete", {}),
+            ("POST", "/aw/trajectories", {"trajectory": tid}),
+            ("GET", "/aw/trajectories/tr_nope", None),
+            ("POST", "/aw/steps", {"trajectory": "tr_nope"}),
+        ]:
+            async with h.request(method, proxy.url + path, json=body) as r:
+                assert r.status in (404, 409), (path, await r.text())
+                assert r.headers.get("x-should-retry") == "false", (path, r.headers)
+        async with h.post(proxy.url + "/aw/trajectories", json={"agent": 7}) as r:
+            assert r.status == 400 and "x-should-retry" not in r.headers
