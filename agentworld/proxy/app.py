@@ -65,6 +65,16 @@ class State:
 STATE: web.AppKey[State] = web.AppKey("agentworld_proxy_state", State)
 
 
+def refusal_headers(status: int) -> dict[str, str] | None:
+    """The headers of the proxy's own refusal of a request (a BadRequest) with ``status``.
+
+    The OpenAI and Anthropic SDKs retry a 409 (and 408, 429, 5xx) unless the answer
+    says not to; a 404 or 409 of the proxy's (an unknown or ended trajectory, an id or
+    step index already taken) would come back the same, so it says not to.
+    """
+    return {"x-should-retry": "false"} if status in (404, 409) else None
+
+
 def error_response(
     status: int,
     message: str,
@@ -82,7 +92,9 @@ def error_response(
 
 def bad_request(exc: BadRequest) -> web.Response:
     kind = "invalid_request_error" if exc.status != 404 else "not_found_error"
-    return error_response(exc.status, exc.message, kind, exc.param)
+    return error_response(
+        exc.status, exc.message, kind, exc.param, headers=refusal_headers(exc.status)
+    )
 
 
 async def read_json(request: web.Request, limit: int, timeout_s: float) -> dict[str, Any]:

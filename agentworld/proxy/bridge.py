@@ -21,7 +21,15 @@ from aiohttp import web
 
 from agentworld import raw_ids
 from agentworld.proxy import upstream_json
-from agentworld.proxy.app import STATE, agent_for, get_trajectory, identify, read_json, upstream_of
+from agentworld.proxy.app import (
+    STATE,
+    agent_for,
+    get_trajectory,
+    identify,
+    read_json,
+    refusal_headers,
+    upstream_of,
+)
 from agentworld.proxy.bridge_calls import (
     Ctx,
     answer,
@@ -141,7 +149,14 @@ async def generate(request: web.Request, adapter: ProtocolAdapter) -> web.Stream
         if exc.status != 408:  # the errors middleware counts that one as agent_timeout
             st.stats.error("bad_request")
         st.stats.request(adapter.protocol, exc.status)
-        return error_response(adapter, exc.status, exc.message, exc.param, code=exc.code)
+        return error_response(
+            adapter,
+            exc.status,
+            exc.message,
+            exc.param,
+            headers=refusal_headers(exc.status),
+            code=exc.code,
+        )
 
     metadata["protocol_mode"] = mode
     request_record: dict[str, Any] = {"messages": messages, "params": adapter.params(body)}

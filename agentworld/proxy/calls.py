@@ -183,7 +183,7 @@ async def served(
 def call_ended(st: State, call: Call, prompt_key: bytes | None) -> None:
     """Bookkeeping once a generation call is over, however it ended."""
     t = call.trajectory
-    t.inflight -= 1
+    t.call_landed()
     st.registry.touch(t)
     if not t.thread_keys and t.threaded:  # no answer: a retry must find it again
         st.registry.resume_thread(t, prompt_key)

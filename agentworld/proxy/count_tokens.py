@@ -19,7 +19,15 @@ import orjson
 from aiohttp import web
 
 from agentworld.proxy import anthropic as am
-from agentworld.proxy.app import STATE, agent_for, get_trajectory, identify, read_json, upstream_of
+from agentworld.proxy.app import (
+    STATE,
+    agent_for,
+    get_trajectory,
+    identify,
+    read_json,
+    refusal_headers,
+    upstream_of,
+)
 from agentworld.proxy.bridge_calls import error_response
 from agentworld.proxy.calls import upstream_error_message
 from agentworld.proxy.config import UpstreamConfig
@@ -77,7 +85,9 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         if exc.status != 408:  # the errors middleware counts that one as agent_timeout
             st.stats.error("bad_request")
         st.stats.request(ROUTE, exc.status)
-        return _error(exc.status, exc.message)
+        return error_response(
+            MESSAGES, exc.status, exc.message, headers=refusal_headers(exc.status)
+        )
     url = base + TOKENIZE
     headers = upstream_headers(
         request.headers, api_key, forward_client_auth=not st.config.auth_token

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import orjson
@@ -26,11 +25,13 @@ from agentworld.proxy.app import (
 )
 from agentworld.proxy.protocols import normalise_message
 from agentworld.proxy.recorder import RecordFailed
-from agentworld.proxy.trajectories import Trajectory
+from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 
 log = logging.getLogger("agentworld.proxy")
 
-COMPLETE_WAIT_S = 30.0  # how long /complete waits for the trajectory's calls in flight
+# How long /complete waits, unless told (``wait_s``), for the trajectory's calls in flight
+# to land before it answers that the end is pending.
+COMPLETE_WAIT_S = 30.0
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
@@ -76,7 +77,7 @@ def _metadata(v: Any) -> dict[str, Any] | None:
     return v or None
 
 
-async def end_trajectory(
+def close_trajectory(
     st: State,
     t: Trajectory,
     status: str,
@@ -85,8 +86,8 @@ async def end_trajectory(
     error: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Close a trajectory and write its end record (RecordError, and the trajectory stays
-    open, if that record would be invalid)."""
+    """Close a trajectory to new calls and make its end record, for ``write_end`` (RecordError,
+    and the trajectory stays open, if that record would be invalid)."""
     rec = records.make_end(
         **t.common(),
         status=status,
@@ -97,10 +98,34 @@ async def end_trajectory(
         metadata=metadata if metadata is not None else t.metadata,
     )
     records.validate(rec)
+    t.reward = rec.get("reward")
     st.registry.close(t.id, status)
     st.stats.ended(status)
+    return rec
+
+
+async def write_end(st: State, t: Trajectory, rec: dict[str, Any]) -> None:
+    """Write a closed trajectory's end record once its calls in flight have recorded their
+    steps (``Recorder.end``); RecordFailed in strict mode when it cannot be written."""
     assert st.recorder is not None
-    await st.recorder.end(rec)
+    try:
+        await st.recorder.end(t, rec)
+    finally:
+        st.registry.ended(t.id)
+
+
+async def end_trajectory(
+    st: State,
+    t: Trajectory,
+    status: str,
+    *,
+    reward: float | None = None,
+    error: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Close a trajectory and write its end record (``close_trajectory``, ``write_end``)."""
+    rec = close_trajectory(st, t, status, reward=reward, error=error, metadata=metadata)
+    await write_end(st, t, rec)
     return rec
 
 
@@ -142,20 +167,59 @@ async def create_trajectory(request: web.Request) -> web.Response:
 
 
 async def get_trajectory_state(request: web.Request) -> web.Response:
+    """GET /aw/trajectories/<id>: an open trajectory's state, or how a closed one ended.
+
+    ``status`` is ``open`` or the end status (as in the pool); ``end`` says whether
+    a closed one's end record is ``written`` or ``pending`` (its calls in flight).
+    """
     st = request.app[STATE]
-    t = get_trajectory(st, request.match_info["trajectory"])
+    tid = request.match_info["trajectory"]
+    t = st.registry.open.get(tid)
+    if t is not None:
+        return _json(
+            {
+                "trajectory": t.id,
+                "agent": t.agent,
+                "group": t.group,
+                "task": t.task,
+                "status": "open",
+                "steps": t.steps,
+                "next_index": t.next_index,
+                "inflight": t.inflight,
+                "threaded": t.threaded,
+                "reward": t.reward,
+            }
+        )
+    t = st.registry.ending.get(tid)
+    if t is not None:
+        return _json(
+            {
+                "trajectory": t.id,
+                "agent": t.agent,
+                "group": t.group,
+                "task": t.task,
+                "status": st.registry.closed.get(tid),
+                "end": "pending",
+                "steps": t.steps,
+                "inflight": t.inflight,
+                "reward": t.reward,
+            }
+        )
+    end = await asyncio.to_thread(lambda: _fresh_index(st).end(tid))
+    if end is None:
+        if tid in st.registry.closed:  # closed here, its end record not stored (logged)
+            return _json({"trajectory": tid, "status": st.registry.closed[tid], "end": "missing"})
+        raise BadRequest(f"unknown trajectory {tid!r}", "trajectory", 404)
     return _json(
         {
-            "trajectory": t.id,
-            "agent": t.agent,
-            "group": t.group,
-            "task": t.task,
-            "status": "open",
-            "steps": t.steps,
-            "next_index": t.next_index,
-            "inflight": t.inflight,
-            "threaded": t.threaded,
-            "reward": t.reward,
+            "trajectory": tid,
+            "agent": end["agent"],
+            "group": end["grp"],
+            "task": end["task"],
+            "status": end["status"],
+            "end": "written",
+            "steps": end["steps"],
+            "reward": end["reward"],
         }
     )
 
@@ -179,7 +243,12 @@ async def set_reward(request: web.Request) -> web.Response:
     ):
         raise BadRequest("'choice' must be an integer >= 0", "choice")
     if isinstance(step, str) and step:
-        ids = [check_name(step, "step")]
+        sid = check_name(step, "step")
+        if t is not None and any(sid in ids for ids in t.step_ids.values()):
+            ids = [sid]
+        else:  # an ended trajectory, one restored after a restart, or not its step: ask the index
+            rows = await asyncio.to_thread(_indexed_steps, st, tid)
+            ids = [r["id"] for r in rows if r["id"] == sid]
     elif isinstance(step, int) and not isinstance(step, bool) and step >= 0:
         if t is not None and step in t.step_ids:
             ids = list(t.step_ids[step])  # in choice order
@@ -199,10 +268,10 @@ async def set_reward(request: web.Request) -> web.Response:
     return await _label(st, [f"step:{i}" for i in ids], reward, tid)
 
 
-def _indexed_steps(st: State, tid: str) -> list[dict[str, Any]]:
-    """The trajectory's steps in the pool's index, the ones this proxy appended included.
+def _fresh_index(st: State) -> Any:
+    """The pool's index with every record this proxy appended, for looking up ended trajectories.
 
-    In batched durability a step can still be queued in the writer (up to
+    In batched durability a record can still be queued in the writer (up to
     ``commit_interval_s``): it is written out first, or a reward sent right after
     ``complete`` could miss the step it names.
     """
@@ -211,7 +280,12 @@ def _indexed_steps(st: State, tid: str) -> list[dict[str, Any]]:
             st.writer.flush()
         except PoolError as exc:  # what did reach the pool can still be found
             log.warning("flushing the pool writer before an index lookup failed: %s", exc)
-    return st.pool.index().steps(tid)
+    return st.pool.index()
+
+
+def _indexed_steps(st: State, tid: str) -> list[dict[str, Any]]:
+    """The trajectory's steps in the pool's index, the ones this proxy appended included."""
+    return _fresh_index(st).steps(tid)
 
 
 async def _label(st: State, targets: list[str], reward: float, tid: str) -> web.Response:
@@ -227,31 +301,43 @@ async def _label(st: State, targets: list[str], reward: float, tid: str) -> web.
 
 
 async def complete(request: web.Request) -> web.Response:
-    """POST /aw/trajectories/<id>/complete {status?, reward?, error?, metadata?}: writes the end record."""
+    """POST /aw/trajectories/<id>/complete {status?, reward?, error?, metadata?, wait_s?}.
+
+    The trajectory takes no call from here on. Its end record is written once the
+    calls still in flight have recorded their steps, so it always comes after them
+    and counts them: the answer waits for that up to ``wait_s`` (200, ``end:
+    written``), then says the end is pending (202, ``end: pending``, ``inflight``).
+    """
     st = request.app[STATE]
-    t = get_trajectory(st, request.match_info["trajectory"])
     body = await _body(request, optional=True)
+    t = get_trajectory(st, request.match_info["trajectory"])  # no wait from here to closing it
     status = body.get("status", "done")
     if not isinstance(status, str) or status not in records.END_STATUSES:
         raise BadRequest(f"'status' must be one of {sorted(records.END_STATUSES)}", "status")
     reward = _number(body["reward"], "reward") if body.get("reward") is not None else None
     error, metadata = _error_field(body.get("error")), _metadata(body.get("metadata"))
-    deadline = time.monotonic() + COMPLETE_WAIT_S
-    while t.inflight and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)  # let calls in flight land their steps before the end record
-    if t.id not in st.registry.open:
-        raise BadRequest(f"trajectory {t.id!r} has ended", "trajectory", 409)
+    wait_s = body.get("wait_s", COMPLETE_WAIT_S)
+    if _number(wait_s, "wait_s") < 0:
+        raise BadRequest("'wait_s' must be a number >= 0", "wait_s")
     try:
-        rec = await end_trajectory(st, t, status, reward=reward, error=error, metadata=metadata)
+        rec = close_trajectory(st, t, status, reward=reward, error=error, metadata=metadata)
     except RecordError as exc:
         raise BadRequest(f"invalid end record: {exc}", exc.field) from None
-    except RecordFailed as exc:
+    assert st.recorder is not None
+    # A task of its own: the end is written even if this request stops waiting for it.
+    ending = st.recorder.background(write_end(st, t, rec))
+    done, _ = await asyncio.wait((ending,), timeout=wait_s if t.inflight else None)
+    answer = {"trajectory": t.id, "status": status, "reward": rec.get("reward")}
+    if not done:
+        return _json({**answer, "steps": t.steps, "end": "pending", "inflight": t.inflight}, 202)
+    failed = ending.exception()
+    if isinstance(failed, RecordFailed):
         return error_response(
-            503, f"the end record could not be stored: {exc}", "service_unavailable"
+            503, f"the end record could not be stored: {failed}", "service_unavailable"
         )
-    return _json(
-        {"trajectory": t.id, "status": status, "steps": rec["steps"], "reward": rec.get("reward")}
-    )
+    if failed is not None:
+        raise failed
+    return _json({**answer, "steps": rec["steps"], "end": "written"})
 
 
 async def whitebox_step(request: web.Request) -> web.Response:
@@ -312,19 +398,52 @@ async def whitebox_step(request: web.Request) -> web.Response:
     except RecordError as exc:
         st.stats.error("bad_request")
         raise BadRequest(f"invalid step: {exc}", exc.field) from None
+    _claim(t, index, rec.get("choice"), rec["id"])
     t.next_index = max(t.next_index, index + 1)
     st.registry.touch(t)
     if isinstance(pv, int):
         t.policy_version = pv
     assert st.recorder is not None
+    t.inflight += 1  # a complete meanwhile writes the end record after this step
     try:
         await st.recorder.steps(t, [rec])
     except RecordFailed as exc:
+        claimed = t.step_ids.get(index, [])
+        if rec["id"] in claimed:  # not recorded: the index is free for the agent's retry
+            claimed.remove(rec["id"])
+            if not claimed:
+                del t.step_ids[index]
         return error_response(
             503, f"the step could not be recorded durably: {exc}", "service_unavailable"
         )
+    finally:
+        t.call_landed()
     st.stats.whitebox_steps += 1
     return _json({"id": rec["id"], "trajectory": t.id, "index": index})
+
+
+def _claim(t: Trajectory, index: int, choice: int | None, step_id: str) -> None:
+    """Take step ``index`` of ``t`` for a white-box step, or a 409 if a step has it already.
+
+    Another choice of a step index is taken in order, as a call with ``n`` > 1
+    records its choices: a reward by index and choice finds the step by its place
+    among the index's step ids. The claim is made before the step is written, so
+    two steps sent at once cannot both take it. (An index a proxied call still in
+    flight was given is not known to be taken until its step is recorded.)
+    """
+    taken = t.step_ids.get(index)
+    if taken and choice != len(taken):
+        what = f"step {index}" if choice is None else f"step {index} choice {choice}"
+        raise BadRequest(
+            f"trajectory {t.id!r} already has {what} ({len(taken)} recorded; another"
+            f" choice of it is sent as choice {len(taken)})",
+            "index",
+            409,
+        )
+    if taken:
+        taken.append(step_id)
+    elif len(t.step_ids) < MAX_STEP_IDS:
+        t.step_ids[index] = [step_id]
 
 
 # -- policy, health, stats ------------------------------------------------------------------

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,17 +234,37 @@ class Recorder:
         self._background: set[asyncio.Task[None]] = set()
 
     async def steps(self, t: Trajectory, recs: list[dict[str, Any]]) -> None:
-        """Append step records; raise RecordFailed only in strict mode."""
+        """Append step records; raise RecordFailed only in strict mode.
+
+        Never after the trajectory's end record: readers drop steps past it. ``end``
+        waits for the calls in flight, so only a step from outside any call could come
+        so late; it is refused (logged and counted as a recording failure).
+        """
         for rec in recs:
+            if t.end_written:
+                self._failed(rec, "its trajectory's end record is already written")
+                continue
             if self.instance is not None:
                 rec["metadata"] = {**(rec.get("metadata") or {}), "proxy": self.instance}
             await self._append(rec)
             t.steps += 1
-            if len(t.step_ids) < MAX_STEP_IDS:
-                t.step_ids.setdefault(rec["index"], []).append(rec["id"])
+            ids = t.step_ids.get(rec["index"])
+            if ids is None:
+                if len(t.step_ids) < MAX_STEP_IDS:
+                    t.step_ids[rec["index"]] = [rec["id"]]
+            elif rec["id"] not in ids:  # a white-box step claims its place before it is written
+                ids.append(rec["id"])
             self.stats.step(rec["status"], *step_tokens(rec))
 
-    async def end(self, rec: dict[str, Any]) -> None:
+    async def end(self, t: Trajectory, rec: dict[str, Any]) -> None:
+        """Append the end record of ``t`` (closed: no call starts on it any more) once its
+        calls in flight have recorded their steps: it comes after all of them, and its
+        ``steps`` counts them."""
+        if t.inflight:
+            await t.settled()
+            rec["ended_at"] = time.time()  # when its last call landed
+        rec["steps"] = t.steps
+        t.end_written = True
         await self._append(rec)
 
     async def _append(self, rec: dict[str, Any]) -> None:
@@ -261,29 +282,56 @@ class Recorder:
                         self.stats.error("upstream_invalid")
                     log.warning("step %s: left out what the upstream sent: %s", rec.get("id"), exc)
         except (AgentWorldError, OSError, ValueError, TypeError) as exc:
-            self.stats.error("record")
-            log.error(
-                "recording %s %s of trajectory %s failed: %s",
-                rec.get("kind"),
-                rec.get("id"),
-                rec.get("trajectory"),
-                exc,
-            )
-            if self.strict:
-                raise RecordFailed(str(exc)) from exc
+            self._failed(rec, exc)
+
+    def _failed(self, rec: dict[str, Any], why: Exception | str) -> None:
+        """A record that could not be written: counted and logged; RecordFailed in strict mode."""
+        self.stats.error("record")
+        log.error(
+            "recording %s %s of trajectory %s failed: %s",
+            rec.get("kind"),
+            rec.get("id"),
+            rec.get("trajectory"),
+            why,
+        )
+        if self.strict:
+            raise RecordFailed(str(why)) from (why if isinstance(why, Exception) else None)
 
     def later(self, t: Trajectory, recs: list[dict[str, Any]]) -> None:
-        """Record from a context that is being cancelled (the task outlives the handler)."""
-        task = asyncio.get_running_loop().create_task(self._quiet(t, recs))
+        """Record from a context that is being cancelled (the task outlives the handler).
+
+        Until its steps are recorded, it counts as a call in flight on ``t``: the
+        trajectory's end record waits for them (``end``).
+        """
+        t.inflight += 1
+        self.background(self._quiet(t, recs))
+
+    def background(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``work`` in a task that outlives the request that started it (``drain`` awaits
+        it). A RecordFailed it ends with was logged when it was raised."""
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved, so asyncio does not report it again
+        if exc is not None and not isinstance(exc, RecordFailed):
+            log.error("recording in the background failed", exc_info=exc)
 
     async def _quiet(self, t: Trajectory, recs: list[dict[str, Any]]) -> None:
         try:
             await self.steps(t, recs)
         except RecordFailed:
             pass
+        finally:
+            t.call_landed()
 
     async def drain(self) -> None:
+        """Shutdown: await the work in the background (the steps of cancelled calls, and the
+        end records that wait for them)."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)

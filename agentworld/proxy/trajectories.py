@@ -6,6 +6,7 @@ a restart ``restore`` rebuilds this registry from the pool index.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import itertools
@@ -69,6 +70,8 @@ class Trajectory:
     step_ids: dict[int, list[str]] = field(default_factory=dict)
     # Where a threaded conversation branched off another's step (``Registry.fork_point``).
     forked_from: dict[str, Any] | None = None
+    end_written: bool = False  # its end record went to the writer: no step may follow it
+    _landed: asyncio.Event | None = field(default=None, repr=False)  # wakes ``settled``
 
     def common(self) -> dict[str, Any]:
         """Fields every record of this trajectory carries."""
@@ -80,6 +83,19 @@ class Trajectory:
             "split": self.split,
             "task": self.task,
         }
+
+    def call_landed(self) -> None:
+        """A call's steps are recorded (or it has none to record): one call fewer in flight."""
+        self.inflight -= 1
+        if not self.inflight and self._landed is not None:
+            self._landed.set()
+
+    async def settled(self) -> None:
+        """Return once no call of this trajectory is in flight (its steps all recorded)."""
+        while self.inflight:
+            if self._landed is None or self._landed.is_set():
+                self._landed = asyncio.Event()
+            await self._landed.wait()
 
 
 def _chain(prev: bytes, message: dict[str, Any]) -> bytes:
@@ -122,6 +138,8 @@ class Registry:
     def __init__(self, *, max_open: int = 100_000, max_fork_points: int = MAX_FORK_POINTS) -> None:
         self.open: OrderedDict[str, Trajectory] = OrderedDict()  # least recently active first
         self.closed: OrderedDict[str, str] = OrderedDict()  # id -> end status
+        # closed, their end records waiting for their calls in flight (``close``, ``ended``)
+        self.ending: dict[str, Trajectory] = {}
         # continuation key -> the open trajectories that can continue there, in the order
         # they got there (a dict as an ordered set: taking or closing one is O(1) however
         # many twins, rollouts of one task that got the same answers, share a key)
@@ -166,8 +184,10 @@ class Registry:
         return t
 
     def close(self, tid: str, status: str) -> Trajectory:
-        """Remove an open trajectory; the caller writes its end record."""
+        """Remove an open trajectory: no call joins it any more. It is ``ending`` until the
+        caller has written its end record (``ended``), after its calls in flight."""
         t = self.open.pop(tid)
+        self.ending[tid] = t
         if t.slot is not None:
             self._slot_load[t.agent][t.slot] -= 1
         self._forget_keys(t)
@@ -176,6 +196,10 @@ class Registry:
             self.closed.popitem(last=False)
         self.done_count += 1
         return t
+
+    def ended(self, tid: str) -> None:
+        """A closed trajectory's end record is written (or could not be): it is not ``ending``."""
+        self.ending.pop(tid, None)
 
     def over_capacity(self) -> list[Trajectory]:
         """Least recently active trajectories beyond ``max_open``, no call in flight on them
