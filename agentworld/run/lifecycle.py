@@ -37,6 +37,7 @@ class ProxyClient:
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.token = token
+        self.timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
@@ -123,8 +124,15 @@ class ProxyClient:
         error: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """POST /aw/trajectories/<id>/complete: the proxy writes the end record."""
+        """POST /aw/trajectories/<id>/complete: the proxy writes the end record.
+
+        The proxy writes it once the trajectory's calls in flight have recorded their
+        steps; it is asked to wait for that no longer than half this client's timeout
+        (then it answers that the end is pending, and writes it all the same), so a
+        call still running upstream does not fail the episode's ending.
+        """
         body = {"status": status, "reward": reward, "error": error, "metadata": metadata}
+        body["wait_s"] = self.timeout_s / 2
         return await self._call(
             "POST",
             f"/aw/trajectories/{trajectory}/complete",

@@ -93,6 +93,7 @@ async def test_math_agent_rollouts_are_scored_grouped_and_completed(tmp_path, fa
         assert created["group"] == r.group and created["steps"] == 2
         done = fake_proxy.completed[r.trajectory]
         assert done["status"] == "done" and done["reward"] == r.reward
+        assert 0 < done["wait_s"] < 30  # the end may wait for a call: not past the client's timeout
         assert done["metadata"]["ended_by"] == "tool" and done["metadata"]["answer"] == r.answer
     assert summary["reward_mean"] == pytest.approx(2 / 3)
     assert summary["success_rate"] == pytest.approx(2 / 3)
