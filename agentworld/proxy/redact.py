@@ -54,6 +54,10 @@ SCHEMA_NAME_MAPS = frozenset(
         "dependentRequired",
     }
 )
+# Lists of settings, not conversation, searched as objects are: a tool or server that the
+# model's host reaches carries its credential (an MCP tool's ``authorization`` and
+# ``headers``, an Anthropic MCP server's ``authorization_token``).
+SETTINGS_LISTS = frozenset({"tools", "mcp_servers"})
 # How deep objects within objects are searched; one nested deeper is left out whole.
 MAX_DEPTH = 32
 
@@ -81,9 +85,10 @@ def _names_credential(name: str) -> bool:
 def without_secrets(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` itself when it holds no credential field, else a copy without them.
 
-    Objects within objects are searched too (``metadata.api_key``), but not lists:
-    messages, their content and tools are lists, and stay as sent. Nor are the
-    names a JSON schema chose (``SCHEMA_NAME_MAPS``).
+    Objects within objects are searched too (``metadata.api_key``), and the objects
+    of a list of settings (``SETTINGS_LISTS``: tools, MCP servers); other lists (the
+    messages and their content) stay as sent. So do the names a JSON schema chose
+    (``SCHEMA_NAME_MAPS``: a tool parameter called ``password``).
     """
     return _clean(body, 0)
 
@@ -97,6 +102,8 @@ def recorded_params(body: dict[str, Any], skip: frozenset[str]) -> dict[str, Any
             continue
         if value.__class__ is dict and name not in SCHEMA_NAME_MAPS:
             value = _clean(value, 1)
+        elif value.__class__ is list and name in SETTINGS_LISTS:
+            value = _clean_list(value, 1)
         out[name] = value
     return out
 
@@ -109,10 +116,21 @@ def _clean(obj: dict[str, Any], depth: int) -> dict[str, Any]:
             if out is None:
                 out = obj.copy()
             del out[name]
-        elif value.__class__ is dict and name not in SCHEMA_NAME_MAPS:
-            kept = _clean(value, depth + 1)
+        else:
+            if value.__class__ is dict and name not in SCHEMA_NAME_MAPS:
+                kept = _clean(value, depth + 1)
+            elif value.__class__ is list and name in SETTINGS_LISTS:
+                kept = _clean_list(value, depth + 1)
+            else:
+                continue
             if kept is not value:
                 if out is None:
                     out = obj.copy()
                 out[name] = kept
     return obj if out is None else out
+
+
+def _clean_list(items: list[Any], depth: int) -> list[Any]:
+    """A list of settings without the credentials of its objects (itself if none had any)."""
+    kept = [_clean(v, depth) if v.__class__ is dict else v for v in items]
+    return items if all(a is b for a, b in zip(kept, items, strict=True)) else kept

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentworld.proxy import responses as rs
 from agentworld.proxy.redact import MAX_DEPTH, is_secret, recorded_params, without_secrets
 
 CREDENTIALS = [
@@ -130,3 +131,33 @@ def test_objects_too_deep_to_search_are_left_out():
     inner["api_key"] = "sk-deep"
     got = without_secrets({"metadata": deep})
     assert "sk-deep" not in repr(got)
+
+
+def test_credentials_of_tools_and_mcp_servers_are_left_out_their_schemas_kept():
+    """A remote MCP tool (Responses) or server (Anthropic) carries the credential its host
+    sends it: left out; a function tool's parameter called ``api_key`` is its schema."""
+    function = {
+        "type": "function",
+        "name": "login",
+        "parameters": {"type": "object", "properties": {"api_key": {"type": "string"}}},
+    }
+    mcp = {
+        "type": "mcp",
+        "server_label": "crm",
+        "server_url": "https://crm.example/mcp",
+        "authorization": "sk-mcp",
+        "headers": {"Authorization": "Bearer sk-head", "X-Region": "eu"},
+    }
+    server = {"type": "url", "url": "https://x.example", "authorization_token": "sk-srv"}
+    body = {"model": "m", "tools": [function, mcp], "mcp_servers": [server]}
+    got = without_secrets(body)
+    assert "sk-" not in repr(got)
+    assert got["tools"][0] is function
+    assert got["tools"][1] == {
+        **{k: mcp[k] for k in ("type", "server_label", "server_url")},
+        "headers": {"X-Region": "eu"},
+    }
+    assert got["mcp_servers"] == [{"type": "url", "url": "https://x.example"}]
+    assert recorded_params(body, frozenset({"model", "tools"}))["mcp_servers"] == got["mcp_servers"]
+    assert rs.record_tools(body)[1] == got["tools"][1]
+    assert body["tools"][1]["authorization"] == "sk-mcp"  # the agent's body is not changed
