@@ -181,17 +181,34 @@ class DatasetConfig:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file, turning a missing file or bad syntax into ConfigError."""
+    """Parse a TOML file; a file that cannot be read or parsed is a ConfigError naming it."""
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file (run `aw init` to write an example)") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {_not_utf8(exc)}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
-def _entries(path: Path, data: dict[str, Any], top: str) -> dict[str, Any]:
+def _not_utf8(exc: UnicodeDecodeError) -> str:
+    """Where a file stops being UTF-8, by line (the codec's own message counts bytes)."""
+    line = exc.object[: exc.start].count(b"\n") + 1
+    bad = exc.object[exc.start : exc.start + 1].hex()
+    return f"line {line}: byte 0x{bad} is not UTF-8 (TOML files are)"
+
+
+def named_tables(path: Path, data: dict[str, Any], top: str) -> dict[str, Any]:
+    """The ``[top.<name>]`` tables of a parsed file; any other top-level key is an error.
+
+    Shared by `aw run` and `aw proxy --config`, so both report one file alike.
+    """
     extra = set(data) - {top}
     if extra:
         raise ConfigError(
@@ -284,7 +301,7 @@ def is_async(fn: Callable[..., Any]) -> bool:
 def load_agents(path: Path) -> dict[str, AgentConfig]:
     """Parse agents.toml into AgentConfig by name."""
     path = Path(path)
-    entries = _entries(path, read_toml(path), "agents")
+    entries = named_tables(path, read_toml(path), "agents")
     return {name: _agent(path, name, table) for name, table in entries.items()}
 
 
@@ -327,7 +344,7 @@ def _agent(path: Path, name: str, table: Any) -> AgentConfig:
         raise where.error("function", "only for kind = 'python'")
     raw = table.get("command")
     if isinstance(raw, str):
-        argv = tuple(shlex.split(raw))
+        argv = _split_command(where, raw)
     elif isinstance(raw, list) and all(isinstance(a, str) for a in raw):
         argv = tuple(raw)
     else:
@@ -345,13 +362,21 @@ def _agent(path: Path, name: str, table: Any) -> AgentConfig:
     return AgentConfig(command=argv, env=dict(env), cwd=cwd_path, **common)
 
 
+def _split_command(where: Where, raw: str) -> tuple[str, ...]:
+    """A ``command`` string split as a shell would (quotes group words), never run by one."""
+    try:
+        return tuple(shlex.split(raw))
+    except ValueError as exc:  # an unclosed quote, or a backslash at the very end
+        raise where.error("command", f"cannot split {raw!r} into arguments: {exc}") from None
+
+
 # --- datasets.toml --------------------------------------------------------------
 
 
 def load_datasets(path: Path) -> dict[str, DatasetConfig]:
     """Parse datasets.toml into DatasetConfig by name (file paths checked to exist)."""
     path = Path(path)
-    entries = _entries(path, read_toml(path), "datasets")
+    entries = named_tables(path, read_toml(path), "datasets")
     return {name: _dataset(path, name, table) for name, table in entries.items()}
 
 

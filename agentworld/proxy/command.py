@@ -92,7 +92,7 @@ def proxy(
 
     if engine not in ("vllm", "openai"):
         raise ConfigError(f"--engine: 'vllm' or 'openai', got {engine!r}")
-    agents = load_agents(config) if config is not None else {}
+    agents = load_agents(config, need_upstream=upstream is None) if config is not None else {}
     default = None
     if upstream is not None:
         default = UpstreamConfig.single(upstream, engine=engine)  # type: ignore[arg-type]

@@ -6,7 +6,6 @@ environment here and nowhere else, and are never written to the pool.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +14,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 # An ``[agents.NAME]`` table's keys: the upstream's, whose meaning this module owns, and
-# the rollout subsystem's (`aw run`), which the proxy ignores. One list of each, so a
-# table one command takes the other takes too.
-from agentworld.config import ROLLOUT_KEYS, UPSTREAM_KEYS
+# the rollout subsystem's (`aw run`), which the proxy ignores. One list of each, and one
+# reader of the file, so a file one command takes the other takes too.
+from agentworld.config import ROLLOUT_KEYS, UPSTREAM_KEYS, named_tables, read_toml
 from agentworld.errors import ConfigError
 
 Engine = Literal["vllm", "openai"]
@@ -131,22 +130,17 @@ class UpstreamConfig:
         return key
 
 
-def load_agents(path: Path) -> dict[str, UpstreamConfig]:
+def load_agents(path: Path, *, need_upstream: bool = False) -> dict[str, UpstreamConfig]:
     """Upstreams of every agent in an agents.toml that has one.
 
-    Keys outside the upstream and rollout sets are errors naming file and key.
+    The file is read as `aw run` reads it: a top-level key other than ``[agents.NAME]``,
+    and a key outside the upstream and rollout sets, are errors naming file and key.
+    ``need_upstream`` (no ``--upstream`` to fall back on): a file in which no agent
+    has an upstream is an error naming the agents that lack one.
     """
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    agents = data.get("agents", {})
-    if not isinstance(agents, dict):
-        raise ConfigError(f"{path}: [agents] must be a table of [agents.NAME] tables")
+    tables = named_tables(path, read_toml(path), "agents")
     out: dict[str, UpstreamConfig] = {}
-    for name, table in agents.items():
+    for name, table in tables.items():
         where = f"{path}: agents.{name}"
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: expected a table")
@@ -155,7 +149,22 @@ def load_agents(path: Path) -> dict[str, UpstreamConfig]:
             raise ConfigError(f"{where}.{unknown[0]}: unknown key")
         if "upstream" in table:
             out[name] = UpstreamConfig.from_table(table, where)
+    if need_upstream and not out:
+        raise _no_upstream_in(path, sorted(tables))
     return out
+
+
+def _no_upstream_in(path: Path, names: list[str]) -> ConfigError:
+    """Why a config file gives the proxy nowhere to send calls, and the two ways out."""
+    if not names:
+        return ConfigError(
+            f"{path}: no [agents.NAME] table; add one with upstream = URL, or pass --upstream URL"
+        )
+    listed = ", ".join(f"agents.{name}" for name in names)
+    return ConfigError(
+        f"{path}: no agent has an upstream ({listed}: no `upstream` key); "
+        "set upstream = URL there, or pass --upstream URL"
+    )
 
 
 @dataclass(frozen=True)

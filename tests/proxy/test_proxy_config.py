@@ -96,6 +96,47 @@ def test_not_toml(tmp_path):
         load_agents(write(tmp_path, "[agents\n"))
 
 
+def test_a_file_aw_run_refuses_is_refused_alike(tmp_path):
+    """`aw proxy --config` reads agents.toml as `aw run` does: same errors, same words."""
+    path = write(tmp_path, '[agent.coder]\nupstream = "http://127.0.0.1:8000"\n')
+    with pytest.raises(ConfigError) as info:
+        load_agents(path)
+    assert str(info.value) == f"{path}: unknown top-level key 'agent' (expected [agents.<name>])"
+    with pytest.raises(ConfigError, match="is a folder, not a TOML file"):
+        load_agents(tmp_path)
+    path.write_bytes(b'[agents.a]\nupstream = "http://x"\ndescription = "\xff"\n')
+    with pytest.raises(ConfigError, match=r"line 3: byte 0xff is not UTF-8"):
+        load_agents(path)
+
+
+def test_a_config_without_any_upstream_names_the_agents_that_lack_one(tmp_path):
+    path = write(tmp_path, '[agents.coder]\nkind = "python"\nfunction = "m:f"\n')
+    assert load_agents(path) == {}  # with --upstream, such an agent uses it
+    with pytest.raises(ConfigError) as info:
+        load_agents(path, need_upstream=True)
+    assert str(info.value) == (
+        f"{path}: no agent has an upstream (agents.coder: no `upstream` key);"
+        " set upstream = URL there, or pass --upstream URL"
+    )
+    with pytest.raises(ConfigError, match=r"agents.toml: no \[agents.NAME\] table"):
+        load_agents(write(tmp_path, "# nothing yet\n"), need_upstream=True)
+    path = write(tmp_path, '[agents.a]\nupstream = "http://x"\n[agents.b]\nkind = "python"\n')
+    assert set(load_agents(path, need_upstream=True)) == {"a"}
+
+
+def test_the_command_reports_the_config_not_a_missing_flag(tmp_path):
+    from agentworld.proxy.command import proxy
+
+    app = typer.Typer()
+    app.command("proxy")(proxy)
+    app.command("noop")(lambda: None)
+    path = write(tmp_path, '[agents.coder]\nkind = "python"\nfunction = "m:f"\n')
+    args = ["proxy", "--pool", str(tmp_path / "p"), "--config", str(path), "--port", "0"]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, ConfigError)
+    assert "no agent has an upstream (agents.coder" in str(result.exception)
+
+
 def test_proxy_config_needs_an_upstream():
     with pytest.raises(ConfigError, match="no upstream"):
         ProxyConfig()

@@ -90,6 +90,11 @@ def test_write_templates_keeps_existing_files(tmp_path):
             '[agents.a]\nkind = "command"\ncommand = "x"\ncwd = "nowhere"\n',
             "agent 'a': cwd: no such folder",
         ),
+        (
+            '[agents.a]\nkind = "command"\ncommand = "echo \\"unterminated"\n',
+            "agent 'a': command: cannot split 'echo \"unterminated' into arguments:"
+            " No closing quotation",
+        ),
         ('[agent.a]\nkind = "python"\n', "unknown top-level key 'agent'"),
         ("[agents.a\n", "not valid TOML"),
     ],
@@ -122,6 +127,18 @@ def test_upstream_keys_are_allowed_and_kept_raw(tmp_path):
 def test_missing_agents_file_is_a_config_error(tmp_path):
     message = _error(load_agents, tmp_path / "nope.toml")
     assert "nope.toml: no such file" in message
+
+
+@pytest.mark.parametrize("load", [load_agents, load_datasets])
+def test_unreadable_files_are_config_errors_naming_the_file(tmp_path, load):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    assert _error(load, folder) == f"{folder}: is a folder, not a TOML file"
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes(b'# caf\xc3\xa9\n[x.a]\ndescription = "caf\xe9"\n')
+    assert _error(load, latin1) == (
+        f"{latin1}: not valid TOML: line 3: byte 0xe9 is not UTF-8 (TOML files are)"
+    )
 
 
 def test_bad_module_function_is_reported_when_resolved(tmp_path, test_agents):

@@ -95,3 +95,30 @@ def test_empty_selection_is_a_pool_error(builder, tiny_model: Path, tmp_path: Pa
     result = CliRunner().invoke(make_app(), args)
     assert isinstance(result.exception, PoolError)
     assert "nothing to train on" in str(result.exception)
+
+
+def test_a_model_that_is_not_a_local_folder_is_refused_before_anything_is_written(
+    builder, tmp_path: Path
+) -> None:
+    """As `aw serve --model`: a missing path, a folder without weights or a Hub-style
+    id is one ConfigError, never a download or a transformers traceback."""
+    (tmp_path / "notamodel").mkdir()
+    (tmp_path / "notamodel" / "config.json").write_text("{}")
+    out = tmp_path / "out"
+    base = ["train", "--pool", str(builder.pool.root), "-o", str(out)]
+    for model in (str(tmp_path / "no_such_model"), str(tmp_path / "notamodel"), "Org/model"):
+        result = CliRunner().invoke(make_app(), [*base, "--model", model])
+        assert isinstance(result.exception, ConfigError), result.output
+        assert str(result.exception) == (
+            f"train.model: {model!r} is not a local model folder (config.json + *.safetensors);"
+            " nothing is downloaded, pass a model folder"
+        )
+    assert not out.exists()
+
+
+def test_a_reference_model_is_checked_too(builder, tiny_model: Path, tmp_path: Path) -> None:
+    args = ["train", "--model", str(tiny_model), "--pool", str(builder.pool.root)]
+    args += ["-o", str(tmp_path / "out"), "--set", "kl_coef=0.1", "--set", "ref_model=Org/ref"]
+    result = CliRunner().invoke(make_app(), args)
+    assert isinstance(result.exception, ConfigError)
+    assert str(result.exception).startswith("train.ref_model: 'Org/ref' is not a local model")

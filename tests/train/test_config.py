@@ -17,9 +17,7 @@ def recipe(tmp_path: Path, text: str) -> Path:
 
 
 def test_layers_override_in_order(tmp_path: Path) -> None:
-    r = recipe(
-        tmp_path, '[train]\nmodel = "m"\nalgo = "grpo"\nlr = 1e-4\nmax_steps = 5\n[run]\nx = 1\n'
-    )
+    r = recipe(tmp_path, '[train]\nmodel = "m"\nalgo = "grpo"\nlr = 1e-4\nmax_steps = 5\n')
     cfg = load_config(r, {"algo": "ppo", "lr": None}, ["max_steps=7", "quality=good,unsure"])
     assert (cfg.model, cfg.algo, cfg.lr, cfg.max_steps) == ("m", "ppo", 1e-4, 7)
     assert cfg.quality == ("good", "unsure")
@@ -34,6 +32,24 @@ def test_unknown_keys_name_the_file_and_key(tmp_path: Path) -> None:
         load_config(r)
     with pytest.raises(ConfigError, match="--set: unknown key 'nope'"):
         load_config(None, {"model": "m"}, ["nope=1"])
+
+
+def test_keys_outside_train_are_refused_not_ignored(tmp_path: Path) -> None:
+    r = recipe(tmp_path, 'model = "m"\nlr = 1e-6\nmax_steps = 1\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(r)
+    assert str(info.value) == (
+        f"{r}: top-level keys 'lr', 'max_steps', 'model' belong in [train]"
+        " (a recipe's keys go below a [train] line)"
+    )
+    r = recipe(tmp_path, 'lr = 1e-6\n[train]\nmodel = "m"\n')
+    with pytest.raises(ConfigError, match=r"top-level key 'lr' belongs in \[train\]"):
+        load_config(r)
+    r = recipe(tmp_path, '[trian]\nmodel = "m"\n[train]\nlr = 1e-6\n')
+    with pytest.raises(ConfigError, match=r"unknown top-level key 'trian' \(a recipe holds one"):
+        load_config(r)
+    with pytest.raises(ConfigError, match="is a folder, not a TOML file"):
+        load_config(tmp_path)
 
 
 def test_bad_values_are_refused_with_their_source(tmp_path: Path) -> None:
