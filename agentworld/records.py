@@ -443,6 +443,20 @@ def validate(record: Any) -> dict[str, Any]:
     return record
 
 
+def parse(line: bytes) -> dict[str, Any]:
+    """One stored line (a shard or journal record) as a valid record.
+
+    Readers trust only what this returns: RecordError says why a line is not a
+    record (not JSON, or which field is missing or wrong), so a reader can name
+    the line and skip it rather than fail later on a missing key.
+    """
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise _fail("", f"not JSON: {exc}") from None
+    return validate(record)
+
+
 def encode(record: Mapping[str, Any]) -> bytes:
     """Validate and serialise one record to canonical JSON (no newline)."""
     validate(record)
