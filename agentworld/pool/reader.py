@@ -161,11 +161,11 @@ def iter_records(
 ) -> Iterator[dict[str, Any]]:
     """Every valid record (steps and ends), parsed, each once even if stored twice.
 
-    Only records that pass ``records.validate`` are yielded, so consumers may
-    rely on their required fields. A line that is not one (in a shard whose hash
-    matches, written by another tool or by hand) is skipped with one logged
-    error per file naming the first such line (``strict``: CorruptDataError),
-    and the rest of the pool stays readable; `aw pool fsck` lists every one.
+    Only records with what readers file them by are yielded (``records.parse_stored``:
+    kind, id, trajectory, a step's index). A line that is not one (in a shard whose
+    hash matches, written by another tool or by hand) is skipped with one logged
+    error per file naming the first such line (``strict``: CorruptDataError), and
+    the rest of the pool stays readable; `aw pool fsck` checks every line whole.
     """
     seen: set[str] = set()
     skipped = _SkippedLines()
@@ -174,7 +174,7 @@ def iter_records(
             if skipped.count and path is not skipped.path:  # iter_raw: one Path per file
                 skipped.report()
             try:
-                rec = records.parse(raw)
+                rec = records.parse_stored(raw)
             except RecordError as exc:
                 if strict:
                     raise invalid_line(path, _file_line(path, n), exc) from None
