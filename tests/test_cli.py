@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentworld.cli import app
-from agentworld.errors import ConfigError, PoolError
+from agentworld.errors import ConfigError, NotFoundError, PoolError
 from agentworld.pool import Pool
 from tests.synth import fill_pool
 
@@ -213,6 +213,52 @@ def test_errors_are_one_line_with_stable_exit_codes(tmp_path: Path) -> None:
     (tmp_path / "p" / "POOL.toml").write_text('format = "agentworld-pool"\nversion = 99\n')
     out = aw("pool", "ls", "--pool", str(tmp_path / "p"))
     assert out.returncode == 5 and "version 99" in out.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "label"])
+def test_show_and_label_resolve_ids_alike(pool: Pool, command: str) -> None:
+    """No match and several matches are NotFoundError for both; an empty id is refused."""
+    fill_pool(pool, trajectories=2, steps=1)
+    extra = ["--quality", "good"] if command == "label" else []
+    for ident, says in (("tr_nope", "no step or trajectory matches"), ("tr_000", "ambiguous")):
+        res = runner.invoke(app, ["pool", command, ident, *extra, "--pool", str(pool.root)])
+        assert isinstance(res.exception, NotFoundError), res.exception
+        assert says in str(res.exception)
+    res = runner.invoke(app, ["pool", command, "", *extra, "--pool", str(pool.root)])
+    assert isinstance(res.exception, ConfigError) and "id is empty" in str(res.exception)
+    assert pool.labels.effective() == {}
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--quality", "good", "--clear", "quality"], "--clear quality conflicts with --quality"),
+        (["--trainable", "--clear", "note,trainable"], "conflicts with --trainable/--untrainable"),
+    ],
+)
+def test_label_refuses_setting_and_clearing_one_field(
+    pool: Pool, flags: list[str], says: str
+) -> None:
+    fill_pool(pool, trajectories=1, steps=1)
+    res = runner.invoke(app, ["pool", "label", "tr_0000", *flags, "--pool", str(pool.root)])
+    assert isinstance(res.exception, ConfigError) and says in str(res.exception)
+    assert pool.labels.effective() == {}
+    res = runner.invoke(
+        app, ["pool", "label", "tr_0000", "--clear", "quality,quality", "--pool", str(pool.root)]
+    )
+    assert res.exit_code == 0, res.output
+
+
+def test_stderr_off_a_terminal_holds_no_progress_residue(pool: Pool) -> None:
+    """Off a terminal the progress bar prints nothing, so an error is exactly one line."""
+    fill_pool(pool, trajectories=1, steps=1)
+    out = aw("pool", "stats", "--pool", str(pool.root))
+    assert out.returncode == 0 and out.stderr == ""
+    out = aw("pool", "fsck", "--pool", str(pool.root))
+    assert out.returncode == 0 and out.stderr.count("\n") == 1, repr(out.stderr)
+    out = aw("pool", "show", "tr_nope", "--pool", str(pool.root))
+    assert out.returncode == NotFoundError.exit_code
+    assert out.stderr.startswith("aw: error: no step") and out.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize(

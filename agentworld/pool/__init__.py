@@ -90,8 +90,9 @@ class Pool:
     def iter_records(
         self, *, journals: bool = True, strict: bool = False
     ) -> Iterator[dict[str, Any]]:
-        """Every record once, in pool order. A corrupt shard is logged and skipped
-        (``strict``: raises CorruptDataError); `aw pool fsck` names it."""
+        """Every valid record once, in pool order. A corrupt shard, or a line that is not
+        a valid record, is logged and skipped (``strict``: raises CorruptDataError);
+        `aw pool fsck` names it."""
         return iter_records(self.layout, journals=journals, strict=strict)
 
     def iter_trajectories(

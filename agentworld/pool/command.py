@@ -39,12 +39,23 @@ def _open(path: Path) -> Any:
     return pool
 
 
-def _index(pool: Any) -> Any:
-    """The index, refreshed with a progress bar when there is much to read."""
+def _progress() -> Any:
+    """A transient progress bar on stderr, shown only on a terminal.
+
+    Elsewhere (a pipe, a log file, a test) Rich would still end its live display
+    with a newline, so every command's stderr would open with a blank line and an
+    error would not be the one line scripts expect.
+    """
     from rich.progress import Progress
 
+    console = _console(stderr=True)
+    return Progress(console=console, transient=True, disable=not console.is_terminal)
+
+
+def _index(pool: Any) -> Any:
+    """The index, refreshed with a progress bar when there is much to read."""
     idx = pool.index(refresh=False)
-    with Progress(console=_console(stderr=True), transient=True) as bar:
+    with _progress() as bar:
         task = bar.add_task("indexing shards", total=None)
 
         def progress(done: int, total: int) -> None:
@@ -262,6 +273,38 @@ def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
     out.print(listing.fit_table(listing.STEPS, cells, out.width, title=title))
 
 
+def _check_ids(idents: list[str]) -> None:
+    """Refuse an empty id before opening the pool: as a prefix it would match every record."""
+    from agentworld.errors import ConfigError
+
+    if any(not i.strip() for i in idents):
+        raise ConfigError(
+            "an id is empty: give a step or trajectory id, a unique prefix of one, "
+            "or the end `aw tui` shows (6+ characters)"
+        )
+
+
+def _resolve(idx: Any, ident: str, root: Path) -> tuple[str, str]:
+    """("step" | "trajectory", full id) of the one record ``ident`` names.
+
+    An exact id wins over longer ids it prefixes. No match and several matches
+    are both NotFoundError, so `show` and `label` fail alike.
+    """
+    from agentworld.errors import NotFoundError
+
+    found = idx.find(ident)
+    exact = [f for f in found if f[1] == ident]
+    if exact:
+        found = exact
+    if not found:
+        raise NotFoundError(f"no step or trajectory matches {ident!r} in {root}")
+    if len(found) > 1:
+        raise NotFoundError(
+            f"{ident!r} is ambiguous: " + ", ".join(f"{k} {i}" for k, i in found[:5])
+        )
+    return found[0]
+
+
 @pool_app.command()
 def show(
     ident: str = typer.Argument(
@@ -271,22 +314,12 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print the raw record(s) as JSON."),
 ) -> None:
     """Show one step or trajectory, readable (or as JSON)."""
-    from agentworld.errors import NotFoundError
     from agentworld.pool.render import render_trajectory
 
+    _check_ids([ident])
     pool = _open(pool_path)
     idx = _index(pool)
-    found = idx.find(ident)
-    exact = [f for f in found if f[1] == ident]
-    if exact:
-        found = exact
-    if not found:
-        raise NotFoundError(f"no step or trajectory matches {ident!r} in {pool.root}")
-    if len(found) > 1:
-        raise NotFoundError(
-            f"{ident!r} is ambiguous: " + ", ".join(f"{k} {i}" for k, i in found[:5])
-        )
-    kind, full = found[0]
+    kind, full = _resolve(idx, ident, pool.root)
     if kind == "step":
         step = pool.get_step(full)
         if as_json:
@@ -336,20 +369,20 @@ def label(
         fields["note"] = note
     if reward is not None:
         fields["reward"] = reward
-    for f in (clear or "").split(","):
-        if f:
-            fields[f] = None
+    cleared = [f for f in (clear or "").split(",") if f]
+    for f in cleared:
+        _check_not_set(f, fields)
+    fields.update(dict.fromkeys(cleared))
     if not fields:
         raise ConfigError("nothing to set: give --trainable/--untrainable, --quality, --tags, …")
+    _check_ids(targets or [])
     pool = _open(pool_path)
     idx = _index(pool)
     resolved: list[str] = []
     if targets:
         for ident in targets:
-            found = [f for f in idx.find(ident) if f[1] == ident] or idx.find(ident)
-            if len(found) != 1:
-                raise ConfigError(f"{ident!r}: matches {len(found)} steps/trajectories, need one")
-            resolved.append(f"{found[0][0]}:{found[0][1]}")
+            kind, full = _resolve(idx, ident, pool.root)
+            resolved.append(f"{kind}:{full}")
     else:
         sel = selection_from_options(
             agent=agent,
@@ -365,6 +398,15 @@ def label(
     who = author or getpass.getuser()
     n = pool.labels.set(resolved, fields, author=who)
     typer.echo(f"labelled {n} target(s) as {who}: {fields}", err=True)
+
+
+def _check_not_set(field: str, fields: dict[str, Any]) -> None:
+    """Refuse ``--clear FIELD`` beside the flag that sets FIELD: which one wins is anyone's guess."""
+    from agentworld.errors import ConfigError
+
+    if field in fields:
+        flag = "--trainable/--untrainable" if field == "trainable" else f"--{field}"
+        raise ConfigError(f"--clear {field} conflicts with {flag}: set the field or clear it")
 
 
 @pool_app.command()
@@ -401,15 +443,13 @@ def fsck(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
 ) -> None:
     """Verify every shard's hash, every record, journal and label file, and the index."""
-    from rich.progress import Progress
-
     from agentworld.errors import CorruptDataError
     from agentworld.pool import Pool
     from agentworld.pool.fsck import fsck as run_fsck
 
     # Opened without recovery so that torn journal tails are reported, not cut.
     pool = Pool.open(pool_path, recover=False)
-    with Progress(console=_console(stderr=True), transient=True) as bar:
+    with _progress() as bar:
         task = bar.add_task("checking", total=None)
         report = run_fsck(pool, progress=lambda d, t: bar.update(task, completed=d, total=t))
     if as_json:

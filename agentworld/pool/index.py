@@ -269,7 +269,7 @@ class Index(IndexQueries):
                 try:
                     report.records += self._index_source(rel, "shard", path)
                     report.shards += 1
-                except (CorruptDataError, FileNotFoundError, orjson.JSONDecodeError) as exc:
+                except (CorruptDataError, FileNotFoundError) as exc:
                     # One bad shard must not keep the rest of the pool out of the
                     # index; it is retried on every refresh until fsck/gc deal with it.
                     self._forget(rel)
@@ -401,15 +401,16 @@ class Index(IndexQueries):
         n = 0
         for n, raw in enumerate(lines, 1):
             line = first_line + n - 1
-            rec = orjson.loads(raw)
             try:
+                rec = orjson.loads(raw)
                 if rec.get("kind") == "step":
                     steps.append(_step_row(rec, rel, line))
                 elif rec.get("kind") == "end":
                     ends.append(_end_row(rec, rel, line))
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                # Not a record the writer would take today (written by hand, or before a
-                # field's type was checked): the rest of its file is indexed all the same.
+                # Not JSON, or not a record the writer would take today (written by hand,
+                # or before a field's type was checked): the rest of its file is indexed
+                # all the same, as readers skip just that line (reader.iter_records).
                 log.warning("index: %s line %d left out (fsck names it): %r", rel, line, exc)
             if len(steps) >= 5000:
                 self._flush_rows(steps, ends)

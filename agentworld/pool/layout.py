@@ -170,24 +170,48 @@ def init_pool(root: Path) -> Layout:
 
 
 def check_version(layout: Layout) -> dict[str, object]:
-    """Read POOL.toml and refuse pools this build cannot read."""
-    if not layout.meta.exists():
-        raise PoolError(f"{layout.root}: not a pool (no POOL.toml); create one with `aw init`")
-    try:
-        meta = tomllib.loads(layout.meta.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise PoolError(f"{layout.meta}: not valid TOML: {exc}") from None
-    if meta.get("format") != FORMAT_NAME:
-        raise PoolFormatError(
-            f"{layout.meta}: format is {meta.get('format')!r}, not {FORMAT_NAME!r}"
-        )
+    """Read POOL.toml and refuse pools this build cannot read.
+
+    A POOL.toml that is unreadable or lacks a well-typed ``format`` or
+    ``version`` is a broken pool (PoolError); only a well-formed version this
+    build does not know is a format mismatch (PoolFormatError).
+    """
+    meta = _read_meta(layout)
+    fmt = meta.get("format")
+    if fmt is None:
+        raise PoolError(f'{layout.meta}: no `format` key; expected format = "{FORMAT_NAME}"')
+    if fmt != FORMAT_NAME:
+        raise PoolFormatError(f"{layout.meta}: format is {fmt!r}, not {FORMAT_NAME!r}")
     version = meta.get("version")
+    if version is None:
+        raise PoolError(f"{layout.meta}: no `version` key; expected version = {FORMAT_VERSION}")
+    # bool is an int in Python, and 1.0 == 1: the spec says an integer, so check the type.
+    if type(version) is not int:
+        raise PoolError(
+            f"{layout.meta}: `version` must be an integer such as {FORMAT_VERSION}, got {version!r}"
+        )
     if version != FORMAT_VERSION:
+        hint = "; upgrade agentworld" if version > FORMAT_VERSION else ""
         raise PoolFormatError(
-            f"{layout.meta}: pool format version {version!r} is not supported by this build "
-            f"(it reads version {FORMAT_VERSION}); upgrade agentworld"
+            f"{layout.meta}: pool format version {version} is not supported by this build "
+            f"(it reads version {FORMAT_VERSION}){hint}"
         )
     return meta
+
+
+def _read_meta(layout: Layout) -> dict[str, object]:
+    """POOL.toml parsed; PoolError says why it cannot be (missing, not a file, not TOML)."""
+    path = layout.meta
+    if not path.exists():
+        raise PoolError(f"{layout.root}: not a pool (no POOL.toml); create one with `aw init`")
+    if not path.is_file():
+        raise PoolError(f"{path}: is not a file; a pool's POOL.toml holds its format and version")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PoolError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PoolError(f"{path}: not valid TOML: {exc}") from None
 
 
 def fsync_dir(path: Path) -> None:

@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from agentworld.errors import CorruptDataError, PoolError
 from agentworld.pool.journal import Recovery, journal_records, recover_orphans, scan_journal
 from agentworld.pool.layout import (
@@ -29,7 +27,7 @@ from agentworld.pool.layout import (
     read_superseded,
     shard_file,
 )
-from agentworld.pool.shards import iter_shard_lines, verify_shard, write_shard
+from agentworld.pool.shards import shard_records, verify_shard, write_shard
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +75,14 @@ class CompactReport:
         return asdict(self)
 
 
-def _ids(lines: list[bytes]) -> list[str]:
-    return [orjson.loads(line)["id"] for line in lines]
+def _lines_and_ids(path: Path) -> tuple[list[bytes], list[str]]:
+    """A shard's lines and their record ids; CorruptDataError names the first line that
+    is not a valid record (compaction must not carry it on, gc must not trust it)."""
+    lines, ids = [], []
+    for line, record in shard_records(path):
+        lines.append(line)
+        ids.append(record["id"])
+    return lines, ids
 
 
 def compact(
@@ -110,10 +114,9 @@ def _compact(layout: Layout, max_shards: int, small_bytes: int, min_shards: int)
     seen: set[str] = set()
     for path in candidates:
         try:
-            shard_lines = list(iter_shard_lines(path))
-            ids = _ids(shard_lines)
-        except (CorruptDataError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            log.error("compact: leaving %s alone: %s", path.name, exc)
+            shard_lines, ids = _lines_and_ids(path)
+        except CorruptDataError as exc:
+            log.error("compact: leaving %s alone: %s", path.name, exc.problem)
             report.skipped.append(path.name)
             continue
         report.inputs.append(path.name)
@@ -203,8 +206,8 @@ class _Gc:
             try:
                 if verify_shard(path) is not None:
                     raise CorruptDataError(str(path), "hash mismatch")
-                self._verified[name] = set(_ids(list(iter_shard_lines(path))))
-            except (OSError, CorruptDataError, orjson.JSONDecodeError, KeyError, TypeError):
+                self._verified[name] = set(_lines_and_ids(path)[1])
+            except (OSError, CorruptDataError):
                 self._verified[name] = None
         return self._verified[name]
 
@@ -223,9 +226,9 @@ class _Gc:
                 self.keep(path, f"its replacement {final} is missing or fails verification")
                 continue
             try:
-                old_ids = _ids(list(iter_shard_lines(path)))
-            except (CorruptDataError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                self.keep(path, f"unreadable, so its records cannot be matched: {exc}")
+                old_ids = _lines_and_ids(path)[1]
+            except CorruptDataError as exc:
+                self.keep(path, f"unreadable, so its records cannot be matched: {exc.problem}")
                 continue
             lost = [rid for rid in old_ids if rid not in new_ids]
             if lost:

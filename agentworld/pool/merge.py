@@ -1,7 +1,8 @@
 """Merge another pool into this one: the union of sealed shards and label lines.
 
 Shards are named by their hash, so a shard already present is never copied
-twice, and every copied byte is re-hashed against its name on the way in.
+twice, and every copied shard is checked on the way in as ``fsck`` would: its
+bytes against its name, then every line as a record.
 Label files (and superseded.txt) merge as a union of lines, exactly what
 git's ``merge=union`` does, so merging by hand and merging clones with
 ``git merge`` give the same pool. Safe while writers run on either side:
@@ -11,13 +12,13 @@ are appended with O_APPEND in one write, like ``Labels.set``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentworld.errors import CorruptDataError, PoolError
-from agentworld.pool.layout import Layout, check_version, fsync_dir, shard_digest
+from agentworld.pool.layout import Layout, check_version, shard_digest
+from agentworld.pool.shards import install_shard, read_verified, shard_records, stage_shard
 
 
 @dataclass
@@ -32,31 +33,31 @@ class MergeReport:
 
 
 def copy_shard(src: Path, dst_layout: Layout) -> int:
-    """Copy one shard into a pool, verifying its hash; returns bytes copied (0 when present)."""
+    """Copy one shard into a pool once it passes what ``fsck`` checks; returns bytes copied
+    (0 when present).
+
+    Its hash must match its name and every line must be a valid record: a shard
+    readers would have to skip is refused (CorruptDataError names it and the
+    first bad line), never spread to another pool.
+    """
     digest = shard_digest(src)
     final = dst_layout.shard_path(digest)
     if final.exists():
         return 0
-    dst_layout.tmp.mkdir(parents=True, exist_ok=True)
-    tmp = dst_layout.tmp / f"{digest}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    h = hashlib.sha256()
-    size = 0
     try:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                h.update(chunk)
-                fout.write(chunk)
-                size += len(chunk)
-            fout.flush()
-            os.fsync(fout.fileno())
-        if h.hexdigest() != digest:
-            raise CorruptDataError(str(src), "content hash does not match its name; not copied")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, final)
+        data = read_verified(src)
+        for _ in shard_records(src, data):
+            pass
+    except CorruptDataError as exc:
+        raise CorruptDataError(
+            exc.path, f"{exc.problem}; not copied (`aw pool fsck` there lists every problem)"
+        ) from None
+    tmp = stage_shard(dst_layout, digest, [data])
+    try:
+        install_shard(dst_layout, tmp, digest)
     finally:
         tmp.unlink(missing_ok=True)
-    fsync_dir(final.parent)
-    return size
+    return len(data)
 
 
 def union_lines(src: Path, dst: Path) -> int:

@@ -11,12 +11,13 @@ from typing import Any
 
 import orjson
 
-from agentworld.errors import CorruptDataError, NotFoundError, PoolFormatError
+from agentworld import records
+from agentworld.errors import CorruptDataError, NotFoundError, PoolFormatError, RecordError
 from agentworld.pool.index import _read_superseded
 from agentworld.pool.journal import journal_records, scan_journal
 from agentworld.pool.labels import LabelEntry, apply_labels
-from agentworld.pool.layout import Layout
-from agentworld.pool.shards import iter_shard_lines, read_shard_bytes
+from agentworld.pool.layout import JOURNAL_SUFFIX, Layout
+from agentworld.pool.shards import invalid_line, iter_shard_lines, read_shard_bytes
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,38 @@ def iter_raw(
                 yield path, n, line
 
 
+class _SkippedLines:
+    """Lines a reader left out, reported once per file (a shard of garbage is one
+    logged error, not one per line), as soon as the reader moves on to another file."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.count = 0
+        self.first = ""
+
+    def add(self, path: Path, line: int, exc: RecordError) -> None:
+        if path is not self.path:
+            self.report()
+            self.path, self.first = path, f"line {line}: {exc}"
+        self.count += 1
+
+    def report(self) -> None:
+        if self.count:
+            log.error(
+                "skipping %d line(s) of %s that are not valid records (%s); "
+                "`aw pool fsck` lists them",
+                self.count,
+                self.path,
+                self.first,
+            )
+        self.count = 0
+
+
+def _file_line(path: Path, n: int) -> int:
+    """The 1-based line in its file of a source's ``n``-th record (a journal's line 1 is its header)."""
+    return n + (2 if path.name.endswith(JOURNAL_SUFFIX) else 1)
+
+
 def iter_records(
     layout: Layout,
     *,
@@ -126,15 +159,34 @@ def iter_records(
     strict: bool = False,
     sources: list[tuple[str, Path]] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Every record (steps and ends), parsed, each once even if stored twice."""
+    """Every valid record (steps and ends), parsed, each once even if stored twice.
+
+    Only records with what readers file them by are yielded (``records.parse_stored``:
+    kind, id, trajectory, a step's index). A line that is not one (in a shard whose
+    hash matches, written by another tool or by hand) is skipped with one logged
+    error per file naming the first such line (``strict``: CorruptDataError), and
+    the rest of the pool stays readable; `aw pool fsck` checks every line whole.
+    """
     seen: set[str] = set()
-    for _path, _n, raw in iter_raw(layout, journals=journals, strict=strict, sources=sources):
-        rec = orjson.loads(raw)
-        rid = rec.get("id")
-        if rid in seen:
-            continue
-        seen.add(rid)
-        yield rec
+    skipped = _SkippedLines()
+    try:
+        for path, n, raw in iter_raw(layout, journals=journals, strict=strict, sources=sources):
+            if skipped.count and path is not skipped.path:  # iter_raw: one Path per file
+                skipped.report()
+            try:
+                rec = records.parse_stored(raw)
+            except RecordError as exc:
+                if strict:
+                    raise invalid_line(path, _file_line(path, n), exc) from None
+                skipped.add(path, _file_line(path, n), exc)
+                continue
+            rid = rec["id"]
+            if rid in seen:
+                continue
+            seen.add(rid)
+            yield rec
+    finally:
+        skipped.report()
 
 
 def iter_trajectories(

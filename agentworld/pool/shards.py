@@ -7,10 +7,12 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
-from agentworld.errors import CorruptDataError
+from agentworld import records
+from agentworld.errors import CorruptDataError, RecordError
 from agentworld.pool.layout import Layout, fsync_dir, shard_digest
 
 # Long-distance matching with a 128 MiB window lets the compressor find the
@@ -229,6 +231,26 @@ def iter_shard_lines(path: Path, data: bytes | None = None) -> Iterator[bytes]:
         yield from lines
     if rest:
         raise CorruptDataError(str(path), "last line has no newline (truncated)")
+
+
+def invalid_line(path: Path, line: int, exc: RecordError) -> CorruptDataError:
+    """The error for a stored line that is not a valid record, naming the file and 1-based line."""
+    return CorruptDataError(str(path), f"line {line} is not a valid record: {exc}")
+
+
+def shard_records(path: Path, data: bytes | None = None) -> Iterator[tuple[bytes, dict[str, Any]]]:
+    """(line, record) of each line of a shard, every line checked as ``fsck`` checks it.
+
+    For operations that must not carry a bad record further (merge, compaction,
+    gc): the first line that is not a valid record raises CorruptDataError
+    naming the shard and the line. Readers skip such lines instead (reader.py).
+    """
+    for n, line in enumerate(iter_shard_lines(path, data), 1):
+        try:
+            record = records.parse(line)
+        except RecordError as exc:
+            raise invalid_line(path, n, exc) from None
+        yield line, record
 
 
 def verify_shard(path: Path) -> str | None:

@@ -95,6 +95,45 @@ def test_unknown_format_version_refused(tmp_path) -> None:
         Pool.open(tmp_path / "pool")
 
 
+@pytest.mark.parametrize(
+    ("version_line", "expected"),
+    [
+        ("version = true", "`version` must be an integer such as 1, got True"),
+        ("version = 1.0", "`version` must be an integer such as 1, got 1.0"),
+        ('version = "1"', "`version` must be an integer such as 1, got '1'"),
+        ("", "no `version` key; expected version = 1"),
+    ],
+)
+def test_pool_toml_version_must_be_an_integer(tmp_path, version_line: str, expected: str) -> None:
+    """The spec says an integer: Python's True == 1 and 1.0 == 1 must not pass for one, and a
+    POOL.toml without a version is broken, not newer than this build."""
+    p = Pool.create(tmp_path / "pool")
+    p.layout.meta.write_text(f'format = "agentworld-pool"\n{version_line}\n')
+    with pytest.raises(PoolError) as err:
+        Pool.open(tmp_path / "pool")
+    assert not isinstance(err.value, PoolFormatError)
+    assert str(err.value) == f"{p.layout.meta}: {expected}"
+
+
+def test_pool_toml_without_format_or_with_an_old_version(tmp_path) -> None:
+    p = Pool.create(tmp_path / "pool")
+    p.layout.meta.write_text("version = 1\n")
+    with pytest.raises(PoolError, match="no `format` key"):
+        Pool.open(tmp_path / "pool")
+    p.layout.meta.write_text('format = "agentworld-pool"\nversion = 0\n')
+    with pytest.raises(PoolFormatError, match="version 0 is not supported") as err:
+        Pool.open(tmp_path / "pool")
+    assert "upgrade" not in str(err.value)  # a newer build would not read it either
+
+
+def test_pool_toml_that_is_a_directory(tmp_path) -> None:
+    p = Pool.create(tmp_path / "pool")
+    p.layout.meta.unlink()
+    p.layout.meta.mkdir()
+    with pytest.raises(PoolError, match=r"POOL\.toml: is not a file"):
+        Pool.open(tmp_path / "pool")
+
+
 def test_not_a_pool(tmp_path) -> None:
     with pytest.raises(PoolError, match="not a pool"):
         Pool.open(tmp_path)
