@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import typer
 from typer.testing import CliRunner
 
+from agentworld.errors import RecordError
 from agentworld.export.command import export, pool_import
 from agentworld.pool import Pool
 from agentworld.pool.sync_command import diff, fetch, manifest, merge
-from tests.export.trajectories import fill
+from tests.export.trajectories import fill, trajectory_records
 
 app = typer.Typer()
 app.command("export")(export)
@@ -43,6 +45,26 @@ def test_export_then_import_through_the_cli(filled: Pool, tmp_path: Path) -> Non
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["trajectories"] == 2
+
+
+def test_import_records_is_all_or_nothing_and_says_what_it_did(pool: Pool, tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    rows = [orjson.dumps(r) for r in trajectory_records("tr_1", answer="6", reward=1.0)]
+    path.write_bytes(b"\n".join([*rows, b"not json"]) + b"\n")
+    args = ["pool", "import", str(path), "-f", "records", "--pool", str(pool.root)]
+    res = runner.invoke(app, args)
+    assert isinstance(res.exception, RecordError) and res.exception.exit_code == 3
+    assert f"{path}:5: not JSON" in str(res.exception)
+    assert list(pool.iter_records()) == []
+    res = runner.invoke(app, [*args, "--skip-bad"])
+    assert res.exit_code == 0, res.output
+    assert f"refused {path}:5: not JSON" in res.output
+    assert (
+        "imported 4 records of 1 trajectories (3 steps, 1 end records), "
+        "0 already present, 1 bad rows refused"
+    ) in res.output
+    res = runner.invoke(app, [*args, "--skip-bad", "--json"])
+    assert json.loads(res.stdout)["skipped_existing"] == 4
 
 
 def test_export_rejects_unknown_format(filled: Pool, tmp_path: Path) -> None:
