@@ -11,7 +11,7 @@ import orjson
 import typer
 from typer.testing import CliRunner
 
-from agentworld.errors import RecordError
+from agentworld.errors import ConfigError, RecordError
 from agentworld.export.command import export, pool_import
 from agentworld.pool import Pool
 from agentworld.pool.sync_command import diff, fetch, manifest, merge
@@ -65,6 +65,21 @@ def test_import_records_is_all_or_nothing_and_says_what_it_did(pool: Pool, tmp_p
     ) in res.output
     res = runner.invoke(app, [*args, "--skip-bad", "--json"])
     assert json.loads(res.stdout)["skipped_existing"] == 4
+
+
+def test_export_refuses_an_unknown_quality_and_keeps_the_output(
+    filled: Pool, tmp_path: Path
+) -> None:
+    out = tmp_path / "sft.jsonl"
+    out.write_text("earlier export\n")
+    args = ["export", "-f", "openai-jsonl", "-o", str(out), "--pool", str(filled.root)]
+    res = runner.invoke(app, [*args, "--quality", "god"])
+    assert isinstance(res.exception, ConfigError)
+    assert str(res.exception).startswith("--quality: unknown quality 'god'")
+    assert out.read_text() == "earlier export\n"
+    filled.labels.set(["trajectory:tr_a1"], {"quality": "good"}, author="me")
+    res = runner.invoke(app, [*args, "--quality", "good,unsure", "--json"])
+    assert json.loads(res.stdout)["counts"]["trajectories"] == 1
 
 
 def test_export_rejects_unknown_format(filled: Pool, tmp_path: Path) -> None:
