@@ -92,6 +92,20 @@ def test_hf_folder_reads_back_with_datasets(filled: Pool, tmp_path: Path) -> Non
     assert (tmp_path / "hf.manifest.json").exists()
 
 
+@pytest.mark.parametrize("rows", ["step", "trajectory"])
+def test_hf_export_of_nothing_is_an_empty_dataset(filled: Pool, tmp_path: Path, rows: str) -> None:
+    import datasets
+
+    out = tmp_path / "hf"
+    manifest = export(filled, "hf", out, Selection(min_reward=5), ExportOptions(rows=rows))
+    ds = datasets.load_from_disk(str(out))
+    assert ds.num_rows == 0 and "input_ids" in ds.column_names
+    assert manifest["counts"]["rows"] == 0
+    # A later export replaces the folder it wrote.
+    export(filled, "hf", out, Selection(group="g2"), ExportOptions(rows=rows))
+    assert datasets.load_from_disk(str(out)).num_rows > 0
+
+
 def test_verl_rows_one_per_task(filled: Pool, tmp_path: Path) -> None:
     out = tmp_path / "verl.parquet"
     export(filled, "verl", out, options=ExportOptions(ability="math"))
