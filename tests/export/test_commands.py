@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -80,6 +81,46 @@ def test_export_refuses_an_unknown_quality_and_keeps_the_output(
     filled.labels.set(["trajectory:tr_a1"], {"quality": "good"}, author="me")
     res = runner.invoke(app, [*args, "--quality", "good,unsure", "--json"])
     assert json.loads(res.stdout)["counts"]["trajectories"] == 1
+
+
+@pytest.mark.parametrize(
+    ("fmt", "make", "problem"),
+    [
+        ("openai-jsonl", "folder", "is a folder; -f openai-jsonl writes one file"),
+        ("parquet", "folder", "is a folder; -f parquet writes one file"),
+        ("verl", "folder", "is a folder; -f verl writes one file"),
+        ("hf", "file", "is a file; -f hf writes a folder"),
+        ("atif", "file", "is a file; -f atif writes a folder"),
+        ("hf", "foreign folder", "is a folder but not a saved dataset"),
+    ],
+)
+def test_export_refuses_an_out_path_of_the_wrong_kind(
+    filled: Pool, tmp_path: Path, fmt: str, make: str, problem: str
+) -> None:
+    out = tmp_path / "out"
+    if make == "file":
+        out.write_text("mine\n")
+    else:
+        out.mkdir()
+    if make == "foreign folder":
+        (out / "notes.txt").write_text("mine\n")
+    before = out.read_text() if make == "file" else sorted(p.name for p in out.iterdir())
+    res = runner.invoke(app, ["export", "-f", fmt, "-o", str(out), "--pool", str(filled.root)])
+    assert isinstance(res.exception, ConfigError)
+    assert str(res.exception).startswith(f"--out: {out} {problem}")
+    after = out.read_text() if make == "file" else sorted(p.name for p in out.iterdir())
+    assert after == before
+    assert not (tmp_path / "out.manifest.json").exists()
+
+
+def test_export_refuses_an_out_path_under_a_file(filled: Pool, tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    out = tmp_path / "f" / "sft.jsonl"
+    res = runner.invoke(
+        app, ["export", "-f", "openai-jsonl", "-o", str(out), "--pool", str(filled.root)]
+    )
+    assert isinstance(res.exception, ConfigError)
+    assert str(res.exception).startswith(f"--out: cannot create the folder {tmp_path / 'f'}")
 
 
 def test_export_rejects_unknown_format(filled: Pool, tmp_path: Path) -> None:
