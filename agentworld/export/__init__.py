@@ -38,6 +38,39 @@ class ExportOptions:
             raise ConfigError(f"--variant: expected chat or preference, got {self.variant!r}")
 
 
+def _writes_folder(fmt: str, out: Path) -> bool:
+    """Whether ``fmt`` writes a folder at ``out`` (hf; atif unless ``.jsonl``), not one file."""
+    return fmt == "hf" or (fmt == "atif" and not out.name.endswith(".jsonl"))
+
+
+def _check_out(fmt: str, out: Path) -> None:
+    """Refuse an ``--out`` the format cannot write, before anything is read or written.
+
+    A file replaces a file and a saved dataset replaces a saved dataset; a file
+    never replaces a folder nor a folder a file, and hf never replaces a folder
+    that ``datasets`` did not write, since replacing it deletes what it holds.
+    """
+    if not _writes_folder(fmt, out):
+        if out.is_dir():
+            raise ConfigError(f"--out: {out} is a folder; -f {fmt} writes one file")
+    elif out.exists() and not out.is_dir():
+        raise ConfigError(f"--out: {out} is a file; -f {fmt} writes a folder")
+    elif fmt == "hf" and _foreign_folder(out):
+        raise ConfigError(
+            f"--out: {out} is a folder but not a saved dataset; -f hf replaces its output "
+            "folder, so give a new path or a dataset folder it wrote"
+        )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot create the folder {out.parent}: {exc.strerror}") from None
+
+
+def _foreign_folder(out: Path) -> bool:
+    """A non-empty folder without the ``state.json`` that ``save_to_disk`` writes."""
+    return out.is_dir() and any(out.iterdir()) and not (out / "state.json").is_file()
+
+
 def _atomic_lines(out: Path, write: Callable[[Any], None]) -> None:
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
@@ -87,7 +120,7 @@ def export(
     if fmt not in FORMATS:
         raise ConfigError(f"--format: unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _check_out(fmt, out)
     counts: Counter[str] = Counter()
     inputs = pool_inputs(pool)  # before reading, so the manifest never claims later shards
     trajs = iter_selected(pool, selection, progress=progress)

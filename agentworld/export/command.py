@@ -10,7 +10,6 @@ import getpass
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -101,8 +100,6 @@ def pool_import(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Bring outside trajectories in as steps (protocol 'import'); bad rows are named by line."""
-    from dataclasses import asdict, is_dataclass
-
     from agentworld.export.ingest import ImportOptions, import_file
     from agentworld.pool import Pool
 
@@ -114,20 +111,13 @@ def pool_import(
         skip_bad=skip_bad,
         author=author or getpass.getuser(),
     )
-    report: Any = import_file(pool, path, fmt, opts)
-    pool.close()
-    data = asdict(report) if is_dataclass(report) else report
+    try:
+        report = import_file(pool, path, fmt, opts)
+    finally:
+        pool.close()
     if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
         return
-    if not isinstance(data, dict):
-        typer.echo(f"imported: {data}", err=True)
-        return
-    for bad in data.get("bad_rows") or ():
+    for bad in report.refusals():
         typer.echo(f"refused {bad}", err=True)
-    typer.echo(
-        f"imported {data.get('trajectories', 0)} trajectories ({data.get('steps', 0)} steps), "
-        f"{data.get('already_present', 0)} already present, "
-        f"{len(data.get('bad_rows') or ())} bad rows refused",
-        err=True,
-    )
+    typer.echo(report.summary(), err=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,11 @@ from agentworld.errors import ConfigError, RecordError
 from agentworld.export import atif
 from agentworld.export.openai import RowError, parse_chat, parse_preference
 from agentworld.pool import Pool
+from agentworld.pool.importer import ImportReport as RecordsReport
+from agentworld.pool.importer import import_records, refusal_error
 from agentworld.pool.labels import FIELDS, check_value
 
 FORMATS = ("openai-jsonl", "atif", "records")
-MAX_REPORTED_ERRORS = 20
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,27 @@ class ImportOptions:
 
 @dataclass
 class ImportReport:
+    """What an import of outside trajectories added, found already there and refused."""
+
     trajectories: int = 0
     steps: int = 0
     already_present: int = 0
     labels: int = 0
     bad_rows: list[str] = field(default_factory=list)
+
+    def refusals(self) -> list[str]:
+        """The refused rows, each as ``path:line: problem``."""
+        return list(self.bad_rows)
+
+    def summary(self) -> str:
+        """One line for people: what was added, what was already there, what was refused."""
+        return (
+            f"imported {self.trajectories} trajectories ({self.steps} steps), "
+            f"{self.already_present} already present, {len(self.bad_rows)} bad rows refused"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -250,16 +267,20 @@ def _sources(path: Path, fmt: str) -> Iterator[tuple[str, bytes]]:
 
 def import_file(
     pool: Pool, path: str | Path, fmt: str, opts: ImportOptions = ImportOptions()
-) -> ImportReport | Any:
-    """Import a file (or folder) of ``fmt`` rows; returns what was added and what was refused."""
+) -> ImportReport | RecordsReport:
+    """Import a file (or folder) of ``fmt`` rows; returns what was added and what was refused.
+
+    Any bad row raises RecordError naming every bad row by file and line, and
+    nothing is written, unless ``opts.skip_bad``.
+    """
     if fmt not in FORMATS:
         raise ConfigError(f"--format: unknown import format {fmt!r}; known: {', '.join(FORMATS)}")
     path = Path(path)
     if fmt == "records":
         # The project's own record JSONL is imported by the pool package itself.
-        from agentworld.pool.importer import import_records
-
-        return import_records(pool, path)
+        if not path.exists():
+            raise ConfigError(f"{path}: no such file")
+        return import_records(pool, path, skip_bad=opts.skip_bad)
     build = _atif_row if fmt == "atif" else _openai_row
     report = ImportReport()
     rows: list[_Row] = []
@@ -277,15 +298,7 @@ def import_file(
         except (RowError, RecordError) as exc:
             report.bad_rows.append(f"{location}: {exc}")
     if report.bad_rows and not opts.skip_bad:
-        shown = report.bad_rows[:MAX_REPORTED_ERRORS]
-        more = len(report.bad_rows) - len(shown)
-        raise RecordError(
-            "",
-            f"{len(report.bad_rows)} bad row(s), nothing imported "
-            f"(--skip-bad imports the rest):\n  "
-            + "\n  ".join(shown)
-            + (f"\n  … and {more} more" if more else ""),
-        )
+        raise refusal_error(report.bad_rows, len(report.bad_rows))
     idx = pool.index()
     seen: set[str] = set()
     to_write: list[dict[str, Any]] = []

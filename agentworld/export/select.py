@@ -51,11 +51,14 @@ def iter_selected(
 
 
 def ground_truth(traj: Trajectory) -> Any:
-    """A task's reference answer when the rollout recorded one in metadata, else None."""
+    """The task's reference answer: ``metadata.ground_truth`` of the end or first step, else None.
+
+    Only that key is read: ``aw run`` keeps the agent's own answer in
+    ``metadata.answer``, which must never pass for the reference.
+    """
     sources = [(traj.end or {}).get("metadata") or {}]
     sources += [s.get("metadata") or {} for s in traj.steps[:1]]
     for meta in sources:
-        for key in ("ground_truth", "answer", "expected"):
-            if meta.get(key) is not None:
-                return meta[key]
+        if meta.get("ground_truth") is not None:
+            return meta["ground_truth"]
     return None

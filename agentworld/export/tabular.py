@@ -281,9 +281,19 @@ def write_hf(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) 
     with tempfile.TemporaryDirectory(prefix=".aw-hf-", dir=out.parent) as tmp:
         parquet = Path(tmp) / "rows.parquet"
         n = write_parquet(rows_iter, parquet, arrow_schema)
-        ds = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(Path(tmp) / "cache"))
+        if n:
+            ds = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(Path(tmp) / "cache"))
+        else:
+            ds = _empty_dataset(datasets, arrow_schema)
         if out.exists():
             shutil.rmtree(out)
-        ds.save_to_disk(str(out))
+        # An empty dataset would be saved as no shard at all, which load_from_disk refuses.
+        ds.save_to_disk(str(out), num_shards=None if n else 1)
         del ds
     return n
+
+
+def _empty_dataset(datasets: Any, arrow_schema: Any) -> Any:
+    """A dataset of no rows with the export's columns (``from_parquet`` fails on zero rows)."""
+    features = datasets.Features.from_arrow_schema(arrow_schema)
+    return datasets.Dataset.from_dict({name: [] for name in arrow_schema.names}, features=features)

@@ -3,8 +3,10 @@
 verl's trainer reads ``data_source``, ``prompt`` (a chat list), ``ability``,
 ``reward_model`` ``{style, ground_truth}`` and ``extra_info``; the reward
 function is picked by ``data_source``. The prompt is the first call's
-messages (the task as the agent saw it); the ground truth comes from the
-rollout's metadata (``ground_truth``/``answer``) when it recorded one.
+messages (the task as the agent saw it); the ground truth is the dataset's
+reference answer that ``aw run`` records as ``metadata.ground_truth`` (never the
+agent's own ``metadata.answer``); tasks without one get ``""`` and are counted
+as ``tasks_without_ground_truth``.
 """
 
 from __future__ import annotations

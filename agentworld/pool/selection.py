@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentworld.errors import ConfigError
+from agentworld.pool.labels import QUALITIES
 
 TRAJECTORY_STATUSES = ("open", "done", "failed", "timeout", "cancelled")
 
@@ -44,6 +45,10 @@ class Selection:
         bad = [s for s in self.status if s not in TRAJECTORY_STATUSES]
         if bad:
             raise ConfigError(f"--status: unknown status {bad[0]!r}; known: {TRAJECTORY_STATUSES}")
+        # A quality no label can hold would select nothing, silently: a typo, refused.
+        bad = [q for q in self.quality if q not in QUALITIES]
+        if bad:
+            raise ConfigError(f"--quality: unknown quality {bad[0]!r}; known: {QUALITIES}")
 
     def matches(self, t: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
         """Whether a trajectory summary (see Index.trajectory columns) passes, given its labels."""

@@ -1,9 +1,10 @@
 """The rollout loop: for each task, n episodes forming one group, each scored and completed in the pool.
 
 Per episode: open a trajectory on the proxy, run the agent against its base
-URL, score the answer, complete the trajectory with status and reward. An
-agent that crashes or hangs fails its own trajectory only; cancelling the run
-(Ctrl-C) marks the episodes in flight cancelled and keeps everything finished.
+URL, score the answer, complete the trajectory with status and reward (and
+the task's reference answer, for exporters). An agent that crashes or hangs
+fails its own trajectory only; cancelling the run (Ctrl-C) marks the episodes
+in flight cancelled and keeps everything finished.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from agentworld.records import new_id
 from agentworld.run.lifecycle import ProxyClient, ProxyHTTPError, TrajectoryHandle
 from agentworld.run.runners import Outcome
 from agentworld.run.scoring import Scorer
-from agentworld.run.tasks import Task
+from agentworld.run.tasks import Task, json_safe
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ async def _episode(
     except asyncio.CancelledError:
         result.status = "cancelled"
         result.error = {"type": "cancelled", "message": "the run was interrupted"}
-        await _end_if_opened(proxy, tid, result, {"rollout": rollout})
+        await _end_if_opened(proxy, tid, result, _with_reference({"rollout": rollout}, task))
         raise
     except AgentWorldError as exc:
         result.error = {"type": "proxy", "message": str(exc)}
@@ -155,7 +156,7 @@ async def _episode(
     except asyncio.CancelledError:
         result.status = "cancelled"
         result.error = {"type": "cancelled", "message": "the run was interrupted"}
-        await _complete(proxy, handle.id, result, {"rollout": rollout})
+        await _complete(proxy, handle.id, result, _with_reference({"rollout": rollout}, task))
         raise
     except Exception as exc:  # a runner bug must not stop the other episodes
         outcome = Outcome("failed", error={"type": type(exc).__name__, "message": str(exc)})
@@ -166,12 +167,25 @@ async def _episode(
         except Exception as exc:  # the scorer is user code too
             result.status = "failed"
             result.error = {"type": "scorer", "message": f"{type(exc).__name__}: {exc}"}
-    meta: dict[str, Any] = {**outcome.metadata, "rollout": rollout}
+    meta = _with_reference({**outcome.metadata, "rollout": rollout}, task)
     if outcome.answer is not None:
         meta["answer"] = outcome.answer[:_MAX_ANSWER_CHARS]
     result.wall_s = time.monotonic() - t0
     meta["wall_s"] = round(result.wall_s, 3)
     await _complete(proxy, handle.id, result, meta)
+
+
+def _with_reference(meta: dict[str, Any], task: Task) -> dict[str, Any]:
+    """``meta`` plus the task's reference answer as ``ground_truth``, the key exporters read.
+
+    The key is the rollout's alone: one in the agent's own metadata is dropped,
+    so nothing the agent says can pass for the reference (its answer is kept
+    apart, as ``answer``).
+    """
+    out = {k: v for k, v in meta.items() if k != "ground_truth"}
+    if task.answer is not None:
+        out["ground_truth"] = json_safe(task.answer)
+    return out
 
 
 async def _end_if_opened(

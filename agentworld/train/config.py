@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from agentworld.errors import ConfigError
+from agentworld.pool.labels import QUALITIES
+from agentworld.pool.selection import TRAJECTORY_STATUSES
 
 ALGOS = ("sft", "grpo", "ppo")
 NORMALISERS = ("grpo", "dr_grpo", "dapo")
@@ -99,6 +101,10 @@ class TrainConfig:
                 raise ConfigError(f"train.{key}: must be at least 1")
         if self.max_seq_len > self.batch_tokens:
             raise ConfigError("train.batch_tokens: must be at least train.max_seq_len")
+        for key, known in (("status", TRAJECTORY_STATUSES), ("quality", QUALITIES)):
+            bad = [v for v in getattr(self, key) if v not in known]
+            if bad:
+                raise ConfigError(f"train.{key}: unknown {key} {bad[0]!r}; known: {list(known)}")
         if self.online and self.group_size < 1:
             raise ConfigError(
                 "train.group_size: --online needs the group size (--set group_size=N)"

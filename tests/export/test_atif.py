@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 
 from agentworld.errors import RecordError
@@ -12,6 +13,7 @@ from agentworld.export import export
 from agentworld.export.conversation import same_message
 from agentworld.export.ingest import import_file
 from agentworld.pool import Pool
+from agentworld.pool.fsck import fsck
 
 
 def test_atif_shape(filled: Pool, tmp_path: Path) -> None:
@@ -58,6 +60,20 @@ def test_atif_round_trip_keeps_messages_tool_calls_and_ids(filled: Pool, tmp_pat
             assert new["id"] == old["id"]
     moved = other.get_trajectory("tr_a1")
     assert moved.steps[1]["_labels"].get("trainable") is False
+
+
+def test_records_after_atif_of_the_same_trajectories_add_no_second_end(
+    filled: Pool, tmp_path: Path
+) -> None:
+    export(filled, "atif", tmp_path / "atif.jsonl")
+    recs = tmp_path / "records.jsonl"
+    recs.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in filled.iter_records()))
+    other = Pool.create(tmp_path / "other")
+    import_file(other, tmp_path / "atif.jsonl", "atif")
+    report = import_file(other, recs, "records")
+    # ATIF keeps the step ids but not the end records': those are found by trajectory.
+    assert (report.written, report.skipped_existing) == (0, 16)
+    assert fsck(other).ok
 
 
 def test_atif_bad_step_is_named(pool: Pool, tmp_path: Path) -> None:

@@ -7,13 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+import pytest
 import typer
 from typer.testing import CliRunner
 
+from agentworld.errors import ConfigError, RecordError
 from agentworld.export.command import export, pool_import
 from agentworld.pool import Pool
 from agentworld.pool.sync_command import diff, fetch, manifest, merge
-from tests.export.trajectories import fill
+from tests.export.trajectories import fill, trajectory_records
 
 app = typer.Typer()
 app.command("export")(export)
@@ -43,6 +46,81 @@ def test_export_then_import_through_the_cli(filled: Pool, tmp_path: Path) -> Non
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["trajectories"] == 2
+
+
+def test_import_records_is_all_or_nothing_and_says_what_it_did(pool: Pool, tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    rows = [orjson.dumps(r) for r in trajectory_records("tr_1", answer="6", reward=1.0)]
+    path.write_bytes(b"\n".join([*rows, b"not json"]) + b"\n")
+    args = ["pool", "import", str(path), "-f", "records", "--pool", str(pool.root)]
+    res = runner.invoke(app, args)
+    assert isinstance(res.exception, RecordError) and res.exception.exit_code == 3
+    assert f"{path}:5: not JSON" in str(res.exception)
+    assert list(pool.iter_records()) == []
+    res = runner.invoke(app, [*args, "--skip-bad"])
+    assert res.exit_code == 0, res.output
+    assert f"refused {path}:5: not JSON" in res.output
+    assert (
+        "imported 4 records of 1 trajectories (3 steps, 1 end records), "
+        "0 already present, 1 bad rows refused"
+    ) in res.output
+    res = runner.invoke(app, [*args, "--skip-bad", "--json"])
+    assert json.loads(res.stdout)["skipped_existing"] == 4
+
+
+def test_export_refuses_an_unknown_quality_and_keeps_the_output(
+    filled: Pool, tmp_path: Path
+) -> None:
+    out = tmp_path / "sft.jsonl"
+    out.write_text("earlier export\n")
+    args = ["export", "-f", "openai-jsonl", "-o", str(out), "--pool", str(filled.root)]
+    res = runner.invoke(app, [*args, "--quality", "god"])
+    assert isinstance(res.exception, ConfigError)
+    assert str(res.exception).startswith("--quality: unknown quality 'god'")
+    assert out.read_text() == "earlier export\n"
+    filled.labels.set(["trajectory:tr_a1"], {"quality": "good"}, author="me")
+    res = runner.invoke(app, [*args, "--quality", "good,unsure", "--json"])
+    assert json.loads(res.stdout)["counts"]["trajectories"] == 1
+
+
+@pytest.mark.parametrize(
+    ("fmt", "make", "problem"),
+    [
+        ("openai-jsonl", "folder", "is a folder; -f openai-jsonl writes one file"),
+        ("parquet", "folder", "is a folder; -f parquet writes one file"),
+        ("verl", "folder", "is a folder; -f verl writes one file"),
+        ("hf", "file", "is a file; -f hf writes a folder"),
+        ("atif", "file", "is a file; -f atif writes a folder"),
+        ("hf", "foreign folder", "is a folder but not a saved dataset"),
+    ],
+)
+def test_export_refuses_an_out_path_of_the_wrong_kind(
+    filled: Pool, tmp_path: Path, fmt: str, make: str, problem: str
+) -> None:
+    out = tmp_path / "out"
+    if make == "file":
+        out.write_text("mine\n")
+    else:
+        out.mkdir()
+    if make == "foreign folder":
+        (out / "notes.txt").write_text("mine\n")
+    before = out.read_text() if make == "file" else sorted(p.name for p in out.iterdir())
+    res = runner.invoke(app, ["export", "-f", fmt, "-o", str(out), "--pool", str(filled.root)])
+    assert isinstance(res.exception, ConfigError)
+    assert str(res.exception).startswith(f"--out: {out} {problem}")
+    after = out.read_text() if make == "file" else sorted(p.name for p in out.iterdir())
+    assert after == before
+    assert not (tmp_path / "out.manifest.json").exists()
+
+
+def test_export_refuses_an_out_path_under_a_file(filled: Pool, tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    out = tmp_path / "f" / "sft.jsonl"
+    res = runner.invoke(
+        app, ["export", "-f", "openai-jsonl", "-o", str(out), "--pool", str(filled.root)]
+    )
+    assert isinstance(res.exception, ConfigError)
+    assert str(res.exception).startswith(f"--out: cannot create the folder {tmp_path / 'f'}")
 
 
 def test_export_rejects_unknown_format(filled: Pool, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from agentworld.errors import MissingExtraError
 from agentworld.export import ExportOptions, export
 from agentworld.pool import Pool, Selection
-from tests.export.trajectories import fill
+from tests.export.trajectories import fill, trajectory_records
 
 
 def test_step_rows_have_ids_masks_logprobs_rewards_groups(filled: Pool, tmp_path: Path) -> None:
@@ -92,6 +92,20 @@ def test_hf_folder_reads_back_with_datasets(filled: Pool, tmp_path: Path) -> Non
     assert (tmp_path / "hf.manifest.json").exists()
 
 
+@pytest.mark.parametrize("rows", ["step", "trajectory"])
+def test_hf_export_of_nothing_is_an_empty_dataset(filled: Pool, tmp_path: Path, rows: str) -> None:
+    import datasets
+
+    out = tmp_path / "hf"
+    manifest = export(filled, "hf", out, Selection(min_reward=5), ExportOptions(rows=rows))
+    ds = datasets.load_from_disk(str(out))
+    assert ds.num_rows == 0 and "input_ids" in ds.column_names
+    assert manifest["counts"]["rows"] == 0
+    # A later export replaces the folder it wrote.
+    export(filled, "hf", out, Selection(group="g2"), ExportOptions(rows=rows))
+    assert datasets.load_from_disk(str(out)).num_rows > 0
+
+
 def test_verl_rows_one_per_task(filled: Pool, tmp_path: Path) -> None:
     out = tmp_path / "verl.parquet"
     export(filled, "verl", out, options=ExportOptions(ability="math"))
@@ -105,6 +119,21 @@ def test_verl_rows_one_per_task(filled: Pool, tmp_path: Path) -> None:
     ]
     assert r["reward_model"] == {"style": "rule", "ground_truth": "6"}
     assert r["extra_info"]["trajectories"] == 2 and r["extra_info"]["mean_reward"] == 0.5
+
+
+def test_verl_never_takes_the_agents_answer_for_the_ground_truth(
+    pool: Pool, tmp_path: Path
+) -> None:
+    # As `aw run` records it: the agent's answer under `answer`, and here no reference.
+    recs = trajectory_records("tr_x", answer="7", reward=0.0)
+    recs[-1]["metadata"] = {"answer": "The answer is 7.", "expected": "7", "rollout": 0}
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    manifest = export(pool, "verl", tmp_path / "verl.parquet")
+    (row,) = pq.read_table(tmp_path / "verl.parquet").to_pylist()
+    assert row["reward_model"]["ground_truth"] == ""
+    assert manifest["counts"]["tasks_without_ground_truth"] == 1
 
 
 def test_manifest_says_what_made_it(filled: Pool, tmp_path: Path) -> None:

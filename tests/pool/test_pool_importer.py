@@ -1,4 +1,4 @@
-"""Importing JSONL: bad rows refused by line and field, nothing half-written, re-imports add nothing."""
+"""Importing JSONL: bad rows refused by line and field, all or nothing, re-imports add nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 from agentworld import records
-from agentworld.errors import PoolError
+from agentworld.errors import PoolError, RecordError
 from agentworld.pool import Pool
 from agentworld.pool.fsck import fsck
 from agentworld.pool.importer import import_records
@@ -56,7 +56,7 @@ def test_bad_rows_refused_with_line_and_field(pool: Pool, tmp_path) -> None:
         good[1],  # duplicate within the file
         good[2],
     ]
-    report = import_records(pool, _file(tmp_path, rows))
+    report = import_records(pool, _file(tmp_path, rows), skip_bad=True)
     assert not report.ok
     assert [(r.line, r.field) for r in report.refused] == [
         (2, ""),
@@ -67,6 +67,43 @@ def test_bad_rows_refused_with_line_and_field(pool: Pool, tmp_path) -> None:
     ]
     assert (report.written, report.duplicates_in_file) == (3, 1)
     assert [r["id"] for r in pool.iter_records()] == [g["id"] for g in good]
+    assert report.refusals()[1].startswith(f"{tmp_path / 'in.jsonl'}:3: index: integer ")
+
+
+def test_a_bad_row_refuses_the_whole_file_unless_skip_bad(pool: Pool, tmp_path) -> None:
+    tid = records.new_id("tr")
+    rows = [full_step(tid, 0), full_step(tid, 1), b"not json", {"kind": "step"}]
+    path = _file(tmp_path, rows)
+    with pytest.raises(RecordError) as exc:
+        import_records(pool, path)
+    message = str(exc.value)
+    assert message.startswith("2 bad row(s), nothing imported (--skip-bad imports the rest)")
+    assert f"{path}:3: not JSON" in message and f"{path}:4: " in message
+    assert list(pool.iter_records()) == []
+    report = import_records(pool, path, skip_bad=True)
+    assert (report.written, report.steps, report.ends, report.trajectories) == (2, 2, 0, 1)
+    assert report.summary() == (
+        "imported 2 records of 1 trajectories (2 steps, 0 end records), "
+        "0 already present, 2 bad rows refused"
+    )
+
+
+def test_no_second_end_record_for_a_trajectory_whatever_its_id(pool: Pool, tmp_path) -> None:
+    # The pool holds the trajectory already, its end under another id (as an ATIF import
+    # of it leaves it); the file ends it again, twice.
+    tid = records.new_id("tr")
+    steps = [full_step(tid, i) for i in range(2)]
+    with pool.writer() as w:
+        for rec in [*steps, end_record(tid, 2)]:
+            w.append(rec)
+    other = records.new_id("tr")
+    rows = [*steps, end_record(tid, 2), full_step(other, 0), end_record(other, 1),
+            end_record(other, 1, reward=0.0)]  # fmt: skip
+    report = import_records(pool, _file(tmp_path, rows))
+    assert (report.written, report.steps, report.ends) == (2, 1, 1)
+    assert report.skipped_existing == 4
+    assert fsck(pool).ok
+    assert sum(r["kind"] == "end" for r in pool.iter_records()) == 2
 
 
 def test_unreadable_file_is_a_pool_error(pool: Pool, tmp_path) -> None:

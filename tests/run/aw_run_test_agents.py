@@ -33,6 +33,11 @@ async def two_args(task, client):
     return {"answer": reply.choices[0].message.content, "metadata": {"style": "two-args"}}
 
 
+async def claims_ground_truth(task, client):
+    """An agent whose metadata claims the reference answer: it must not be recorded as one."""
+    return {"answer": "41", "metadata": {"ground_truth": "41"}}
+
+
 async def crash_on_odd(task, client, settings):
     if int(task.id[1:]) % 2:
         raise ValueError("odd task")

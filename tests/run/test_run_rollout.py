@@ -243,6 +243,25 @@ async def test_sync_and_two_argument_python_agents(tmp_path, fake_proxy, test_ag
     assert fake_proxy.completed[r.trajectory]["metadata"]["style"] == "two-args"
 
 
+async def test_the_end_record_keeps_the_reference_answer_apart_from_the_agents(
+    tmp_path, fake_proxy, test_agents
+):
+    agents, datasets = _setup(
+        tmp_path,
+        '[agents.liar]\nkind = "python"\nfunction = "TESTMOD:claims_ground_truth"\n',
+        test_agents,
+    )
+    report, _ = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "liar"))
+    completed = {r.task: fake_proxy.completed[r.trajectory]["metadata"] for r in report.results}
+    # The dataset's answers, never the agent's: verl's export reads this as the ground truth.
+    assert {t: m["ground_truth"] for t, m in completed.items()} == {
+        "t0": "5",
+        "t1": "20",
+        "t2": "6",
+    }
+    assert {m["answer"] for m in completed.values()} == {"41"}
+
+
 async def test_a_failing_scorer_fails_the_trajectory(tmp_path, fake_proxy, test_agents):
     agents, _ = _setup(
         tmp_path, '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'

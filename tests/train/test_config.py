@@ -65,6 +65,10 @@ def test_bad_values_are_refused_with_their_source(tmp_path: Path) -> None:
         load_config(None, {"model": "m", "online": True})
     with pytest.raises(ConfigError, match=r"train\.mixed_precision: must be one of .*got 'fp8'"):
         load_config(None, {"model": "m"}, ["mixed_precision=fp8"])
+    with pytest.raises(ConfigError, match=r"train\.quality: unknown quality 'god'"):
+        load_config(None, {"model": "m"}, ["quality=good,god"])
+    with pytest.raises(ConfigError, match=r"train\.status: unknown status 'dnoe'"):
+        load_config(None, {"model": "m"}, ["status=dnoe"])
     with pytest.raises(ConfigError, match="mixed_precision expects str, got True"):
         load_config(recipe(tmp_path, '[train]\nmodel = "m"\nmixed_precision = true\n'))
     with pytest.raises(ConfigError, match="expected key=value"):
