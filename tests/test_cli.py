@@ -259,6 +259,16 @@ def test_stderr_off_a_terminal_holds_no_progress_residue(pool: Pool) -> None:
     out = aw("pool", "show", "tr_nope", "--pool", str(pool.root))
     assert out.returncode == NotFoundError.exit_code
     assert out.stderr.startswith("aw: error: no step") and out.stderr.count("\n") == 1
+    out = aw(
+        "export",
+        "-f",
+        "openai-jsonl",
+        "-o",
+        str(pool.root.parent / "sft.jsonl"),
+        "--pool",
+        str(pool.root),
+    )
+    assert out.returncode == 0 and not out.stderr.startswith("\n"), repr(out.stderr)
 
 
 @pytest.mark.parametrize(

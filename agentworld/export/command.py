@@ -72,7 +72,8 @@ def export(
     )
     pool = Pool.open(pool_path)
     total = pool.index().count_trajectories(sel)
-    with Progress(console=Console(stderr=True), transient=True) as bar:
+    console = Console(stderr=True)  # no bar off a terminal: Rich would leave a blank line
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task_id = bar.add_task(f"exporting {fmt}", total=total or None)
         manifest = run_export(
             pool, fmt, out, sel, options, progress=lambda n: bar.update(task_id, completed=n)
