@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -31,6 +32,23 @@ class TuiConfig:
     author: str
     proxy_url: str | None = None
     tokenizer_path: str | None = None
+
+
+def open_pool(path: str | Path) -> Pool:
+    """Open the pool and read its label files once, so that a bad label line fails here.
+
+    The CLI then reports it as every other command does (``aw: error: FILE:LINE: bad
+    label line``, exit 6) before the app starts; the app's first refresh would otherwise
+    meet it in a worker, and Textual would end the app with a traceback.
+    """
+    pool = Pool.open(path)
+    try:
+        for _ in pool.labels.entries():
+            pass
+    except BaseException:
+        pool.close()
+        raise
+    return pool
 
 
 @dataclass

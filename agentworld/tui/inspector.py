@@ -139,7 +139,11 @@ class InspectorScreen(CuratingScreen):
         if tid is None:
             deliver(self, self._queue_empty)
             return
-        t = self.aw.data.trajectory(tid)
+        try:
+            t = self.aw.data.trajectory(tid)
+        except AgentWorldError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
         deliver(self, self.show, t)
 
     def _queue_empty(self) -> None:

@@ -348,6 +348,43 @@ async def test_review_queue_walks_unlabelled_one_key_each(pool_path: Path) -> No
         assert f"trajectory:{seen[1]}" not in labelled and len(labelled) == 5
 
 
+def spy_notices(app: AgentWorldApp) -> list[tuple[str, str]]:
+    """(severity, message) of every notice the app shows from now on."""
+    shown: list[tuple[str, str]] = []
+    notify = app.notify
+
+    def spy(message: str, *, severity: str = "information", **kw: object) -> None:
+        shown.append((severity, message))
+        notify(message, severity=severity, **kw)  # type: ignore[arg-type]
+
+    app.notify = spy  # type: ignore[method-assign]
+    return shown
+
+
+async def test_a_label_file_gone_bad_meanwhile_is_a_notice_not_a_crash(pool_path: Path) -> None:
+    """Another writer leaves a bad label line while the app runs: the screens keep their
+    last good view, each action that needs the labels says why it cannot, the refresh
+    says it once, and says so again when the file is fixed."""
+    async with app_for(pool_path, refresh_s=0.05).run_test(size=SIZE) as pilot:
+        listing = await loaded_list(pilot)
+        shown = spy_notices(pilot.app)
+        bad = pool_path / "labels" / "mallory" / "2026-01-01.jsonl"
+        bad.parent.mkdir(parents=True)
+        bad.write_text('{"author": "mallory", bad json\n')
+        refresh = lambda: [m for _, m in shown if m.startswith("pool not refreshed")]  # noqa: E731
+        await until(pilot, refresh)
+        assert f"{bad}:1: bad label line" in refresh()[0]
+        for keys in (["1"], ["u"], ["g"], ["escape", "r"], ["escape", "enter"]):
+            before = len(shown)
+            await pilot.press(*keys)  # label, undo, group view, review queue, inspector
+            await until(pilot, lambda n=before: len(shown) > n)
+        assert all(s == "error" and f"{bad}:1: bad label line" in m for s, m in shown)
+        assert len(refresh()) == 1  # not repeated at every refresh
+        assert pilot.app.is_running and listing.page.total == 6
+        bad.write_text("")
+        await until(pilot, lambda: any(m.startswith("pool readable again") for _, m in shown))
+
+
 async def test_monitor_shows_counts_and_switching_modes(pool_path: Path) -> None:
     async with app_for(pool_path, start="monitor").run_test(size=SIZE) as pilot:
         await until(
