@@ -150,6 +150,18 @@ class PoolData:
         with self._qlock:
             return self.pool.get_trajectory(trajectory_id)
 
+    def relabelled(self, t: Trajectory) -> Trajectory:
+        """``t`` with its labels as the index has them now (as ``trajectory`` gives them).
+
+        After a label that is all that changed; reading the trajectory again would parse
+        every step, megabytes for a long session, to learn it.
+        """
+        targets = [f"trajectory:{t.id}"] + [f"step:{s['id']}" for s in t.steps]
+        labels = self.own_labels(targets)
+        own = labels.get(targets[0], {})
+        steps = [{**s, "_labels": {**own, **labels.get(f"step:{s['id']}", {})}} for s in t.steps]
+        return Trajectory(t.id, steps=steps, end=t.end, labels=own)
+
     def group(self, group: str, limit: int = 64) -> list[Trajectory]:
         with self._qlock:
             ids = queries.group_members(self._query.db, group)[:limit]

@@ -7,12 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Input, Static, TextArea
 
 from agentworld import records
 from agentworld.pool import Pool
 from agentworld.tui.app import AgentWorldApp
 from agentworld.tui.dialog import PromptDialog
+from agentworld.tui.fulltext import FullTextScreen
 from agentworld.tui.group import GroupScreen
 from agentworld.tui.help import HelpScreen
 from agentworld.tui.inspector import InspectorScreen
@@ -241,6 +242,55 @@ async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path:
         assert "RESULT 0" in body() and "earlier messages" not in body()
         await pilot.press("k")  # the whole history stays on while stepping
         await until(pilot, lambda: "RESULT 1" not in body() and "SYSTEM PROMPT" in body())
+
+
+async def test_inspector_clips_a_long_message_and_keys_leave_the_body_alone(
+    tmp_path: Path,
+) -> None:
+    """A tool result of a whole file shows its ends and a line naming the key that shows
+    it all; keys that do not change what the body shows (labels, j/k at an end) leave it
+    as it is, where each of them laid out the whole text again."""
+    dump = "".join(f"line {i:05d} " + "x" * 90 + "\n" for i in range(2000))  # 200 KB
+    asked = [{"role": "user", "content": "FIRST"}]
+    steps = []
+    for i, content in enumerate(("CALLING", "SUMMARY")):
+        steps.append(
+            records.make_step(
+                id=f"st_dump_{i}",
+                trajectory="tr_dump",
+                index=i,
+                agent="coder",
+                timings={"started_at": T0 + i, "ended_at": T0 + i + 1},
+                request={"model": "m", "messages": list(asked)},
+                response={"message": {"role": "assistant", "content": content}},
+            )
+        )
+        asked += [{"role": "assistant", "content": content}, {"role": "tool", "content": dump}]
+    async with app_for(write_pool(tmp_path / "pool", steps)).run_test(size=SIZE) as pilot:
+        await loaded_list(pilot)
+        pilot.app.inspect("tr_dump")
+        ins = await shown_inspector(pilot)
+        body = ins.query_one("#body", Static)
+        await pilot.press("j")  # the step the file came back to
+        await until(pilot, lambda: "SUMMARY" in str(body.render()))
+        shown = str(body.render())
+        assert "line 00000" in shown and "line 01999" in shown
+        assert "line 01000" not in shown and len(shown) < 10_000
+        assert "lines (" in shown and "characters) not shown · v: the whole text" in shown
+        content = body.content
+        await pilot.press("j", "full_stop", "full_stop", "1")  # j: at the last step already
+        meta = lambda: str(ins.query_one("#meta", Static).render())  # noqa: E731
+        await until(pilot, lambda: "quality=good" in meta())
+        await pilot.pause(0.1)
+        assert body.content is content and ins.step_i == 1  # neither built nor laid out again
+        await pilot.press("h", "h")  # a change of view does build it again
+        await until(pilot, lambda: body.content is not content)
+        await pilot.press("v")  # the whole text, in a view that scrolls it
+        await until(pilot, lambda: isinstance(pilot.app.screen, FullTextScreen))
+        text = pilot.app.screen.query_one(TextArea).text
+        assert dump in text and "SUMMARY" in text and "not shown" not in text
+        await pilot.press("escape")
+        await until(pilot, lambda: pilot.app.screen is ins)
 
 
 async def test_inspector_opens_the_trajectory_a_fork_branched_off(tmp_path: Path) -> None:
