@@ -12,8 +12,9 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from agentworld.pool import Pool, Selection
-from agentworld.tui.data import PoolData, TuiConfig
+from agentworld.errors import AgentWorldError
+from agentworld.pool import Selection
+from agentworld.tui.data import PoolData, TuiConfig, open_pool
 from agentworld.tui.group import GroupScreen
 from agentworld.tui.help import HelpScreen, bindings_of
 from agentworld.tui.inspector import InspectorScreen
@@ -23,6 +24,7 @@ from agentworld.tui.tokens import Decoder, load_decoder
 from agentworld.tui.trajectories import TrajectoriesScreen
 
 REFRESH_S = 1.0
+REFRESH_NOTICE_S = 30.0  # a refresh that fails is shown once, for longer than a passing notice
 
 
 class AgentWorldApp(App[None]):
@@ -53,6 +55,7 @@ class AgentWorldApp(App[None]):
         self.selection = Selection()
         self._decoder: Decoder | None = None
         self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
+        self.refresh_problem: str | None = None  # why the last refresh failed, while it fails
         self.title = f"AgentWorld · {data.pool.root.name}"
 
     def on_mount(self) -> None:
@@ -80,12 +83,33 @@ class AgentWorldApp(App[None]):
     @work(thread=True, exclusive=True, group="refresh")
     def refresh_pool(self) -> None:
         """Take new records and labels into the index; tell the screen if anything came."""
-        report = self.data.refresh()
+        try:
+            report = self.data.refresh()
+        except AgentWorldError as exc:
+            # Another writer left a bad label line, say: the refresh rolled back, so the
+            # screens keep the last good view, and the app says why nothing updates.
+            self.call_from_thread(self._refresh_failed, str(exc))
+            return
+        if self.refresh_problem is not None:
+            self.call_from_thread(self._refresh_ok)
         if report.records or report.shards:
             self.call_from_thread(self._refreshed, report.records)
 
     def _refreshed(self, records: int) -> None:
         self.screen.post_message(PoolRefreshed(records))
+
+    def _refresh_failed(self, problem: str) -> None:
+        """Tell the user once per problem (the refresh retries every tick)."""
+        if problem != self.refresh_problem:
+            self.refresh_problem = problem
+            self.notify(
+                f"pool not refreshed: {problem}", severity="error", timeout=REFRESH_NOTICE_S
+            )
+
+    def _refresh_ok(self) -> None:
+        if self.refresh_problem is not None:
+            self.refresh_problem = None
+            self.notify("pool readable again: refreshing", timeout=3)
 
     @work(thread=True, group="tokenizer")
     def _load_tokenizer(self, path: str) -> None:
@@ -150,6 +174,9 @@ def make_app(
     clock: Callable[[], float] = time.time,
     refresh_s: float = REFRESH_S,
 ) -> AgentWorldApp:
-    """Open the pool and build the app; the CLI, textual-serve and tests all start here."""
-    pool = Pool.open(config.pool_path)
+    """Open the pool and build the app; the CLI, textual-serve and tests all start here.
+
+    A pool the app cannot read (a bad label line) fails here, before the app starts.
+    """
+    pool = open_pool(config.pool_path)
     return AgentWorldApp(PoolData(pool, config, clock=clock), start=start, refresh_s=refresh_s)

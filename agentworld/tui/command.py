@@ -62,13 +62,13 @@ def _serve_web(
     port: int,
 ) -> None:
     from agentworld.errors import MissingExtraError
-    from agentworld.pool import Pool
+    from agentworld.tui.data import open_pool
 
     try:
         from textual_serve.server import Server
     except ImportError:
         raise MissingExtraError("textual-serve", "web") from None
-    Pool.open(pool).close()  # fail here, with a clear error, rather than in every browser tab
+    open_pool(pool).close()  # fail here, with a clear error, rather than in every browser tab
     args = [
         sys.executable,
         "-m",

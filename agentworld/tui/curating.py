@@ -128,7 +128,11 @@ class CuratingScreen(Screen[None]):
 
     @work(thread=True, group="labels")
     def _undo(self) -> None:
-        action = self.aw.data.undo()
+        try:
+            action = self.aw.data.undo()
+        except AgentWorldError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
         if action is None:
             self.app.call_from_thread(self.notify, "nothing to undo", severity="warning")
             return

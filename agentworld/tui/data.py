@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -31,6 +32,23 @@ class TuiConfig:
     author: str
     proxy_url: str | None = None
     tokenizer_path: str | None = None
+
+
+def open_pool(path: str | Path) -> Pool:
+    """Open the pool and read its label files once, so that a bad label line fails here.
+
+    The CLI then reports it as every other command does (``aw: error: FILE:LINE: bad
+    label line``, exit 6) before the app starts; the app's first refresh would otherwise
+    meet it in a worker, and Textual would end the app with a traceback.
+    """
+    pool = Pool.open(path)
+    try:
+        for _ in pool.labels.entries():
+            pass
+    except BaseException:
+        pool.close()
+        raise
+    return pool
 
 
 @dataclass
@@ -131,6 +149,18 @@ class PoolData:
     def trajectory(self, trajectory_id: str) -> Trajectory:
         with self._qlock:
             return self.pool.get_trajectory(trajectory_id)
+
+    def relabelled(self, t: Trajectory) -> Trajectory:
+        """``t`` with its labels as the index has them now (as ``trajectory`` gives them).
+
+        After a label that is all that changed; reading the trajectory again would parse
+        every step, megabytes for a long session, to learn it.
+        """
+        targets = [f"trajectory:{t.id}"] + [f"step:{s['id']}" for s in t.steps]
+        labels = self.own_labels(targets)
+        own = labels.get(targets[0], {})
+        steps = [{**s, "_labels": {**own, **labels.get(f"step:{s['id']}", {})}} for s in t.steps]
+        return Trajectory(t.id, steps=steps, end=t.end, labels=own)
 
     def group(self, group: str, limit: int = 64) -> list[Trajectory]:
         with self._qlock:

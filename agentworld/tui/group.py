@@ -12,6 +12,7 @@ from textual.containers import HorizontalScroll
 from textual.widgets import DataTable, Footer, Header, Static
 
 from agentworld import records
+from agentworld.errors import AgentWorldError
 from agentworld.literal import literal
 from agentworld.pool import Trajectory
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
@@ -96,7 +97,11 @@ class GroupScreen(CuratingScreen):
 
     @work(thread=True, exclusive=True, group="group")
     def _load(self, group: str) -> None:
-        members = self.aw.data.group(group)
+        try:
+            members = self.aw.data.group(group)
+        except AgentWorldError as exc:  # a bad label file, say: keep what is shown
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
         deliver(self, self.show, members)
 
     def show(self, members: list[Trajectory]) -> None:

@@ -20,9 +20,13 @@ from agentworld.literal import literal
 from agentworld.pool import Selection, Trajectory
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.delivery import deliver
+from agentworld.tui.fulltext import FullTextScreen
 from agentworld.tui.messages import TrajectoryLabelled
 from agentworld.tui.tokens import Decoder, token_view
-from agentworld.tui.transcript import new_from, step_metadata, step_transcript
+from agentworld.tui.transcript import Clip, new_from, step_metadata, step_transcript
+
+EARLIER_NOTE = " (the step before sent them too; h: show)"
+CLIP = Clip(note=" · v: the whole text")
 
 
 def info_text(t: Trajectory, target: str, review: bool) -> Text:
@@ -50,6 +54,11 @@ def info_text(t: Trajectory, target: str, review: bool) -> Text:
     return out
 
 
+def _step_ids(t: Trajectory) -> list[Any]:
+    """Which steps ``t`` holds: when they are the same, the step list stands as it is."""
+    return [s.get("id") for s in t.steps]
+
+
 class InspectorScreen(CuratingScreen):
     """Transcript, metadata and tokens of one trajectory, step by step."""
 
@@ -64,6 +73,7 @@ class InspectorScreen(CuratingScreen):
         Binding("escape", "back", "Back"),
         Binding("t", "toggle_tokens", "Tokens"),
         Binding("h", "toggle_history", "History", show=False),  # the transcript says so
+        Binding("v", "full_text", "Whole text", show=False),  # so does a clipped text
         Binding("full_stop", "toggle_target", "Step/traj", key_display="."),
         Binding("j", "step(1)", "Next step", show=False),
         Binding("k", "step(-1)", "Prev step", show=False),
@@ -94,6 +104,7 @@ class InspectorScreen(CuratingScreen):
         self.full_history = False
         self.target_step = False
         self.skipped: list[str] = []
+        self.body_shown: tuple[Any, ...] | None = None  # what #body shows (see body_key)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -133,13 +144,22 @@ class InspectorScreen(CuratingScreen):
             return
         deliver(self, self.show, t)
 
+    # A description, or Textual names the worker by repr() of its argument: megabytes.
+    @work(thread=True, exclusive=True, group="trajectory", description="relabel")
+    def _relabel(self, t: Trajectory) -> None:
+        deliver(self, self.show, self.aw.data.relabelled(t))
+
     @work(thread=True, exclusive=True, group="trajectory")
     def _next_unreviewed(self) -> None:
         tid = self.aw.data.next_unreviewed(self.selection, self.skipped)
         if tid is None:
             deliver(self, self._queue_empty)
             return
-        t = self.aw.data.trajectory(tid)
+        try:
+            t = self.aw.data.trajectory(tid)
+        except AgentWorldError as exc:
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
         deliver(self, self.show, t)
 
     def _queue_empty(self) -> None:
@@ -148,12 +168,13 @@ class InspectorScreen(CuratingScreen):
             Text(" REVIEW  queue empty: every matching trajectory has a label", style="bold")
         )
         self.query_one("#meta", Static).update(Text(""))
-        self.query_one("#body", Static).update(Text(""))
+        self.show_body(None, Text(""))
         self.query_one("#steps", DataTable).clear()
 
     def show(self, t: Trajectory) -> None:
         """Display a trajectory (UI thread); keeps the step cursor when it is the same one."""
-        same = self.trajectory is not None and self.trajectory.id == t.id
+        before = self.trajectory
+        same = before is not None and before.id == t.id
         self.trajectory = t
         self.trajectory_id = t.id
         if not same:
@@ -162,6 +183,12 @@ class InspectorScreen(CuratingScreen):
                 at = [i for i, s in enumerate(t.steps) if s.get("index") == self.start_step]
                 self.step_i = at[0] if at else 0
                 self.start_step = None
+        if before is None or _step_ids(before) != _step_ids(t):  # not for a label's reload
+            self.fill_steps(t)
+        self.render_step()
+
+    def fill_steps(self, t: Trajectory) -> None:
+        """One row a step, the cursor on the current one."""
         table = self.query_one("#steps", DataTable)
         table.clear()
         for s in t.steps:
@@ -183,27 +210,49 @@ class InspectorScreen(CuratingScreen):
         if t.steps:
             self.step_i = min(self.step_i, len(t.steps) - 1)
             table.move_cursor(row=self.step_i, animate=False)
-        self.render_step()
 
     def render_step(self) -> None:
+        """Show the current step: the info line and metadata each time (labels change
+        them), the body only when what it shows changed (it is the part slow to lay out)."""
         t = self.trajectory
         if t is None:
             return
         self.query_one("#info", Static).update(info_text(t, self.target_name(), self.review))
         if not t.steps:
             self.query_one("#meta", Static).update(Text("no steps"))
-            self.query_one("#body", Static).update(Text(""))
+            self.show_body(None, Text(""))
             return
         step = t.steps[self.step_i]
         prev = t.steps[self.step_i - 1] if self.step_i > 0 else None
         self.query_one("#meta", Static).update(step_metadata(step))
+        key = self.body_key(step, prev)
+        if key != self.body_shown:
+            self.show_body(key, self.body(step, prev))
+
+    def body_key(self, step: dict[str, Any], prev: dict[str, Any] | None) -> tuple[Any, ...]:
+        """What the body shows, by identity: steps never change once written, so a reload
+        after a label (a new Trajectory, the same steps) keeps it."""
+        ids = (self.step_i, step.get("id"), prev.get("id") if prev else None)
         if self.show_tokens:
-            self.query_one("#body", Static).update(token_view(step, prev, decode=self.decoder()))
-        else:
-            start = 0 if self.full_history else new_from(step, prev)
-            note = " (the step before sent them too; h: show)"
-            body = step_transcript(step, only_new_from=start, earlier_note=note)
-            self.query_one("#body", Static).update(body)
+            return ("tokens", *ids, self.decoder() is not None)
+        return ("transcript", *ids, self.full_history)
+
+    def body(self, step: dict[str, Any], prev: dict[str, Any] | None) -> Text:
+        """The step's tokens, or its transcript with long texts clipped."""
+        if self.show_tokens:
+            return token_view(step, prev, decode=self.decoder())
+        return self.transcript(step, prev, CLIP)
+
+    def transcript(
+        self, step: dict[str, Any], prev: dict[str, Any] | None, clip: Clip | None
+    ) -> Text:
+        """What the step added to the conversation (all it sent, with ``h``) and its answer."""
+        start = 0 if self.full_history else new_from(step, prev)
+        return step_transcript(step, only_new_from=start, earlier_note=EARLIER_NOTE, clip=clip)
+
+    def show_body(self, key: tuple[Any, ...] | None, body: Text) -> None:
+        self.body_shown = key
+        self.query_one("#body", Static).update(body)
 
     def decoder(self) -> Decoder | None:
         return self.aw.decoder()
@@ -222,6 +271,8 @@ class InspectorScreen(CuratingScreen):
             t is not None
             and 0 <= event.cursor_row < len(t.steps)
             and event.cursor_row != self.step_i
+            # Refilling the table puts the cursor on row 0, then back: not a move to follow.
+            and event.cursor_row == event.data_table.cursor_row
         ):
             self.step_i = event.cursor_row
             self.render_step()
@@ -229,7 +280,10 @@ class InspectorScreen(CuratingScreen):
     def action_step(self, delta: int) -> None:
         if self.trajectory is None or not self.trajectory.steps:
             return
-        self.step_i = max(0, min(len(self.trajectory.steps) - 1, self.step_i + delta))
+        step_i = max(0, min(len(self.trajectory.steps) - 1, self.step_i + delta))
+        if step_i == self.step_i:
+            return  # at an end already
+        self.step_i = step_i
         self.query_one("#steps", DataTable).move_cursor(row=self.step_i, animate=False)
         self.render_step()
 
@@ -241,6 +295,16 @@ class InspectorScreen(CuratingScreen):
         self.full_history = not self.full_history
         if not self.show_tokens:
             self.render_step()
+
+    def action_full_text(self) -> None:
+        """The step's transcript (as ``h`` has it) unclipped, in a view that scrolls it."""
+        t = self.trajectory
+        if t is None or not t.steps:
+            return
+        step = t.steps[self.step_i]
+        prev = t.steps[self.step_i - 1] if self.step_i > 0 else None
+        text = self.transcript(step, prev, None).plain
+        self.app.push_screen(FullTextScreen(f"{t.id} · step {step.get('index')}", text))
 
     def action_toggle_target(self) -> None:
         self.target_step = not self.target_step
@@ -299,5 +363,7 @@ class InspectorScreen(CuratingScreen):
             self._next_unreviewed()
         elif self.review and kind == "trajectory":
             self.load(ident)  # back to what was just un-labelled, to label it again
+        elif self.trajectory is not None and self.trajectory.id == self.trajectory_id:
+            self._relabel(self.trajectory)
         elif self.trajectory_id:
             self.load(self.trajectory_id)

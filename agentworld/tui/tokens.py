@@ -13,6 +13,8 @@ from agentworld.literal import clean
 
 Decoder = Callable[[int], str]
 MAX_PROMPT_TOKENS_SHOWN = 2000
+MAX_COMPLETION_TOKENS_SHOWN = 2000
+BREAK_CONTEXT = 20  # prompt tokens shown before a prefix break
 
 
 def load_decoder(tokenizer_path: str) -> Decoder:
@@ -66,10 +68,44 @@ def logprob_style(lp: float | None) -> str:
     return "white on red"
 
 
+def shown_windows(n: int, limit: int, anchor: int | None) -> list[tuple[int, int]]:
+    """The ranges of ``n`` tokens to show, at most ``limit`` in all (a long session's prompt
+    is hundreds of thousands: laid out whole, one step takes seconds on every key).
+
+    All of them when they fit; else the last ``limit``, or, when ``anchor`` (a prefix
+    break, the completion's start) comes before those, half from just before it and
+    half at the end.
+    """
+    if n <= limit:
+        return [(0, n)]
+    if anchor is None or anchor >= n - limit:
+        return [(n - limit, n)]
+    start = max(0, anchor - min(BREAK_CONTEXT, limit // 4))
+    return [(start, start + limit // 2), (n - limit // 2, n)]
+
+
+def _append_windows(
+    out: Text, windows: list[tuple[int, int]], append: Callable[[int, int], None]
+) -> None:
+    """Append each window (``append(start, end)``), after a line counting what is left out."""
+    at = 0
+    for start, end in windows:
+        if start > at:
+            gap = f"{start} earlier tokens" if at == 0 else f"{start - at} tokens not shown"
+            out.append(("\n" if at else "") + f"… {gap}\n", style="dim")
+        append(start, end)
+        at = end
+
+
 def _token(token_id: int, decode: Decoder | None) -> str:
     if decode is None:
         return str(token_id)
     return clean(decode(token_id)).replace("\n", "\\n") or "∅"
+
+
+def _joined(token_ids: Sequence[int], decode: Decoder | None) -> str:
+    """Tokens side by side, each followed by a space."""
+    return "".join(_token(t, decode) + " " for t in token_ids)
 
 
 def token_view(
@@ -78,6 +114,7 @@ def token_view(
     *,
     decode: Decoder | None = None,
     max_prompt_tokens: int = MAX_PROMPT_TOKENS_SHOWN,
+    max_completion_tokens: int = MAX_COMPLETION_TOKENS_SHOWN,
 ) -> Text:
     """The step's prompt and completion tokens as one Text, with a legend and break marker."""
     tokens = step.get("tokens") or {}
@@ -112,22 +149,28 @@ def token_view(
         out.append(f" {name} ", style=logprob_style(lp))
         out.append(" ")
     out.append("\n── prompt\n", style="bold cyan")
-    start = 0
-    if len(prompt) > max_prompt_tokens:
-        start = len(prompt) - max_prompt_tokens
-        if brk is not None and brk < start:
-            start = max(0, brk - 20)
-        out.append(f"… {start} earlier tokens\n", style="dim")
-    for i in range(start, len(prompt)):
-        if i == brk:
+
+    def prompt_tokens(start: int, end: int) -> None:
+        # One span a run (before the break, after it): a span per token lays out ~4x slower.
+        cut = end if brk is None else min(max(brk, start), end)
+        if cut > start:
+            out.append(_joined(prompt[start:cut], decode), style="dim")
+        if cut == brk and cut < end:
             out.append("⟂BREAK⟂", style="bold white on red")
             out.append(" ")
-        out.append(_token(prompt[i], decode), style="dim" if brk is None or i < brk else "bold red")
-        out.append(" ")
+        if end > cut:
+            out.append(_joined(prompt[cut:end], decode), style="bold red")
+
+    def completion_tokens(start: int, end: int) -> None:
+        for i in range(start, end):  # a span each: the colours are the point
+            lp = lps[i] if lps is not None and i < len(lps) else None
+            out.append(_token(completion[i], decode), style=logprob_style(lp))
+            out.append(" ")
+
+    _append_windows(out, shown_windows(len(prompt), max_prompt_tokens, brk), prompt_tokens)
     out.append("\n── completion (sampled)\n", style="bold green")
-    for i, tid in enumerate(completion):
-        lp = lps[i] if lps is not None and i < len(lps) else None
-        out.append(_token(tid, decode), style=logprob_style(lp))
-        out.append(" ")
+    _append_windows(
+        out, shown_windows(len(completion), max_completion_tokens, 0), completion_tokens
+    )
     out.append("\n")
     return out

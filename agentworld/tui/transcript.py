@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +18,77 @@ ROLE_STYLES = {
     "assistant": "bold green",
     "tool": "bold yellow",
 }
+
+
+@dataclass(frozen=True)
+class Clip:
+    """How much of a long text a transcript shows: a text over ``max_lines`` or
+    ``max_chars`` shows its first and last lines, each end within a character budget,
+    around a line saying what is left out.
+
+    A coding agent's tool results are often whole files (hundreds of kilobytes): laid out
+    in full, one step takes seconds on every key. ``note`` ends the line that counts
+    what is left out (the inspector names the key that shows it all).
+    """
+
+    max_lines: int = 100
+    max_chars: int = 10_000
+    head_lines: int = 40
+    tail_lines: int = 10
+    head_chars: int = 4_000
+    tail_chars: int = 1_000
+    note: str = ""
+
+    def cut(self, s: str) -> tuple[int, int] | None:
+        """Where the left-out middle of ``s`` starts and ends; None when all of it shows."""
+        if len(s) <= self.max_chars and s.count("\n") < self.max_lines:
+            return None
+        head_end = _after_lines(s, self.head_lines, self.head_chars)
+        tail_start = max(len(s) - self.tail_chars, _before_lines(s, self.tail_lines))
+        return (head_end, tail_start) if tail_start > head_end else None
+
+    def line(self, left_out: str) -> str:
+        """The line standing for ``left_out``: how many lines and characters, and the note."""
+        lines = left_out.count("\n")
+        size = f"{len(left_out):,} characters"
+        what = f"{lines:,} lines ({size})" if lines else size
+        return f"… {what} not shown{self.note}"
+
+
+def _after_lines(s: str, lines: int, chars: int) -> int:
+    """The end of the first ``lines`` lines of ``s``, at most ``chars`` in."""
+    at = 0
+    for _ in range(lines):
+        nl = s.find("\n", at, chars)
+        if nl < 0:
+            return min(chars, len(s))
+        at = nl + 1
+    return at
+
+
+def _before_lines(s: str, lines: int) -> int:
+    """The start of the last ``lines`` lines of ``s`` (a final newline ends the last)."""
+    at = len(s) - 1 if s.endswith("\n") else len(s)
+    for _ in range(lines):
+        nl = s.rfind("\n", 0, at)
+        if nl < 0:
+            return 0
+        at = nl
+    return at + 1
+
+
+def clipped(value: Any, clip: Clip | None, style: str = "") -> Text:
+    """``value`` as literal Text; with ``clip``, a long one as its head and tail only."""
+    s = value if isinstance(value, str) else ("" if value is None else str(value))
+    cut = clip.cut(s) if clip is not None else None
+    if clip is None or cut is None:
+        return literal(s, style=style)
+    head, tail = s[: cut[0]], s[cut[1] :]
+    out = literal(head, style=style)
+    out.append("" if head.endswith("\n") else "\n")
+    out.append(clip.line(s[cut[0] : cut[1]]) + "\n", style="bold reverse")
+    out.append(literal(tail, style=style))
+    return out
 
 
 def _content_text(content: Any) -> str:
@@ -35,8 +107,9 @@ def _content_text(content: Any) -> str:
     return "\n".join(parts)
 
 
-def message_text(m: dict[str, Any], out: Text | None = None) -> Text:
-    """One normalised message: role header, reasoning, content, tool calls."""
+def message_text(m: dict[str, Any], out: Text | None = None, clip: Clip | None = None) -> Text:
+    """One normalised message: role header, reasoning, content, tool calls (long ones
+    clipped by ``clip``, when given)."""
     out = out if out is not None else Text()
     role = m.get("role", "?")
     header = f"── {role}"
@@ -47,11 +120,11 @@ def message_text(m: dict[str, Any], out: Text | None = None) -> Text:
     out.append(header + "\n", style=ROLE_STYLES.get(role, "bold"))
     if m.get("reasoning"):
         out.append("reasoning: ", style="italic dim")
-        out.append(literal(m["reasoning"], style="italic dim"))
+        out.append(clipped(m["reasoning"], clip, style="italic dim"))
         out.append("\n")
     content = _content_text(m.get("content"))
     if content:
-        out.append(literal(content))
+        out.append(clipped(content, clip))
         out.append("\n")
     for call in m.get("tool_calls") or ():
         out.append("→ tool call ", style="bold yellow")
@@ -59,7 +132,7 @@ def message_text(m: dict[str, Any], out: Text | None = None) -> Text:
         if call.get("id"):
             out.append(f" [{clean(call['id'])}]", style="dim")
         out.append("\n  ")
-        out.append(literal(call.get("arguments", "")))
+        out.append(clipped(call.get("arguments", ""), clip))
         out.append("\n")
     return out
 
@@ -92,9 +165,14 @@ def new_from(step: dict[str, Any], prev: dict[str, Any] | None) -> int:
 
 
 def step_transcript(
-    step: dict[str, Any], *, only_new_from: int = 0, earlier_note: str = ""
+    step: dict[str, Any],
+    *,
+    only_new_from: int = 0,
+    earlier_note: str = "",
+    clip: Clip | None = None,
 ) -> Text:
-    """The conversation a step saw (from message ``only_new_from`` on) and its response."""
+    """The conversation a step saw (from message ``only_new_from`` on) and its response;
+    with ``clip``, each long text as its head and tail."""
     out = Text()
     req = step.get("request") or {}
     msgs = req.get("messages")
@@ -102,17 +180,17 @@ def step_transcript(
         if only_new_from:
             out.append(f"… {only_new_from} earlier messages{earlier_note}\n", style="dim")
         for m in msgs[only_new_from:]:
-            message_text(m, out)
+            message_text(m, out, clip)
     elif req.get("prompt") is not None:
         out.append("── prompt\n", style="bold cyan")
-        out.append(literal(req["prompt"]))
+        out.append(clipped(req["prompt"], clip))
         out.append("\n")
     resp = step.get("response") or {}
     if resp.get("message"):
-        message_text(resp["message"], out)
+        message_text(resp["message"], out, clip)
     elif resp.get("text") is not None:
         out.append("── completion\n", style="bold green")
-        out.append(literal(resp["text"]))
+        out.append(clipped(resp["text"], clip))
         out.append("\n")
     if step.get("error"):
         err = step["error"]

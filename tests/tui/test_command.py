@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from agentworld.errors import MissingExtraError, PoolError
+from agentworld.errors import CorruptDataError, MissingExtraError, PoolError
 from agentworld.tui import command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,3 +89,22 @@ def test_web_serves_this_command_through_textual_serve(
     assert served["served"] and served["port"] == 9999 and served["host"] == "127.0.0.1"
     assert "-m agentworld.tui" in served["command"] and "--author ann" in served["command"]
     assert str(pool_path.resolve()) in served["command"]
+
+
+def test_a_bad_label_line_is_one_error_line_before_the_app_starts(pool_path: Path) -> None:
+    """As every other command reports it (exit 6), not as the app's traceback."""
+    bad = pool_path / "labels" / "ann" / "2026-01-01.jsonl"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text('{"author": "ann", bad json\n')
+    for extra in ([], ["--web", "--port", "1"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "agentworld.cli", "tui", "--pool", str(pool_path), *extra],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+        )
+        assert out.returncode == CorruptDataError.exit_code, out.stderr
+        assert out.stderr.startswith("aw: error: ") and out.stderr.count("\n") == 1
+        assert f"{bad}:1: bad label line" in out.stderr

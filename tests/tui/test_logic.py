@@ -13,8 +13,15 @@ from agentworld.pool import Pool
 from agentworld.tui.curation import Curator
 from agentworld.tui.filters import parse_filter
 from agentworld.tui.grouping import common_prefix_len, grpo_advantages, shared_prefix
-from agentworld.tui.tokens import prefix_break, token_view
-from agentworld.tui.transcript import message_text, new_from, step_metadata, step_transcript
+from agentworld.tui.tokens import BREAK_CONTEXT, prefix_break, shown_windows, token_view
+from agentworld.tui.transcript import (
+    Clip,
+    clipped,
+    message_text,
+    new_from,
+    step_metadata,
+    step_transcript,
+)
 
 from .conftest import MARKUP
 
@@ -195,3 +202,41 @@ def test_curator_undo_restores_previous_values(tmp_path: Path) -> None:
     assert current(["trajectory:a"]) == {"trajectory:a": {}}
     assert cur.undo() is None
     assert {e.author for e in labels.entries()} == {"alice"}
+
+
+def test_a_long_text_shows_its_head_and_tail_and_counts_the_rest() -> None:
+    clip = Clip(note=" · v: all")
+    dump = "".join(f"line {i:05d} " + "x" * 190 + "\n" for i in range(5000))  # ~1 MB
+    start, end = clip.cut(dump)
+    assert 0 < start <= clip.head_chars and len(dump) - end <= clip.tail_chars
+    line = f"… {dump.count(chr(10), start, end):,} lines ({end - start:,} characters) not shown"
+    shown = clipped(dump, clip).plain  # the ends as they are, a line between
+    assert shown == f"{dump[:start]}\n{line} · v: all\n{dump[end:]}"
+    head, tail = dump[:start], dump[end:]
+    assert "line 00000" in head and "line 04999" in tail and "line 02500" not in shown
+    one_line = "y" * 300_000  # a minified file: cut inside the line, counted in characters
+    shown = clipped(one_line, clip).plain
+    assert f"… {300_000 - clip.head_chars - clip.tail_chars:,} characters not shown" in shown
+    short = "z\n" * (clip.max_lines - 1)
+    assert clipped(short, clip).plain == short and clipped(short, None).plain == short
+    assert clipped(dump, None).plain == dump
+    step = {"request": {"messages": [{"role": "tool", "content": dump}]}}
+    assert "not shown · v: all" in step_transcript(step, clip=clip).plain
+    assert step_transcript(step).plain.count("line ") == 5000  # unclipped without one
+
+
+def test_token_view_shows_a_bounded_window_around_a_break_and_the_end() -> None:
+    assert shown_windows(10, 20, None) == [(0, 10)]
+    assert shown_windows(100, 20, None) == [(80, 100)]
+    assert shown_windows(100, 20, 90) == [(80, 100)]  # the break is in the last 20
+    assert shown_windows(100, 20, 30) == [(25, 35), (90, 100)]  # the break, a little before
+    assert shown_windows(10_000, 2000, 300) == [(300 - BREAK_CONTEXT, 1280), (9000, 10_000)]
+    prev = _tok(list(range(300)), [7])
+    step = _tok([*range(250), *range(1000, 250_000)], list(range(5000)))
+    shown = token_view(step, prev, max_prompt_tokens=100, max_completion_tokens=40).plain
+    assert "BREAK at prompt token 250" in shown and "⟂BREAK⟂ 1000 " in shown
+    assert f"… {250 - BREAK_CONTEXT} earlier tokens" in shown
+    assert f"… {249_250 - 100 - (250 - BREAK_CONTEXT)} tokens not shown\n" in shown
+    assert " 249999 \n── completion (sampled)\n0 1 2 " in shown
+    assert "… 4960 tokens not shown\n4980 " in shown and shown.endswith("4999 \n")
+    assert len(shown) < 2_000

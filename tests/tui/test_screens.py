@@ -7,12 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Input, Static, TextArea
 
 from agentworld import records
 from agentworld.pool import Pool
 from agentworld.tui.app import AgentWorldApp
 from agentworld.tui.dialog import PromptDialog
+from agentworld.tui.fulltext import FullTextScreen
 from agentworld.tui.group import GroupScreen
 from agentworld.tui.help import HelpScreen
 from agentworld.tui.inspector import InspectorScreen
@@ -243,6 +244,55 @@ async def test_inspector_shows_each_step_of_a_session_as_what_it_added(tmp_path:
         await until(pilot, lambda: "RESULT 1" not in body() and "SYSTEM PROMPT" in body())
 
 
+async def test_inspector_clips_a_long_message_and_keys_leave_the_body_alone(
+    tmp_path: Path,
+) -> None:
+    """A tool result of a whole file shows its ends and a line naming the key that shows
+    it all; keys that do not change what the body shows (labels, j/k at an end) leave it
+    as it is, where each of them laid out the whole text again."""
+    dump = "".join(f"line {i:05d} " + "x" * 90 + "\n" for i in range(2000))  # 200 KB
+    asked = [{"role": "user", "content": "FIRST"}]
+    steps = []
+    for i, content in enumerate(("CALLING", "SUMMARY")):
+        steps.append(
+            records.make_step(
+                id=f"st_dump_{i}",
+                trajectory="tr_dump",
+                index=i,
+                agent="coder",
+                timings={"started_at": T0 + i, "ended_at": T0 + i + 1},
+                request={"model": "m", "messages": list(asked)},
+                response={"message": {"role": "assistant", "content": content}},
+            )
+        )
+        asked += [{"role": "assistant", "content": content}, {"role": "tool", "content": dump}]
+    async with app_for(write_pool(tmp_path / "pool", steps)).run_test(size=SIZE) as pilot:
+        await loaded_list(pilot)
+        pilot.app.inspect("tr_dump")
+        ins = await shown_inspector(pilot)
+        body = ins.query_one("#body", Static)
+        await pilot.press("j")  # the step the file came back to
+        await until(pilot, lambda: "SUMMARY" in str(body.render()))
+        shown = str(body.render())
+        assert "line 00000" in shown and "line 01999" in shown
+        assert "line 01000" not in shown and len(shown) < 10_000
+        assert "lines (" in shown and "characters) not shown · v: the whole text" in shown
+        content = body.content
+        await pilot.press("j", "full_stop", "full_stop", "1")  # j: at the last step already
+        meta = lambda: str(ins.query_one("#meta", Static).render())  # noqa: E731
+        await until(pilot, lambda: "quality=good" in meta())
+        await pilot.pause(0.1)
+        assert body.content is content and ins.step_i == 1  # neither built nor laid out again
+        await pilot.press("h", "h")  # a change of view does build it again
+        await until(pilot, lambda: body.content is not content)
+        await pilot.press("v")  # the whole text, in a view that scrolls it
+        await until(pilot, lambda: isinstance(pilot.app.screen, FullTextScreen))
+        text = pilot.app.screen.query_one(TextArea).text
+        assert dump in text and "SUMMARY" in text and "not shown" not in text
+        await pilot.press("escape")
+        await until(pilot, lambda: pilot.app.screen is ins)
+
+
 async def test_inspector_opens_the_trajectory_a_fork_branched_off(tmp_path: Path) -> None:
     asked = [{"role": "user", "content": "TASK"}]
     steps = [
@@ -346,6 +396,43 @@ async def test_review_queue_walks_unlabelled_one_key_each(pool_path: Path) -> No
         assert "queue empty" in str(review.query_one("#info", Static).render())
         labelled = set(overlay(pool_path))
         assert f"trajectory:{seen[1]}" not in labelled and len(labelled) == 5
+
+
+def spy_notices(app: AgentWorldApp) -> list[tuple[str, str]]:
+    """(severity, message) of every notice the app shows from now on."""
+    shown: list[tuple[str, str]] = []
+    notify = app.notify
+
+    def spy(message: str, *, severity: str = "information", **kw: object) -> None:
+        shown.append((severity, message))
+        notify(message, severity=severity, **kw)  # type: ignore[arg-type]
+
+    app.notify = spy  # type: ignore[method-assign]
+    return shown
+
+
+async def test_a_label_file_gone_bad_meanwhile_is_a_notice_not_a_crash(pool_path: Path) -> None:
+    """Another writer leaves a bad label line while the app runs: the screens keep their
+    last good view, each action that needs the labels says why it cannot, the refresh
+    says it once, and says so again when the file is fixed."""
+    async with app_for(pool_path, refresh_s=0.05).run_test(size=SIZE) as pilot:
+        listing = await loaded_list(pilot)
+        shown = spy_notices(pilot.app)
+        bad = pool_path / "labels" / "mallory" / "2026-01-01.jsonl"
+        bad.parent.mkdir(parents=True)
+        bad.write_text('{"author": "mallory", bad json\n')
+        refresh = lambda: [m for _, m in shown if m.startswith("pool not refreshed")]  # noqa: E731
+        await until(pilot, refresh)
+        assert f"{bad}:1: bad label line" in refresh()[0]
+        for keys in (["1"], ["u"], ["g"], ["escape", "r"], ["escape", "enter"]):
+            before = len(shown)
+            await pilot.press(*keys)  # label, undo, group view, review queue, inspector
+            await until(pilot, lambda n=before: len(shown) > n)
+        assert all(s == "error" and f"{bad}:1: bad label line" in m for s, m in shown)
+        assert len(refresh()) == 1  # not repeated at every refresh
+        assert pilot.app.is_running and listing.page.total == 6
+        bad.write_text("")
+        await until(pilot, lambda: any(m.startswith("pool readable again") for _, m in shown))
 
 
 async def test_monitor_shows_counts_and_switching_modes(pool_path: Path) -> None:
