@@ -134,25 +134,26 @@ def _checked_rows(src: Path, report: ImportReport) -> Iterator[tuple[int, dict[s
 
 
 def _existing(pool: Any, ids: list[str]) -> set[str]:
+    """Which of these record ids the pool already holds (steps or ends)."""
     db = pool.index(refresh=False).db
-    out: set[str] = set()
-    for i in range(0, len(ids), 500):
-        chunk = ids[i : i + 500]
-        marks = ",".join("?" * len(chunk))
-        out.update(r[0] for r in db.execute(f"SELECT id FROM steps WHERE id IN ({marks})", chunk))
-        out.update(r[0] for r in db.execute(f"SELECT id FROM ends WHERE id IN ({marks})", chunk))
-    return out
+    return _found(db, "SELECT id FROM steps WHERE id IN ({})", ids) | _found(
+        db, "SELECT id FROM ends WHERE id IN ({})", ids
+    )
 
 
 def _ended(pool: Any, trajectories: list[str]) -> set[str]:
     """Which of these trajectories already have an end record in the pool, whatever its id."""
     db = pool.index(refresh=False).db
+    return _found(db, "SELECT trajectory FROM ends WHERE trajectory IN ({})", trajectories)
+
+
+def _found(db: Any, sql: str, values: list[str]) -> set[str]:
+    """The first column of ``sql`` (an ``IN ({})`` query) over ``values``, 500 at a time
+    (SQLite's limit on bound parameters)."""
     out: set[str] = set()
-    for i in range(0, len(trajectories), 500):
-        chunk = trajectories[i : i + 500]
-        marks = ",".join("?" * len(chunk))
-        sql = f"SELECT trajectory FROM ends WHERE trajectory IN ({marks})"
-        out.update(r[0] for r in db.execute(sql, chunk))
+    for i in range(0, len(values), 500):
+        chunk = values[i : i + 500]
+        out.update(r[0] for r in db.execute(sql.format(",".join("?" * len(chunk))), chunk))
     return out
 
 
