@@ -43,9 +43,26 @@ def text(seed: int, n_words: int) -> str:
     return " ".join(WORDS[(seed * 7 + j) % len(WORDS)] for j in range(n_words))
 
 
+def step(tid: str, i: int, msgs: list[dict], reply: dict, finish: str, tokens: dict) -> dict:
+    """Step ``i`` of trajectory ``tid``: the conversation so far, and its reply."""
+    from agentworld import records
+
+    return records.make_step(
+        id=f"st_{tid}_{i}",
+        trajectory=tid,
+        index=i,
+        agent="coder",
+        policy_version=1,
+        timings={"started_at": T0 + i, "ended_at": T0 + i + 1},
+        request={"model": "m", "messages": list(msgs)},
+        response={"message": reply, "finish_reason": finish},
+        status="ok",
+        tokens=tokens,
+    )
+
+
 def make_session(path: Path, steps: int, result_words: int) -> int:
     """A pool holding one session of ``steps`` steps; the characters of its last request."""
-    from agentworld import records
     from agentworld.pool import Pool
 
     pool = Pool.create(path)
@@ -57,20 +74,7 @@ def make_session(path: Path, steps: int, result_words: int) -> int:
     for i in range(steps):
         call = {"id": f"c{i}", "name": "bash", "arguments": f'{{"command": "cat src/m{i}.py"}}'}
         reply = {"role": "assistant", "content": text(i, 40), "tool_calls": [call]}
-        w.append(
-            records.make_step(
-                id=f"st_session_{i}",
-                trajectory="tr_session",
-                index=i,
-                agent="coder",
-                policy_version=1,
-                timings={"started_at": T0 + i, "ended_at": T0 + i + 1},
-                request={"model": "m", "messages": list(msgs)},
-                response={"message": reply, "finish_reason": "tool_calls"},
-                status="ok",
-                tokens={"source": "none"},
-            )
-        )
+        w.append(step("tr_session", i, msgs, reply, "tool_calls", {"source": "none"}))
         msgs += [
             reply,
             {"role": "tool", "tool_call_id": f"c{i}", "content": text(i + 1, result_words)},
@@ -115,7 +119,6 @@ async def measure(pool: str, start: int, keys: int) -> dict[str, list[float]]:
 def make_dump(path: Path, message_kb: int) -> None:
     """Two three-step trajectories: the middle step adds a tool result of ``message_kb`` KB
     (``tr_big``) or 1 KB (``tr_small``), with engine token ids (4 characters a token)."""
-    from agentworld import records
     from agentworld.pool import Pool
 
     pool = Pool.create(path)
@@ -134,24 +137,12 @@ def make_dump(path: Path, message_kb: int) -> None:
         ]
         for i, (reply, then) in enumerate(turns):
             chars = sum(len(m["content"]) for m in msgs)
-            w.append(
-                records.make_step(
-                    id=f"st_{tid}_{i}",
-                    trajectory=tid,
-                    index=i,
-                    agent="coder",
-                    policy_version=1,
-                    timings={"started_at": T0 + i, "ended_at": T0 + i + 1},
-                    request={"model": "m", "messages": list(msgs)},
-                    response={"message": reply, "finish_reason": "stop"},
-                    status="ok",
-                    tokens={
-                        "source": "engine",
-                        "prompt_ids": [j % 50_000 for j in range(chars // 4)],
-                        "completion_ids": list(range(len(reply["content"]) // 4)),
-                    },
-                )
-            )
+            tokens = {
+                "source": "engine",
+                "prompt_ids": [j % 50_000 for j in range(chars // 4)],
+                "completion_ids": list(range(len(reply["content"]) // 4)),
+            }
+            w.append(step(tid, i, msgs, reply, "stop", tokens))
             msgs.append(reply)
             if i == 0:
                 msgs.append({"role": "tool", "tool_call_id": "c0", "content": dump})
