@@ -142,9 +142,9 @@ class ResponsesAdapter(_Adapter):
         return rs.OVERFLOW_MESSAGE, rs.OVERFLOW_CODE
 
     def error_event(self, status: int, message: str, seq: int) -> bytes:
-        code = "server_error" if status >= 500 else "invalid_request_error"
-        data = {"type": "error", "code": code, "message": message, "param": None}
-        return sse("error", {**data, "sequence_number": seq})
+        return sse(
+            "error", {"type": "error", **rs.stream_error(status, message), "sequence_number": seq}
+        )
 
     def history(self, body: dict[str, Any], chains: ResponseChains) -> tuple[list[Any], str | None]:
         prev = body.get("previous_response_id")

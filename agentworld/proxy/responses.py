@@ -782,6 +782,12 @@ def error_body(
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+def stream_error(status: int, message: str) -> dict[str, Any]:
+    """The fields of a Responses stream's ``error`` event (its code by the HTTP status)."""
+    code = "server_error" if status >= 500 else "invalid_request_error"
+    return {"code": code, "message": message, "param": None}
+
+
 # OpenAI's words and code for an input over the context window (Codex compacts on the code).
 OVERFLOW_MESSAGE = (
     "Your input exceeds the context window of this model. Please adjust your input and try again."

@@ -34,6 +34,7 @@ from agentworld.proxy.responses import (
     search_call_item,
     skeleton,
     status_of,
+    stream_error,
     usage_of,
 )
 
@@ -351,11 +352,11 @@ class ChatToResponses:
         and ``response.failed`` (after ``response.created``, which a client needs first,
         when the failure came before anything else did)."""
         out = [] if self.response is not None else self._start({})
-        code = "server_error" if status >= 500 else "invalid_request_error"
-        out.append(self._event("error", code=code, message=message, param=None))
+        error = stream_error(status, message)
+        out.append(self._event("error", **error))
         resp = dict(self.response or {})
         resp["status"] = "failed"
-        resp["error"] = {"code": code, "message": message}
+        resp["error"] = {"code": error["code"], "message": message}
         resp["output"] = [dict(item) for item in self.output]
         out.append(self._event("response.failed", response=resp))
         return b"".join(out)
