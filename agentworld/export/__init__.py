@@ -19,7 +19,7 @@ import orjson
 from agentworld.errors import ConfigError
 from agentworld.pool import Pool, Selection, Trajectory
 
-FORMATS = ("openai-jsonl", "parquet", "hf", "atif", "verl")
+FORMATS = ("openai-jsonl", "trl", "parquet", "hf", "atif", "verl")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class ExportOptions:
     """Format-specific choices (each ignored by formats it does not apply to)."""
 
     rows: str = "step"  # parquet/hf: one row per "step" or per "trajectory"
-    variant: str = "chat"  # openai-jsonl: "chat" (SFT) or "preference" (DPO pairs from groups)
+    variant: str = "chat"  # openai-jsonl, trl: "chat" (SFT) or "preference" (DPO pairs from groups)
     ability: str | None = None  # verl: the ability column (default: the agent name)
     data_source: str | None = None  # verl: the data_source column (default: the dataset name)
 
@@ -40,7 +40,7 @@ class ExportOptions:
 
 def _writes_folder(fmt: str, out: Path) -> bool:
     """Whether ``fmt`` writes a folder at ``out`` (hf; atif unless ``.jsonl``), not one file."""
-    return fmt == "hf" or (fmt == "atif" and not out.name.endswith(".jsonl"))
+    return fmt in ("hf", "trl") or (fmt == "atif" and not out.name.endswith(".jsonl"))
 
 
 def _check_out(fmt: str, out: Path) -> None:
@@ -55,9 +55,9 @@ def _check_out(fmt: str, out: Path) -> None:
             raise ConfigError(f"--out: {out} is a folder; -f {fmt} writes one file")
     elif out.exists() and not out.is_dir():
         raise ConfigError(f"--out: {out} is a file; -f {fmt} writes a folder")
-    elif fmt == "hf" and _foreign_folder(out):
+    elif fmt in ("hf", "trl") and _foreign_folder(out):
         raise ConfigError(
-            f"--out: {out} is a folder but not a saved dataset; -f hf replaces its output "
+            f"--out: {out} is a folder but not a saved dataset; -f {fmt} replaces its output "
             "folder, so give a new path or a dataset folder it wrote"
         )
     try:
@@ -114,14 +114,14 @@ def export(
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Write the selected trajectories as ``fmt`` to ``out``; return the manifest written beside it."""
-    from agentworld.export.manifest import pool_inputs, write_manifest
+    from agentworld.export.manifest import Tally, pool_inputs, write_manifest
     from agentworld.export.select import iter_selected, selection_dict
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format: unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     out = Path(out)
     _check_out(fmt, out)
-    counts: Counter[str] = Counter()
+    counts = Tally()
     inputs = pool_inputs(pool)  # before reading, so the manifest never claims later shards
     trajs = iter_selected(pool, selection, progress=progress)
     if fmt == "openai-jsonl":
@@ -129,6 +129,13 @@ def export(
 
         writer = openai.write_preference if options.variant == "preference" else openai.write_chat
         _atomic_lines(out, lambda f: writer(trajs, f, counts))
+    elif fmt == "trl":
+        from agentworld.export import tabular, trl_rows
+
+        make = trl_rows.chat_rows if options.variant == "chat" else trl_rows.preference_rows
+        rows = trl_rows.encoded(make(trajs, counts), options.variant)
+        schema = trl_rows.arrow_schema(options.variant)
+        counts["rows"] = tabular.write_hf(rows, out, schema, trl_rows.features(options.variant))
     elif fmt in ("parquet", "hf"):
         from agentworld.export import tabular
 
@@ -143,7 +150,12 @@ def export(
     else:
         _write_atif(trajs, out, counts)
     used = asdict(options)
-    keep = {"openai-jsonl": ("variant",), "parquet": ("rows",), "hf": ("rows",)}.get(fmt, ())
+    keep = {
+        "openai-jsonl": ("variant",),
+        "trl": ("variant",),
+        "parquet": ("rows",),
+        "hf": ("rows",),
+    }.get(fmt, ())
     if fmt == "verl":
         keep = ("ability", "data_source")
     return write_manifest(

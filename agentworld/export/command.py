@@ -17,8 +17,10 @@ from agentworld.pool.command import POOL_OPTION, selection_from_options
 
 
 def export(
-    fmt: str = typer.Option(..., "--format", "-f", help="openai-jsonl, parquet, hf, atif or verl."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output file (or folder for hf / atif)."),
+    fmt: str = typer.Option(
+        ..., "--format", "-f", help="openai-jsonl, trl, parquet, hf, atif or verl."
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="Output file (or folder: hf, trl, atif)."),
     pool_path: Path = POOL_OPTION,
     agent: str | None = typer.Option(None, help="Only this agent."),
     dataset: str | None = typer.Option(None, help="Only this dataset."),
@@ -37,7 +39,7 @@ def export(
     ),
     rows: str = typer.Option("step", help="parquet/hf: one row per step or per trajectory."),
     variant: str = typer.Option(
-        "chat", help="openai-jsonl: chat (SFT) or preference (DPO pairs within groups)."
+        "chat", help="openai-jsonl, trl: chat (SFT) or preference (DPO pairs within groups)."
     ),
     ability: str | None = typer.Option(None, help="verl: ability column (default: agent)."),
     data_source: str | None = typer.Option(

@@ -270,8 +270,14 @@ def write_parquet(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: 
     return n
 
 
-def write_hf(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) -> int:
-    """A ``datasets`` folder (``save_to_disk``), built from a streamed Parquet file."""
+def write_hf(
+    rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any, features: Any = None
+) -> int:
+    """A ``datasets`` folder (``save_to_disk``), built from a streamed Parquet file.
+
+    ``features``, when given, is what the Parquet columns are cast to (e.g. JSON
+    texts to ``Json``, which Parquet cannot stream).
+    """
     try:
         import datasets
     except ImportError:
@@ -283,8 +289,10 @@ def write_hf(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) 
         n = write_parquet(rows_iter, parquet, arrow_schema)
         if n:
             ds = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(Path(tmp) / "cache"))
+            if features is not None:
+                ds = ds.cast(features)
         else:
-            ds = _empty_dataset(datasets, arrow_schema)
+            ds = _empty_dataset(datasets, arrow_schema, features)
         if out.exists():
             shutil.rmtree(out)
         # An empty dataset would be saved as no shard at all, which load_from_disk refuses.
@@ -293,7 +301,7 @@ def write_hf(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) 
     return n
 
 
-def _empty_dataset(datasets: Any, arrow_schema: Any) -> Any:
+def _empty_dataset(datasets: Any, arrow_schema: Any, features: Any = None) -> Any:
     """A dataset of no rows with the export's columns (``from_parquet`` fails on zero rows)."""
-    features = datasets.Features.from_arrow_schema(arrow_schema)
+    features = features or datasets.Features.from_arrow_schema(arrow_schema)
     return datasets.Dataset.from_dict({name: [] for name in arrow_schema.names}, features=features)

@@ -1,0 +1,131 @@
+"""TRL: its own SFTTrainer and DPO data checks read `-f trl` exports as they are."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from agentworld.export import ExportOptions, export
+from agentworld.pool import Pool
+
+datasets = pytest.importorskip("datasets")
+
+
+def test_chat_rows_are_conversational_prompt_completion(filled: Pool, tmp_path: Path) -> None:
+    filled.labels.set(["step:tr_a1_s1"], {"trainable": False}, author="me")
+    manifest = export(filled, "trl", tmp_path / "ds")
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    assert len(ds) == manifest["counts"]["rows"] == 11  # 12 steps, one labelled not trainable
+    assert "input_ids" not in ds.column_names  # TRL would skip its chat template
+    row = next(r for r in ds if r["step"] == "tr_a1_s2")
+    assert [m["role"] for m in row["prompt"]] == [
+        "system", "user", "assistant", "tool", "assistant", "tool"
+    ]  # fmt: skip
+    assert row["completion"] == [{"role": "assistant", "content": "The answer is 6."}]
+    # TRL's documented tool-call shape, with arguments as an object; nothing None-filled.
+    assert row["prompt"][2] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "calc", "arguments": {"e": "0+1"}}}
+        ],
+    }  # fmt: skip
+    assert row["prompt"][3] == {
+        "role": "tool",
+        "content": "1",
+        "tool_call_id": "call_0",
+        "name": "calc",
+    }
+    assert row["prompt"][0] == {"role": "system", "content": "Use the calc tool."}
+    assert json.loads(row["tools"])[0]["function"]["name"] == "calc"
+    assert row["trajectory_reward"] == 1.0 and row["group"] == "g1"
+
+
+def test_preference_rows_pair_best_with_worst(filled: Pool, tmp_path: Path) -> None:
+    manifest = export(filled, "trl", tmp_path / "dpo", options=ExportOptions(variant="preference"))
+    ds = datasets.load_from_disk(str(tmp_path / "dpo"))
+    assert len(ds) == manifest["counts"]["rows"] == 2
+    row = next(r for r in ds if r["group"] == "g1")
+    assert row["chosen"] == [{"role": "assistant", "content": "The answer is 6."}]
+    assert row["rejected"] == [{"role": "assistant", "content": "The answer is 7."}]
+    assert row["prompt"][-1]["role"] == "tool"  # the shared context, tool turns kept
+
+
+@pytest.mark.slow
+def test_trl_sft_trainer_trains_on_completions_only(filled: Pool, tmp_path: Path) -> None:
+    """TRL's own SFTTrainer takes the export without glue; prompt tokens carry no loss."""
+    pytest.importorskip("trl")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from agentworld.serve.tiny import make_tiny_model
+
+    model_dir = make_tiny_model(tmp_path / "tiny")
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    export(filled, "trl", tmp_path / "ds")
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    config = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
+        max_length=None,
+    )
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tok)
+    prepared = trainer.train_dataset
+    assert len(prepared) == len(ds)
+    for src, ex in zip(ds, prepared, strict=True):
+        tools = json.loads(src["tools"])
+        prompt_ids = tok.apply_chat_template(
+            src["prompt"], tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+        n = len(prompt_ids)
+        assert ex["input_ids"][:n] == prompt_ids  # the chat template rendered the prompt
+        assert set(ex["labels"][:n]) == {-100}  # no loss on the prompt
+        trained = [t for t in ex["labels"][n:] if t != -100]
+        assert trained == ex["input_ids"][n:]  # loss on the whole completion
+        text = tok.decode(trained)
+        content = src["completion"][0]["content"]
+        assert (content or "<tool_call>") in text
+    batch = trainer.data_collator([prepared[i] for i in range(4)])
+    assert (batch["labels"] != -100).sum() < batch["attention_mask"].sum()
+    result = trainer.train()
+    assert math.isfinite(result.training_loss)
+
+
+@pytest.mark.slow
+def test_trl_dpo_trainer_takes_preference_rows(filled: Pool, tmp_path: Path) -> None:
+    """TRL's own DPOTrainer tokenizes the pairs and trains a step on them."""
+    pytest.importorskip("trl")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    from agentworld.serve.tiny import make_tiny_model
+
+    model_dir = make_tiny_model(tmp_path / "tiny")
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    export(filled, "trl", tmp_path / "dpo", options=ExportOptions(variant="preference"))
+    ds = datasets.load_from_disk(str(tmp_path / "dpo"))
+    config = DPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        max_length=None,
+    )
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    trainer = DPOTrainer(model=model, args=config, train_dataset=ds, processing_class=tok)
+    ex = trainer.train_dataset[0]
+    assert "The answer is 6." in tok.decode(ex["chosen_ids"])
+    assert "The answer is 6." not in tok.decode(ex["prompt_ids"])
+    result = trainer.train()
+    assert math.isfinite(result.training_loss)
