@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,25 @@ from agentworld.export import ExportOptions, export
 from agentworld.pool import Pool
 
 datasets = pytest.importorskip("datasets")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agentworld.serve.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _config(tmp_path: Path, cls: type, batch: int) -> Any:
+    return cls(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=batch,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        max_length=None,
+    )
 
 
 def test_chat_rows_are_conversational_prompt_completion(filled: Pool, tmp_path: Path) -> None:
@@ -55,29 +75,19 @@ def test_preference_rows_pair_best_with_worst(filled: Pool, tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_trl_sft_trainer_trains_on_completions_only(filled: Pool, tmp_path: Path) -> None:
+def test_trl_sft_trainer_trains_on_completions_only(
+    filled: Pool, tmp_path: Path, tiny_dir: Path
+) -> None:
     """TRL's own SFTTrainer takes the export without glue; prompt tokens carry no loss."""
     pytest.importorskip("trl")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from agentworld.serve.tiny import make_tiny_model
-
-    model_dir = make_tiny_model(tmp_path / "tiny")
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok = AutoTokenizer.from_pretrained(str(tiny_dir))
     export(filled, "trl", tmp_path / "ds")
     ds = datasets.load_from_disk(str(tmp_path / "ds"))
-    config = SFTConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=1,
-        per_device_train_batch_size=4,
-        report_to="none",
-        use_cpu=True,
-        save_strategy="no",
-        logging_steps=1,
-        max_length=None,
-    )
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
+    config = _config(tmp_path, SFTConfig, 4)
     trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=tok)
     prepared = trainer.train_dataset
     assert len(prepared) == len(ds)
@@ -101,31 +111,48 @@ def test_trl_sft_trainer_trains_on_completions_only(filled: Pool, tmp_path: Path
 
 
 @pytest.mark.slow
-def test_trl_dpo_trainer_takes_preference_rows(filled: Pool, tmp_path: Path) -> None:
+def test_trl_dpo_trainer_takes_preference_rows(
+    filled: Pool, tmp_path: Path, tiny_dir: Path
+) -> None:
     """TRL's own DPOTrainer tokenizes the pairs and trains a step on them."""
     pytest.importorskip("trl")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
-    from agentworld.serve.tiny import make_tiny_model
-
-    model_dir = make_tiny_model(tmp_path / "tiny")
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok = AutoTokenizer.from_pretrained(str(tiny_dir))
     export(filled, "trl", tmp_path / "dpo", options=ExportOptions(variant="preference"))
     ds = datasets.load_from_disk(str(tmp_path / "dpo"))
-    config = DPOConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=1,
-        per_device_train_batch_size=2,
-        report_to="none",
-        use_cpu=True,
-        save_strategy="no",
-        max_length=None,
-    )
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    config = _config(tmp_path, DPOConfig, 2)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
     trainer = DPOTrainer(model=model, args=config, train_dataset=ds, processing_class=tok)
     ex = trainer.train_dataset[0]
     assert "The answer is 6." in tok.decode(ex["chosen_ids"])
     assert "The answer is 6." not in tok.decode(ex["prompt_ids"])
     result = trainer.train()
     assert math.isfinite(result.training_loss)
+
+
+@pytest.mark.slow
+def test_trl_reads_the_tokenized_hf_export_mask(
+    filled: Pool, tmp_path: Path, tiny_dir: Path
+) -> None:
+    """`-f hf` rows are pre-tokenized: TRL folds `assistant_masks` into its labels as is."""
+    pytest.importorskip("trl")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    filled.labels.set(["step:tr_a1_s1"], {"trainable": False}, author="me")
+    export(filled, "hf", tmp_path / "hf", options=ExportOptions(rows="trajectory"))
+    ds = datasets.load_from_disk(str(tmp_path / "hf"))
+    tok = AutoTokenizer.from_pretrained(str(tiny_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
+    trainer = SFTTrainer(
+        model=model, args=_config(tmp_path, SFTConfig, 4), train_dataset=ds, processing_class=tok
+    )
+    for src, ex in zip(ds, trainer.train_dataset, strict=True):
+        assert ex["input_ids"] == src["input_ids"]  # the engine's ids, not re-rendered
+        want = [
+            t if m else -100 for t, m in zip(src["input_ids"], src["assistant_masks"], strict=True)
+        ]
+        assert ex["labels"] == want
+    assert math.isfinite(trainer.train().training_loss)
