@@ -51,9 +51,11 @@ def export(
     from rich.console import Console
     from rich.progress import Progress
 
+    from agentworld.errors import NotFoundError
     from agentworld.export import ExportOptions
     from agentworld.export import export as run_export
     from agentworld.export.manifest import manifest_path
+    from agentworld.export.select import explain_empty
     from agentworld.pool import Pool
 
     options = ExportOptions(rows=rows, variant=variant, ability=ability, data_source=data_source)
@@ -74,6 +76,7 @@ def export(
     )
     pool = Pool.open(pool_path)
     total = pool.index().count_trajectories(sel)
+    empty = explain_empty(pool, sel) if total == 0 else []
     console = Console(stderr=True)  # no bar off a terminal: Rich would leave a blank line
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task_id = bar.add_task(f"exporting {fmt}", total=total or None)
@@ -83,8 +86,16 @@ def export(
     pool.close()
     if as_json:
         sys.stdout.write(json.dumps(manifest, indent=2) + "\n")
-    counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items())
+    counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items()) or "empty"
     typer.echo(f"wrote {out} ({counts}); manifest {manifest_path(out)}", err=True)
+    for reason, left in manifest["left_out"].items():
+        typer.echo(f"left out {left['count']} {reason}: {', '.join(left['examples'])}", err=True)
+    if empty:
+        # The empty output is written (a consumer finds the file it expects), but a script
+        # must not go on as if it had data: exit as for a name that does not exist.
+        for line in empty:
+            typer.echo(line, err=True)
+        raise typer.Exit(NotFoundError.exit_code)
 
 
 def pool_import(
