@@ -30,6 +30,7 @@ class ExportOptions:
     variant: str = "chat"  # openai-jsonl, trl: "chat" (SFT) or "preference" (DPO pairs from groups)
     ability: str | None = None  # verl: the ability column (default: the agent name)
     data_source: str | None = None  # verl: the data_source column (default: the dataset name)
+    datasets: str | None = None  # verl: datasets.toml whose scorers a custom reward function uses
 
     def __post_init__(self) -> None:
         if self.rows not in ("step", "trajectory"):
@@ -122,6 +123,7 @@ def export(
     out = Path(out)
     _check_out(fmt, out)
     counts = Tally()
+    extra: dict[str, Any] = {}  # format-specific manifest sections
     inputs = pool_inputs(pool)  # before reading, so the manifest never claims later shards
     trajs = iter_selected(pool, selection, progress=progress)
     if fmt == "openai-jsonl":
@@ -146,7 +148,10 @@ def export(
         from agentworld.export import tabular, verl
 
         rows = verl.rows(trajs, counts, ability=options.ability, data_source=options.data_source)
-        counts["rows"] = tabular.write_parquet(rows, out, verl.schema())
+        names = verl.tool_names(rows)
+        counts["rows"] = tabular.write_parquet(rows, out, verl.schema(names))
+        datasets = Path(options.datasets) if options.datasets else None
+        extra["reward"] = verl.route_rewards(rows, out, datasets)
     else:
         _write_atif(trajs, out, counts)
     used = asdict(options)
@@ -157,7 +162,7 @@ def export(
         "hf": ("rows",),
     }.get(fmt, ())
     if fmt == "verl":
-        keep = ("ability", "data_source")
+        keep = ("ability", "data_source", "datasets")
     return write_manifest(
         pool=pool,
         fmt=fmt,
@@ -166,4 +171,5 @@ def export(
         options={k: used[k] for k in keep},
         counts=counts,
         inputs=inputs,
+        extra=extra,
     )

@@ -45,6 +45,12 @@ def export(
     data_source: str | None = typer.Option(
         None, help="verl: data_source column (default: dataset)."
     ),
+    datasets_path: Path = typer.Option(
+        Path("datasets.toml"),
+        "--datasets",
+        envvar="AW_DATASETS",
+        help="verl: datasets.toml whose scorers the custom reward function applies.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
     """Export curated trajectories for other trainers; a manifest is written beside the output."""
@@ -58,7 +64,13 @@ def export(
     from agentworld.export.select import explain_empty
     from agentworld.pool import Pool
 
-    options = ExportOptions(rows=rows, variant=variant, ability=ability, data_source=data_source)
+    options = ExportOptions(
+        rows=rows,
+        variant=variant,
+        ability=ability,
+        data_source=data_source,
+        datasets=str(datasets_path) if fmt == "verl" and datasets_path.is_file() else None,
+    )
     sel = selection_from_options(
         agent=agent,
         dataset=dataset,
@@ -88,6 +100,8 @@ def export(
         sys.stdout.write(json.dumps(manifest, indent=2) + "\n")
     counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items()) or "empty"
     typer.echo(f"wrote {out} ({counts}); manifest {manifest_path(out)}", err=True)
+    if (manifest.get("reward") or {}).get("warning"):
+        typer.echo(f"warning: {manifest['reward']['warning']}", err=True)
     for reason, left in manifest["left_out"].items():
         typer.echo(f"left out {left['count']} {reason}: {', '.join(left['examples'])}", err=True)
     if empty:

@@ -87,6 +87,7 @@ def write_manifest(
     options: dict[str, Any],
     counts: Counter[str],
     inputs: dict[str, Any],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``<out>.manifest.json`` and return its content."""
     manifest = {
@@ -106,6 +107,7 @@ def write_manifest(
             reason: {"count": counts[reason], "examples": names}
             for reason, names in sorted(getattr(counts, "names", {}).items())
         },
+        **(extra or {}),
     }
     path = manifest_path(out)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")

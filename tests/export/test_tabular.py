@@ -128,21 +128,6 @@ def test_hf_export_of_nothing_is_an_empty_dataset(filled: Pool, tmp_path: Path, 
     assert datasets.load_from_disk(str(out)).num_rows > 0
 
 
-def test_verl_rows_one_per_task(filled: Pool, tmp_path: Path) -> None:
-    out = tmp_path / "verl.parquet"
-    export(filled, "verl", out, options=ExportOptions(ability="math"))
-    rows = pq.read_table(out).to_pylist()
-    assert len(rows) == 2
-    r = next(r for r in rows if r["extra_info"]["task"] == "t1")
-    assert r["data_source"] == "arith" and r["ability"] == "math"
-    assert r["prompt"] == [
-        {"role": "system", "content": "Use the calc tool."},
-        {"role": "user", "content": "Task t1: what is 1+2+3?"},
-    ]
-    assert r["reward_model"] == {"style": "rule", "ground_truth": "6"}
-    assert r["extra_info"]["trajectories"] == 2 and r["extra_info"]["mean_reward"] == 0.5
-
-
 def test_verl_never_takes_the_agents_answer_for_the_ground_truth(
     pool: Pool, tmp_path: Path
 ) -> None:
