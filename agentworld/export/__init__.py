@@ -27,7 +27,9 @@ class ExportOptions:
     """Format-specific choices (each ignored by formats it does not apply to)."""
 
     rows: str = "step"  # parquet/hf: one row per "step" or per "trajectory"
-    variant: str = "chat"  # openai-jsonl, trl: "chat" (SFT) or "preference" (DPO pairs from groups)
+    variant: str = (
+        "chat"  # openai-jsonl, trl: "chat" (SFT), "preference" (DPO); trl: "prompt" (GRPO)
+    )
     ability: str | None = None  # verl: the ability column (default: the agent name)
     data_source: str | None = None  # verl: the data_source column (default: the dataset name)
     datasets: str | None = None  # verl: datasets.toml whose scorers a custom reward function uses
@@ -35,8 +37,10 @@ class ExportOptions:
     def __post_init__(self) -> None:
         if self.rows not in ("step", "trajectory"):
             raise ConfigError(f"--rows: expected step or trajectory, got {self.rows!r}")
-        if self.variant not in ("chat", "preference"):
-            raise ConfigError(f"--variant: expected chat or preference, got {self.variant!r}")
+        if self.variant not in ("chat", "preference", "prompt"):
+            raise ConfigError(
+                f"--variant: expected chat, preference or prompt, got {self.variant!r}"
+            )
 
 
 def _writes_folder(fmt: str, out: Path) -> bool:
@@ -120,6 +124,8 @@ def export(
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format: unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt != "trl" and options.variant == "prompt":
+        raise ConfigError("--variant prompt: only -f trl writes prompt-only (GRPO) rows")
     out = Path(out)
     _check_out(fmt, out)
     counts = Tally()
@@ -134,8 +140,7 @@ def export(
     elif fmt == "trl":
         from agentworld.export import tabular, trl_rows
 
-        make = trl_rows.chat_rows if options.variant == "chat" else trl_rows.preference_rows
-        rows = trl_rows.encoded(make(trajs, counts), options.variant)
+        rows = trl_rows.encoded(trl_rows.ROWS[options.variant](trajs, counts), options.variant)
         schema = trl_rows.arrow_schema(options.variant)
         counts["rows"] = tabular.write_hf(rows, out, schema, trl_rows.features(options.variant))
     elif fmt in ("parquet", "hf"):

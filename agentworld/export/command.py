@@ -39,7 +39,9 @@ def export(
     ),
     rows: str = typer.Option("step", help="parquet/hf: one row per step or per trajectory."),
     variant: str = typer.Option(
-        "chat", help="openai-jsonl, trl: chat (SFT) or preference (DPO pairs within groups)."
+        "chat",
+        help="openai-jsonl, trl: chat (SFT) or preference (DPO pairs within groups); "
+        "trl: prompt (GRPO, one row per task).",
     ),
     ability: str | None = typer.Option(None, help="verl: ability column (default: agent)."),
     data_source: str | None = typer.Option(

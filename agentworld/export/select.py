@@ -9,8 +9,11 @@ from labels replace recorded rewards everywhere.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
+
+import orjson
 
 from agentworld.pool import Pool, Selection, Trajectory
 
@@ -62,6 +65,54 @@ def ground_truth(traj: Trajectory) -> Any:
         if meta.get("ground_truth") is not None:
             return meta["ground_truth"]
     return None
+
+
+@dataclasses.dataclass
+class TaskFold:
+    """The trajectories of one (dataset, split, task), folded into what a prompt dataset needs."""
+
+    dataset: str | None
+    split: str | None
+    task: str
+    agent: str | None
+    first: dict[str, Any]  # the first step with a chat prompt: the task as the agent saw it
+    ground_truth: str  # "" when no trajectory recorded one
+    rewards: list[float] = dataclasses.field(default_factory=list)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+
+def _gt_text(t: Trajectory) -> str:
+    gt = ground_truth(t)
+    if gt is None:
+        return ""
+    return gt if isinstance(gt, str) else orjson.dumps(gt).decode()
+
+
+def fold_tasks(trajs: Iterable[Trajectory], counts: Counter[str]) -> list[TaskFold]:
+    """One fold per task, in first-seen order (verl rows, TRL prompt rows)."""
+    folds: dict[tuple[Any, ...], TaskFold] = {}
+    for t in trajs:
+        counts["trajectories"] += 1
+        first = next((s for s in t.steps if (s.get("request") or {}).get("messages")), None)
+        if first is None:
+            counts["skipped_no_chat_prompt"] += 1
+            continue
+        key = (t.first("dataset"), t.first("split"), t.first("task") or t.id)
+        fold = folds.get(key)
+        if fold is None:
+            fold = folds[key] = TaskFold(*key, t.first("agent"), first, _gt_text(t))
+        elif fold.ground_truth == "":
+            fold.ground_truth = _gt_text(t)
+        if t.reward is not None:
+            fold.rewards.append(float(t.reward))
+    for fold in folds.values():
+        if fold.ground_truth == "":
+            counts["tasks_without_ground_truth"] += 1
+        counts["tasks"] += 1
+    return list(folds.values())
 
 
 def _flag(name: str, value: Any) -> str:

@@ -1,4 +1,4 @@
-"""Datasets TRL's trainers take as they are: conversational prompt/completion (SFT) and prompt/chosen/rejected (DPO).
+"""Datasets TRL's trainers take as they are: prompt/completion (SFT), prompt/chosen/rejected (DPO), prompts (GRPO).
 
 TRL decides how to read a dataset from its columns: an ``input_ids`` column
 means "already tokenized" and skips the chat template, ``prompt`` +
@@ -26,10 +26,10 @@ import orjson
 from agentworld.export.conversation import content_text, openai_tools, usable
 from agentworld.export.manifest import left_out
 from agentworld.export.pairs import preference_pairs
-from agentworld.export.select import step_reward, step_trainable
+from agentworld.export.select import fold_tasks, step_reward, step_trainable
 from agentworld.pool import Trajectory
 
-VARIANTS = ("chat", "preference")
+VARIANTS = ("chat", "preference", "prompt")
 MESSAGE_COLUMNS = ("prompt", "completion", "chosen", "rejected")
 
 
@@ -97,6 +97,18 @@ def features(variant: str) -> Any:
             "reward": number,
             "trajectory_reward": number,
         }
+    elif variant == "prompt":
+        cols = {
+            "prompt": messages,
+            "tools": text,
+            "ground_truth": text,
+            "dataset": text,
+            "split": text,
+            "task": text,
+            "agent": text,
+            "trajectories": Value("int64"),
+            "mean_reward": number,
+        }
     else:
         cols = {
             "prompt": messages,
@@ -160,6 +172,25 @@ def preference_rows(trajs: Iterable[Trajectory], counts: Counter[str]) -> Iterat
             "chosen_reward": pair.chosen_reward,
             "rejected_reward": pair.rejected_reward,
         }
+
+
+def prompt_rows(trajs: Iterable[Trajectory], counts: Counter[str]) -> Iterator[dict[str, Any]]:
+    """One prompt-only row per task, for GRPO: TRL hands the other columns to reward functions."""
+    for fold in fold_tasks(trajs, counts):
+        yield {
+            "prompt": trl_messages(fold.first["request"]["messages"]),
+            "tools": _tools(fold.first["request"].get("tools")),
+            "ground_truth": fold.ground_truth,
+            "dataset": fold.dataset,
+            "split": fold.split,
+            "task": fold.task,
+            "agent": fold.agent,
+            "trajectories": len(fold.rewards),
+            "mean_reward": fold.mean_reward,
+        }
+
+
+ROWS = {"chat": chat_rows, "preference": preference_rows, "prompt": prompt_rows}
 
 
 def arrow_schema(variant: str) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from agentworld.export.conversation import content_text, openai_tools
-from agentworld.export.select import ground_truth
+from agentworld.export.select import fold_tasks
 from agentworld.export.tabular import import_pyarrow
 from agentworld.pool import Trajectory
 
@@ -146,68 +146,42 @@ def rows(
     data_source: str | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (dataset, split, task); trajectories of the same task are folded into it."""
-    tasks: dict[tuple[Any, ...], dict[str, Any]] = {}
-    rewards: dict[tuple[Any, ...], list[float]] = {}
-    names: dict[tuple[Any, ...], list[str]] = {}
-    for t in trajs:
-        counts["trajectories"] += 1
-        first = next((s for s in t.steps if (s.get("request") or {}).get("messages")), None)
-        if first is None:
-            counts["skipped_no_chat_prompt"] += 1
-            continue
-        key = (t.first("dataset"), t.first("split"), t.first("task") or t.id)
-        if t.reward is not None:
-            rewards.setdefault(key, []).append(float(t.reward))
-        if key in tasks:
-            if tasks[key]["reward_model"]["ground_truth"] == "":
-                tasks[key]["reward_model"]["ground_truth"] = _gt(t)
-            continue
-        tools = openai_tools(first["request"].get("tools"))
-        tasks[key] = {
-            "data_source": data_source or t.first("dataset") or t.first("agent"),
-            "agent_name": TOOL_AGENT if tools else SINGLE_TURN_AGENT,
-            "prompt": [verl_message(m) for m in first["request"]["messages"]],
-            "ability": ability or t.first("agent"),
-            "reward_model": {"style": "rule", "ground_truth": _gt(t)},
-            "extra_info": {
-                "split": t.first("split"),
-                "index": len(tasks),
-                "dataset": t.first("dataset"),
-                "task": key[2],
-                "agent": t.first("agent"),
-                "tools": orjson.dumps(tools).decode() if tools else None,
-                "need_tools_kwargs": bool(tools),
-            },
-        }
-        names[key] = [tool["function"]["name"] for tool in tools]
     out = []
-    for key, row in tasks.items():
-        rs = rewards.get(key, [])
-        info = row["extra_info"]
-        info["trajectories"] = len(rs)
-        info["mean_reward"] = sum(rs) / len(rs) if rs else None
-        gt = row["reward_model"]["ground_truth"]
-        if names[key]:
+    for index, fold in enumerate(fold_tasks(trajs, counts)):
+        tools = openai_tools(fold.first["request"].get("tools"))
+        gt = fold.ground_truth
+        info: dict[str, Any] = {
+            "split": fold.split,
+            "index": index,
+            "dataset": fold.dataset,
+            "task": fold.task,
+            "agent": fold.agent,
+            "trajectories": len(fold.rewards),
+            "mean_reward": fold.mean_reward,
+            "tools": orjson.dumps(tools).decode() if tools else None,
+            "need_tools_kwargs": bool(tools),
+        }
+        if tools:
             # What verl's ToolAgentLoop hands each tool's create(); the ground truth, as
             # verl's own gsm8k tool example does, so a scoring tool can use it.
-            info["tools_kwargs"] = {n: {"create_kwargs": {"ground_truth": gt}} for n in names[key]}
-        if gt == "":
-            counts["tasks_without_ground_truth"] += 1
-        counts["tasks"] += 1
-        out.append(row)
+            create = {"create_kwargs": {"ground_truth": gt}}
+            info["tools_kwargs"] = {tool["function"]["name"]: create for tool in tools}
+        out.append(
+            {
+                "data_source": data_source or fold.dataset or fold.agent,
+                "agent_name": TOOL_AGENT if tools else SINGLE_TURN_AGENT,
+                "prompt": [verl_message(m) for m in fold.first["request"]["messages"]],
+                "ability": ability or fold.agent,
+                "reward_model": {"style": "rule", "ground_truth": gt},
+                "extra_info": info,
+            }
+        )
     return out
 
 
 def tool_names(rows_: list[dict[str, Any]]) -> list[str]:
     """Every tool name the rows offer (the fields of the ``tools_kwargs`` struct)."""
     return sorted({n for r in rows_ for n in r["extra_info"].get("tools_kwargs") or ()})
-
-
-def _gt(t: Trajectory) -> str:
-    gt = ground_truth(t)
-    if gt is None:
-        return ""
-    return gt if isinstance(gt, str) else orjson.dumps(gt).decode()
 
 
 def reward_path(out: Path) -> Path:

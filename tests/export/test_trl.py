@@ -156,3 +156,44 @@ def test_trl_reads_the_tokenized_hf_export_mask(
         ]
         assert ex["labels"] == want
     assert math.isfinite(trainer.train().training_loss)
+
+
+@pytest.mark.slow
+def test_trl_grpo_trainer_takes_prompt_rows(filled: Pool, tmp_path: Path, tiny_dir: Path) -> None:
+    """One prompt row per task; TRL's GRPOTrainer hands the ground truth to reward functions."""
+    pytest.importorskip("trl")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    manifest = export(filled, "trl", tmp_path / "grpo", options=ExportOptions(variant="prompt"))
+    ds = datasets.load_from_disk(str(tmp_path / "grpo"))
+    assert len(ds) == manifest["counts"]["rows"] == 2  # two tasks, two trajectories each
+    row = next(r for r in ds if r["task"] == "t1")
+    assert row["prompt"] == [
+        {"role": "system", "content": "Use the calc tool."},
+        {"role": "user", "content": "Task t1: what is 1+2+3?"},
+    ]
+    assert row["ground_truth"] == "6" and row["mean_reward"] == 0.5
+    seen: list[str] = []
+
+    def reward(prompts: list, completions: list, ground_truth: list, **kw: Any) -> list[float]:
+        seen.extend(ground_truth)
+        return [0.0] * len(completions)
+
+    config = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=4,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+    )
+    tok = AutoTokenizer.from_pretrained(str(tiny_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_dir))
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok
+    )
+    trainer.train()
+    assert seen and set(seen) <= {"6"}
