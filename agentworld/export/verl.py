@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from agentworld.export.conversation import content_text, openai_tools
+from agentworld.export.openai import to_openai_message
 from agentworld.export.select import fold_tasks
 from agentworld.export.tabular import import_pyarrow
 from agentworld.pool import Trajectory
@@ -119,22 +120,13 @@ def schema(tool_names: Iterable[str] = ()) -> Any:
 
 
 def verl_message(m: dict[str, Any]) -> dict[str, Any]:
-    """A prompt message as verl hands it to the chat template, nothing dropped but reasoning."""
-    out: dict[str, Any] = {
-        "role": "system" if m["role"] == "developer" else m["role"],
-        "content": content_text(m.get("content")),
-    }
-    if m.get("tool_calls"):
-        out["tool_calls"] = [
-            {
-                "id": c.get("id") or f"call_{i}",
-                "type": "function",
-                "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"},
-            }
-            for i, c in enumerate(m["tool_calls"])
-        ]
-    if m.get("tool_call_id"):
-        out["tool_call_id"] = m["tool_call_id"]
+    """A prompt message as verl hands it to the chat template: the OpenAI export's, text content.
+
+    ``name`` is dropped: the Parquet struct holds one shape for every message.
+    """
+    out = to_openai_message(m)
+    out.pop("name", None)
+    out["content"] = content_text(m.get("content"))
     return out
 
 
