@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from agentworld.errors import MissingExtraError
 from agentworld.export.conversation import content_text, openai_tools, usable
 from agentworld.export.manifest import left_out
 from agentworld.export.pairs import preference_pairs
@@ -77,7 +78,10 @@ def _tools(tools: list[Any] | None) -> str | None:
 
 def features(variant: str) -> Any:
     """The ``datasets.Features`` of a variant's rows."""
-    from datasets import Features, Json, List, Value
+    try:
+        from datasets import Features, Json, List, Value
+    except ImportError:  # no datasets, or one older than 5 (no Json feature)
+        raise MissingExtraError("datasets>=5", "export") from None
 
     messages = List(Json())
     text, number = Value("string"), Value("float64")
@@ -195,13 +199,16 @@ ROWS = {"chat": chat_rows, "preference": preference_rows, "prompt": prompt_rows}
 
 def arrow_schema(variant: str) -> Any:
     """The Parquet schema rows are streamed through: each message a JSON text, cast to Json after."""
+    from datasets import Value
+
     from agentworld.export.tabular import import_pyarrow
 
     pa = import_pyarrow()
-    kinds = {"List": pa.list_(pa.string()), "string": pa.string()}
-    kinds |= {"float64": pa.float64(), "int64": pa.int64()}
     return pa.schema(
-        [(name, kinds[getattr(f, "dtype", "List")]) for name, f in features(variant).items()]
+        [
+            (name, pa.type_for_alias(f.dtype) if isinstance(f, Value) else pa.list_(pa.string()))
+            for name, f in features(variant).items()
+        ]
     )
 
 
