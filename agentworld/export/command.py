@@ -55,7 +55,10 @@ def export(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
-    """Export curated trajectories for other trainers; a manifest is written beside the output."""
+    """Export curated trajectories for other trainers; a manifest is written beside the output.
+
+    An empty selection writes the empty output, says on stderr what matched, and exits 7.
+    """
     from rich.console import Console
     from rich.progress import Progress
 
