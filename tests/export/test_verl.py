@@ -103,3 +103,35 @@ def test_rewards_go_to_a_scorer_that_exists(filled: Pool, tmp_path: Path) -> Non
     manifest = export(filled, "verl", out, options=opts)
     assert "warning" not in manifest["reward"] and not reward_py.exists()
     assert naive_reward(_rows(out)[0], "so #### 6") == 1.0
+
+
+def test_the_reward_function_applies_the_tasks_own_verifier(pool: Pool, tmp_path: Path) -> None:
+    """`aw demo`'s dataset: reasoning-gym arithmetic scored by its own score_answer."""
+    pytest.importorskip("reasoning_gym")
+    from agentworld.config import load_datasets
+    from agentworld.run.tasks import load_tasks
+
+    toml = tmp_path / "datasets.toml"
+    toml.write_text(
+        '[datasets.arithmetic]\nsource = { type = "reasoning-gym", task = "basic_arithmetic", '
+        "config = { min_terms = 2, max_terms = 2, min_digits = 1, max_digits = 1 } }\n"
+        'splits = { train = { size = 3, seed = 1 } }\nscorer = "verifier"\n'
+    )
+    task = load_tasks(load_datasets(toml)["arithmetic"], "train")[1]
+    recs = trajectory_records("tr_v", answer=task.answer, reward=1.0, turns=0, task=task.id)
+    for rec in recs:
+        rec["dataset"] = "arithmetic"
+    recs[-1]["metadata"] = {"ground_truth": task.answer}
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    out = tmp_path / "verl.parquet"
+    manifest = export(pool, "verl", out, options=ExportOptions(datasets=str(toml)))
+    spec = importlib.util.spec_from_file_location(
+        "aw_reward_v", manifest["reward"]["custom_reward_function"]["path"]
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (row,) = _rows(out)
+    assert naive_reward(row, str(task.answer), module.compute_score) == 1.0
+    assert naive_reward(row, "no idea", module.compute_score) == 0.0
