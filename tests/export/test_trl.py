@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentworld.export import ExportOptions, export
-from agentworld.pool import Pool
+from agentworld.pool import Pool, Selection
 
 datasets = pytest.importorskip("datasets")
 
@@ -72,6 +72,14 @@ def test_preference_rows_pair_best_with_worst(filled: Pool, tmp_path: Path) -> N
     assert row["chosen"] == [{"role": "assistant", "content": "The answer is 6."}]
     assert row["rejected"] == [{"role": "assistant", "content": "The answer is 7."}]
     assert row["prompt"][-1]["role"] == "tool"  # the shared context, tool turns kept
+
+
+@pytest.mark.parametrize("variant", ["chat", "preference", "prompt"])
+def test_an_empty_selection_is_an_empty_dataset(filled: Pool, tmp_path: Path, variant: str) -> None:
+    opts = ExportOptions(variant=variant)
+    export(filled, "trl", tmp_path / "ds", Selection(min_reward=5), opts)
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    assert ds.num_rows == 0 and "prompt" in ds.column_names
 
 
 @pytest.mark.slow
