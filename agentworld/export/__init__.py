@@ -147,8 +147,12 @@ def export(
         from agentworld.export import tabular
 
         rows = tabular.iter_rows(trajs, options.rows, counts)
-        write = tabular.write_parquet if fmt == "parquet" else tabular.write_hf
-        counts["rows"] = write(rows, out, tabular.schema(options.rows))
+        if fmt == "parquet":
+            counts["rows"] = tabular.write_parquet(rows, out, tabular.schema(options.rows))
+        else:
+            schema = tabular.schema(options.rows, json_messages=True)
+            rows = tabular.json_messages(rows)
+            counts["rows"] = tabular.write_hf(rows, out, schema, tabular.hf_features(schema))
     elif fmt == "verl":
         from agentworld.export import tabular, verl
 

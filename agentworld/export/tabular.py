@@ -73,10 +73,10 @@ def _common_fields(pa: Any) -> list[tuple[str, Any]]:
     ]
 
 
-def schema(rows: str) -> Any:
-    """The Arrow schema of step or trajectory rows."""
+def schema(rows: str, *, json_messages: bool = False) -> Any:
+    """The Arrow schema of step or trajectory rows (``json_messages``: each message a JSON text)."""
     pa = import_pyarrow()
-    msg = _message_type(pa)
+    msg = pa.string() if json_messages else _message_type(pa)
     ids, floats = pa.list_(pa.int32()), pa.list_(pa.float64())
     if rows == "step":
         fields = [
@@ -266,6 +266,39 @@ def _chain_row(t: Trajectory, chain: list[dict[str, Any]], k: int, breaks: int) 
         sequence_breaks=breaks,
     )
     return row
+
+
+def hf_features(arrow_schema: Any) -> Any:
+    """``datasets`` features of rows whose messages are JSON texts: ``messages``/``response`` as Json.
+
+    Json keeps each message to its own keys; an Arrow struct gives every
+    message every field, None-filled, which chat templates then render.
+    """
+    try:
+        import datasets
+    except ImportError:
+        raise MissingExtraError("datasets", "export") from None
+
+    features = datasets.Features.from_arrow_schema(arrow_schema)
+    features["messages"] = datasets.List(datasets.Json())
+    if "response" in features:
+        features["response"] = datasets.Json()
+    return features
+
+
+def json_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Rows with ``messages`` and ``response`` as JSON texts (only the keys each message has)."""
+    for row in rows:
+        row["messages"] = [orjson.dumps(_compact(m)).decode() for m in row["messages"]]
+        if "response" in row:
+            resp = row["response"]
+            row["response"] = None if resp is None else orjson.dumps(_compact(resp)).decode()
+        yield row
+
+
+def _compact(m: dict[str, Any]) -> dict[str, Any]:
+    """A message without the fields it does not use (role and content always kept)."""
+    return {k: v for k, v in m.items() if k in ("role", "content") or v not in (None, [])}
 
 
 def iter_rows(trajs: Iterable[Trajectory], rows: str, counts: Counter[str]) -> Iterator[dict]:
