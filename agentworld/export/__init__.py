@@ -19,7 +19,7 @@ import orjson
 from agentworld.errors import ConfigError
 from agentworld.pool import Pool, Selection, Trajectory
 
-FORMATS = ("openai-jsonl", "parquet", "hf", "atif", "verl")
+FORMATS = ("openai-jsonl", "trl", "parquet", "hf", "atif", "verl")
 
 
 @dataclass(frozen=True)
@@ -27,20 +27,25 @@ class ExportOptions:
     """Format-specific choices (each ignored by formats it does not apply to)."""
 
     rows: str = "step"  # parquet/hf: one row per "step" or per "trajectory"
-    variant: str = "chat"  # openai-jsonl: "chat" (SFT) or "preference" (DPO pairs from groups)
+    variant: str = (
+        "chat"  # openai-jsonl, trl: "chat" (SFT), "preference" (DPO); trl: "prompt" (GRPO)
+    )
     ability: str | None = None  # verl: the ability column (default: the agent name)
     data_source: str | None = None  # verl: the data_source column (default: the dataset name)
+    datasets: str | None = None  # verl: datasets.toml whose scorers a custom reward function uses
 
     def __post_init__(self) -> None:
         if self.rows not in ("step", "trajectory"):
             raise ConfigError(f"--rows: expected step or trajectory, got {self.rows!r}")
-        if self.variant not in ("chat", "preference"):
-            raise ConfigError(f"--variant: expected chat or preference, got {self.variant!r}")
+        if self.variant not in ("chat", "preference", "prompt"):
+            raise ConfigError(
+                f"--variant: expected chat, preference or prompt, got {self.variant!r}"
+            )
 
 
 def _writes_folder(fmt: str, out: Path) -> bool:
     """Whether ``fmt`` writes a folder at ``out`` (hf; atif unless ``.jsonl``), not one file."""
-    return fmt == "hf" or (fmt == "atif" and not out.name.endswith(".jsonl"))
+    return fmt in ("hf", "trl") or (fmt == "atif" and not out.name.endswith(".jsonl"))
 
 
 def _check_out(fmt: str, out: Path) -> None:
@@ -55,9 +60,9 @@ def _check_out(fmt: str, out: Path) -> None:
             raise ConfigError(f"--out: {out} is a folder; -f {fmt} writes one file")
     elif out.exists() and not out.is_dir():
         raise ConfigError(f"--out: {out} is a file; -f {fmt} writes a folder")
-    elif fmt == "hf" and _foreign_folder(out):
+    elif fmt in ("hf", "trl") and _foreign_folder(out):
         raise ConfigError(
-            f"--out: {out} is a folder but not a saved dataset; -f hf replaces its output "
+            f"--out: {out} is a folder but not a saved dataset; -f {fmt} replaces its output "
             "folder, so give a new path or a dataset folder it wrote"
         )
     try:
@@ -114,14 +119,17 @@ def export(
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Write the selected trajectories as ``fmt`` to ``out``; return the manifest written beside it."""
-    from agentworld.export.manifest import pool_inputs, write_manifest
+    from agentworld.export.manifest import Tally, pool_inputs, write_manifest
     from agentworld.export.select import iter_selected, selection_dict
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format: unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+    if fmt != "trl" and options.variant == "prompt":
+        raise ConfigError("--variant prompt: only -f trl writes prompt-only (GRPO) rows")
     out = Path(out)
     _check_out(fmt, out)
-    counts: Counter[str] = Counter()
+    counts = Tally()
+    extra: dict[str, Any] = {}  # format-specific manifest sections
     inputs = pool_inputs(pool)  # before reading, so the manifest never claims later shards
     trajs = iter_selected(pool, selection, progress=progress)
     if fmt == "openai-jsonl":
@@ -129,23 +137,41 @@ def export(
 
         writer = openai.write_preference if options.variant == "preference" else openai.write_chat
         _atomic_lines(out, lambda f: writer(trajs, f, counts))
+    elif fmt == "trl":
+        from agentworld.export import tabular, trl_rows
+
+        rows = trl_rows.encoded(trl_rows.ROWS[options.variant](trajs, counts), options.variant)
+        schema = trl_rows.arrow_schema(options.variant)
+        counts["rows"] = tabular.write_hf(rows, out, schema, trl_rows.features(options.variant))
     elif fmt in ("parquet", "hf"):
         from agentworld.export import tabular
 
         rows = tabular.iter_rows(trajs, options.rows, counts)
-        write = tabular.write_parquet if fmt == "parquet" else tabular.write_hf
-        counts["rows"] = write(rows, out, tabular.schema(options.rows))
+        if fmt == "parquet":
+            counts["rows"] = tabular.write_parquet(rows, out, tabular.schema(options.rows))
+        else:
+            schema = tabular.schema(options.rows, json_messages=True)
+            rows = tabular.json_messages(rows)
+            counts["rows"] = tabular.write_hf(rows, out, schema, tabular.hf_features(schema))
     elif fmt == "verl":
         from agentworld.export import tabular, verl
 
         rows = verl.rows(trajs, counts, ability=options.ability, data_source=options.data_source)
-        counts["rows"] = tabular.write_parquet(rows, out, verl.schema())
+        names = verl.tool_names(rows)
+        counts["rows"] = tabular.write_parquet(rows, out, verl.schema(names))
+        datasets = Path(options.datasets) if options.datasets else None
+        extra["reward"] = verl.route_rewards(rows, out, datasets)
     else:
         _write_atif(trajs, out, counts)
     used = asdict(options)
-    keep = {"openai-jsonl": ("variant",), "parquet": ("rows",), "hf": ("rows",)}.get(fmt, ())
+    keep = {
+        "openai-jsonl": ("variant",),
+        "trl": ("variant",),
+        "parquet": ("rows",),
+        "hf": ("rows",),
+    }.get(fmt, ())
     if fmt == "verl":
-        keep = ("ability", "data_source")
+        keep = ("ability", "data_source", "datasets")
     return write_manifest(
         pool=pool,
         fmt=fmt,
@@ -154,4 +180,5 @@ def export(
         options={k: used[k] for k in keep},
         counts=counts,
         inputs=inputs,
+        extra=extra,
     )

@@ -24,6 +24,7 @@ from agentworld.pool import Trajectory
 SCHEMA_VERSION = "ATIF-v1.5"
 READ_VERSIONS = tuple(f"ATIF-v1.{n}" for n in range(8))
 RESET_KEY = "agentworld_context_reset"  # step.extra: the agent rewrote its history here
+ORPHAN_KEY = "agentworld_orphan_call_ids"  # step.extra: result index -> id of a call not made
 
 
 def _iso(ts: float | None) -> str | None:
@@ -56,6 +57,24 @@ def _metrics(step: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _observe(step: dict[str, Any], call_id: str | None, text: str) -> None:
+    """Add a tool result to ``step``'s observation, pointing at the call it answers.
+
+    Harbor's ``Trajectory.validate_tool_call_references`` refuses a non-null
+    ``source_call_id`` that is not one of the same step's ``tool_calls``. A
+    result that answers no call there (an agent that seeded a result into its
+    history) gets a null ``source_call_id``; its own id is kept in the step's
+    ``extra`` under ORPHAN_KEY so an import gives the message back as it was.
+    """
+    calls = {c["tool_call_id"] for c in step.get("tool_calls") or ()}
+    results = step.setdefault("observation", {"results": []})["results"]
+    if call_id is None or call_id in calls:
+        results.append({"source_call_id": call_id, "content": text})
+        return
+    step.setdefault("extra", {}).setdefault(ORPHAN_KEY, {})[str(len(results))] = call_id
+    results.append({"source_call_id": None, "content": text})
+
+
 def to_atif(t: Trajectory, counts: Counter[str]) -> dict[str, Any] | None:
     """One trajectory as an ATIF object (None when it has no chat steps)."""
     segs = segments(t.steps)
@@ -69,11 +88,10 @@ def to_atif(t: Trajectory, counts: Counter[str]) -> dict[str, Any] | None:
         for i, m in enumerate(seg.messages):
             role, text = m["role"], content_text(m.get("content"))
             if role == "tool":
-                result = {"source_call_id": m.get("tool_call_id"), "content": text}
                 if last_agent is None:
                     last_agent = {"source": "system", "message": ""}
                     steps.append(last_agent)
-                last_agent.setdefault("observation", {"results": []})["results"].append(result)
+                _observe(last_agent, m.get("tool_call_id"), text)
                 continue
             if role != "assistant":
                 steps.append({"source": "system" if role != "user" else "user", "message": text})
@@ -236,6 +254,7 @@ def parse_atif(obj: Any) -> dict[str, Any]:
         elif text or source != "system" or not st.get("observation"):
             conversation.append({"role": source, "content": text})
         obs = st.get("observation")
+        orphans = (st.get("extra") or {}).get(ORPHAN_KEY) or {}
         if obs is not None:
             results = obs.get("results") if isinstance(obs, dict) else None
             if not isinstance(results, list):
@@ -245,8 +264,11 @@ def parse_atif(obj: Any) -> dict[str, Any]:
                     raise RowError(f"{where}.observation.results[{j}]", "expected an object")
                 text = _str(r.get("content") or "", f"{where}.observation.results[{j}].content")
                 tool_msg = {"role": "tool", "content": text}
-                if r.get("source_call_id") is not None:
-                    tool_msg["tool_call_id"] = str(r["source_call_id"])
+                call_id = r.get("source_call_id")
+                if call_id is None and isinstance(orphans, dict):
+                    call_id = orphans.get(str(j))
+                if call_id is not None:
+                    tool_msg["tool_call_id"] = str(call_id)
                 conversation.append(tool_msg)
     if not calls:
         raise RowError("steps", "no agent step to import")

@@ -17,8 +17,10 @@ from agentworld.pool.command import POOL_OPTION, selection_from_options
 
 
 def export(
-    fmt: str = typer.Option(..., "--format", "-f", help="openai-jsonl, parquet, hf, atif or verl."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output file (or folder for hf / atif)."),
+    fmt: str = typer.Option(
+        ..., "--format", "-f", help="openai-jsonl, trl, parquet, hf, atif or verl."
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="Output file (or folder: hf, trl, atif)."),
     pool_path: Path = POOL_OPTION,
     agent: str | None = typer.Option(None, help="Only this agent."),
     dataset: str | None = typer.Option(None, help="Only this dataset."),
@@ -37,24 +39,43 @@ def export(
     ),
     rows: str = typer.Option("step", help="parquet/hf: one row per step or per trajectory."),
     variant: str = typer.Option(
-        "chat", help="openai-jsonl: chat (SFT) or preference (DPO pairs within groups)."
+        "chat",
+        help="openai-jsonl, trl: chat (SFT) or preference (DPO pairs within groups); "
+        "trl: prompt (GRPO, one row per task).",
     ),
     ability: str | None = typer.Option(None, help="verl: ability column (default: agent)."),
     data_source: str | None = typer.Option(
         None, help="verl: data_source column (default: dataset)."
     ),
+    datasets_path: Path = typer.Option(
+        Path("datasets.toml"),
+        "--datasets",
+        envvar="AW_DATASETS",
+        help="verl: datasets.toml whose scorers the custom reward function applies.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
-    """Export curated trajectories for other trainers; a manifest is written beside the output."""
+    """Export curated trajectories for other trainers; a manifest is written beside the output.
+
+    An empty selection writes the empty output, says on stderr what matched, and exits 7.
+    """
     from rich.console import Console
     from rich.progress import Progress
 
+    from agentworld.errors import NotFoundError
     from agentworld.export import ExportOptions
     from agentworld.export import export as run_export
     from agentworld.export.manifest import manifest_path
+    from agentworld.export.select import explain_empty
     from agentworld.pool import Pool
 
-    options = ExportOptions(rows=rows, variant=variant, ability=ability, data_source=data_source)
+    options = ExportOptions(
+        rows=rows,
+        variant=variant,
+        ability=ability,
+        data_source=data_source,
+        datasets=str(datasets_path) if fmt == "verl" and datasets_path.is_file() else None,
+    )
     sel = selection_from_options(
         agent=agent,
         dataset=dataset,
@@ -72,6 +93,7 @@ def export(
     )
     pool = Pool.open(pool_path)
     total = pool.index().count_trajectories(sel)
+    empty = explain_empty(pool, sel) if total == 0 else []
     console = Console(stderr=True)  # no bar off a terminal: Rich would leave a blank line
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task_id = bar.add_task(f"exporting {fmt}", total=total or None)
@@ -81,8 +103,18 @@ def export(
     pool.close()
     if as_json:
         sys.stdout.write(json.dumps(manifest, indent=2) + "\n")
-    counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items())
+    counts = ", ".join(f"{k} {v}" for k, v in manifest["counts"].items()) or "empty"
     typer.echo(f"wrote {out} ({counts}); manifest {manifest_path(out)}", err=True)
+    if (manifest.get("reward") or {}).get("warning"):
+        typer.echo(f"warning: {manifest['reward']['warning']}", err=True)
+    for reason, left in manifest["left_out"].items():
+        typer.echo(f"left out {left['count']} {reason}: {', '.join(left['examples'])}", err=True)
+    if empty:
+        # The empty output is written (a consumer finds the file it expects), but a script
+        # must not go on as if it had data: exit as for a name that does not exist.
+        for line in empty:
+            typer.echo(line, err=True)
+        raise typer.Exit(NotFoundError.exit_code)
 
 
 def pool_import(

@@ -106,3 +106,21 @@ def openai_tools(tools: list[Any] | None) -> list[Any]:
                 fn["description"] = t["description"]
             out.append({"type": "function", "function": fn})
     return out
+
+
+def orphan_tool_results(messages: list[dict[str, Any]]) -> list[int]:
+    """Positions of tool messages that answer no call of the assistant turn before them.
+
+    A tool result belongs to the latest assistant message's ``tool_calls`` (by
+    ``tool_call_id``); one with no assistant call before it, or an id that call
+    did not make, is an orphan: an agent that seeded results into its history,
+    or one that cut the call away when it truncated.
+    """
+    out: list[int] = []
+    open_ids: set[str] = set()
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            open_ids = {c.get("id") for c in m.get("tool_calls") or () if c.get("id")}
+        elif m.get("role") == "tool" and m.get("tool_call_id") not in open_ids:
+            out.append(i)
+    return out

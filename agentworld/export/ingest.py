@@ -114,6 +114,7 @@ def _steps_and_end(
                 protocol="import",
                 started_at=call.get("started_at") or now,
                 reward=call.get("reward"),
+                policy_version=call.get("policy_version", 0),
                 metadata=meta,
                 **common,
             )
@@ -125,6 +126,7 @@ def _steps_and_end(
             status=status,
             steps=len(calls),
             reward=reward,
+            policy_version=max((c.get("policy_version", 0) for c in calls), default=0),
             **common,
         )
     )
@@ -203,6 +205,7 @@ def _atif_row(obj: Any, location: str, raw: bytes, opts: ImportOptions) -> list[
                 tokens["completion_logprobs"] = m["logprobs"]
         response = {"message": c["message"], **({"usage": usage} if usage else {})}
         reward = cx.get("reward")
+        version = cx.get("policy_version")
         calls.append(
             {
                 "id": cx.get("step"),
@@ -215,6 +218,8 @@ def _atif_row(obj: Any, location: str, raw: bytes, opts: ImportOptions) -> list[
                 "tokens": tokens,
                 "started_at": _parse_time(c["timestamp"]),
                 "reward": reward if isinstance(reward, int | float) else None,
+                # ATIF extra written by `aw export`: which policy sampled the step.
+                "policy_version": version if isinstance(version, int) and version >= 0 else 0,
             }
         )
     reward = extra.get("reward")

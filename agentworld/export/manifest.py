@@ -16,6 +16,25 @@ from agentworld.pool import Pool
 from agentworld.pool.layout import shard_digest
 from agentworld.pool.reader import source_paths
 
+NAMES_KEPT = 5  # names kept per left-out reason: enough to find them, never the whole pool
+
+
+class Tally(Counter[str]):
+    """An export's counts, plus the first few names of what each left-out count left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: dict[str, list[str]] = {}
+
+
+def left_out(counts: Counter[str], reason: str, name: str) -> None:
+    """Count something an export left out, keeping its name when ``counts`` is a Tally."""
+    counts[reason] += 1
+    if isinstance(counts, Tally):
+        names = counts.names.setdefault(reason, [])
+        if len(names) < NAMES_KEPT:
+            names.append(name)
+
 
 def manifest_path(out: Path) -> Path:
     """``<out>.manifest.json``: beside the output, never inside a dataset folder."""
@@ -68,6 +87,7 @@ def write_manifest(
     options: dict[str, Any],
     counts: Counter[str],
     inputs: dict[str, Any],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``<out>.manifest.json`` and return its content."""
     manifest = {
@@ -83,6 +103,11 @@ def write_manifest(
         "filters": filters,
         **inputs,
         "counts": dict(sorted(counts.items())),
+        "left_out": {
+            reason: {"count": counts[reason], "examples": names}
+            for reason, names in sorted(getattr(counts, "names", {}).items())
+        },
+        **(extra or {}),
     }
     path = manifest_path(out)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")

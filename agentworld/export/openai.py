@@ -2,20 +2,31 @@
 
 Chat (SFT) line: ``{"messages": [...], "tools": [...], "parallel_tool_calls": false}``
 with ``"weight": 0|1`` on assistant messages (1 on what the policy sampled and
-may be trained on). Preference (DPO) line: ``{"input": {"messages", "tools"},
-"preferred_output": [assistant], "non_preferred_output": [assistant]}``.
+may be trained on); a conversation with a tool result that answers no call
+is left out. Preference (DPO) line: ``{"input": {"messages", "tools"},
+"preferred_output": [assistant], "non_preferred_output": [assistant]}``, kept
+to the guide's one-turn, text-only pairs. Both are checked against the
+fine-tuning input schema in ``tests/export/openai_schema.py``.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import orjson
 
-from agentworld.export.conversation import Segment, openai_tools, same_message, segments
+from agentworld.export.conversation import (
+    Segment,
+    content_text,
+    openai_tools,
+    orphan_tool_results,
+    segments,
+)
+from agentworld.export.manifest import left_out
+from agentworld.export.pairs import preference_pairs
 from agentworld.export.select import step_trainable
 from agentworld.pool import Trajectory
 
@@ -28,7 +39,7 @@ def to_openai_message(m: dict[str, Any], weight: int | None = None) -> dict[str,
     out: dict[str, Any] = {"role": role, "content": m.get("content")}
     if out["content"] is None and role != "assistant":
         out["content"] = ""
-    if m.get("name"):
+    if m.get("name") and role != "tool":  # the schema's tool message has no name
         out["name"] = m["name"]
     if m.get("tool_calls"):
         out["tool_calls"] = [
@@ -71,6 +82,11 @@ def write_chat(trajs: Iterable[Trajectory], f: IO[bytes], counts: Counter[str]) 
         if not segs:
             counts["skipped_no_chat_steps"] += 1
         for seg in segs:
+            if orphan_tool_results(seg.messages):
+                # The schema needs every tool result to answer a call before it; dropping
+                # only the result would train on a reply to something no longer shown.
+                left_out(counts, "lines_orphan_tool_result", t.id)
+                continue
             line = chat_line(seg)
             if not any(m.get("weight") for m in line["messages"]):
                 counts["lines_without_trainable_turns"] += 1
@@ -79,61 +95,37 @@ def write_chat(trajs: Iterable[Trajectory], f: IO[bytes], counts: Counter[str]) 
             counts["steps"] += len(seg.sampled)
 
 
-def _group_key(t: Trajectory) -> str | None:
-    if t.first("group"):
-        return "group:" + t.first("group")
-    if t.first("task") is not None:
-        return f"task:{t.first('dataset')}:{t.first('task')}"
-    return None
-
-
-def _pair(better: Segment, worse: Segment) -> dict[str, Any] | None:
-    """A DPO line from the first assistant turn where two conversations of one task diverge."""
-    a, b = better.messages, worse.messages
-    i = 0
-    while i < min(len(a), len(b)) and same_message(a[i], b[i]):
-        i += 1
-    if i >= min(len(a), len(b)) or a[i]["role"] != "assistant" or b[i]["role"] != "assistant":
-        return None  # diverged on an observation: not a choice of the policy
-    if i not in better.sampled or i not in worse.sampled:
-        return None
-    line: dict[str, Any] = {"input": {"messages": [to_openai_message(m) for m in a[:i]]}}
-    tools = openai_tools(better.tools)
-    if tools:
-        line["input"]["tools"] = tools
-    line["preferred_output"] = [to_openai_message(a[i])]
-    line["non_preferred_output"] = [to_openai_message(b[i])]
-    return line
-
-
 def write_preference(trajs: Iterable[Trajectory], f: IO[bytes], counts: Counter[str]) -> None:
-    """Pairs within each group (or task): best vs worst, second best vs second worst, ...
+    """DPO lines from the pairs of each group, kept to what OpenAI's guide accepts.
 
-    Only pairs whose rewards differ are written; groups are held in memory
-    (first conversation and reward of each trajectory).
+    The guide trains on one-turn conversations with text-only outputs: a pair
+    whose prompt already holds assistant or tool turns, whose outputs call
+    tools, or whose two trajectories offered different tools is left out and
+    counted (``-f trl --variant preference`` keeps them all).
     """
-    groups: dict[str, list[tuple[float, str, Segment]]] = defaultdict(list)
-    for t in trajs:
-        counts["trajectories"] += 1
-        key, segs = _group_key(t), segments(t.steps)
-        if key is None or t.reward is None or not segs:
-            counts["skipped_ungrouped_or_unrewarded"] += 1
+    for pair in preference_pairs(trajs, counts):
+        tools = openai_tools(pair.chosen_tools)
+        name = f"{pair.chosen_trajectory}/{pair.rejected_trajectory}"
+        if any(m["role"] not in ("system", "developer", "user") for m in pair.prompt):
+            left_out(counts, "pairs_multi_turn_input", name)
             continue
-        groups[key].append((float(t.reward), t.id, segs[0]))
-    for key in sorted(groups):
-        members = sorted(groups[key], key=lambda x: (-x[0], x[1]))
-        for k in range(len(members) // 2):
-            hi, lo = members[k], members[-1 - k]
-            if hi[0] <= lo[0]:
-                counts["pairs_equal_reward"] += 1
-                continue
-            line = _pair(hi[2], lo[2])
-            if line is None:
-                counts["pairs_no_common_prompt"] += 1
-                continue
-            f.write(orjson.dumps(line) + b"\n")
-            counts["lines"] += 1
-    counts["groups"] += len(groups)
+        if pair.chosen.get("tool_calls") or pair.rejected.get("tool_calls"):
+            left_out(counts, "pairs_with_tool_calls", name)
+            continue
+        if tools != openai_tools(pair.rejected_tools):
+            left_out(counts, "pairs_tools_differ", name)
+            continue
+        line: dict[str, Any] = {"input": {"messages": [to_openai_message(m) for m in pair.prompt]}}
+        if tools:
+            line["input"]["tools"] = tools
+        line["preferred_output"] = [_text_output(pair.chosen)]
+        line["non_preferred_output"] = [_text_output(pair.rejected)]
+        f.write(orjson.dumps(line) + b"\n")
+        counts["lines"] += 1
+
+
+def _text_output(m: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "assistant", "content": content_text(m.get("content"))}
 
 
 # -- import -------------------------------------------------------------------------

@@ -1,12 +1,16 @@
 """Parquet and Hugging Face ``datasets`` rows: one per step or per trajectory, with token ids and masks.
 
 Token ids are the engine's when the record has them (``prompt_ids`` +
-``completion_ids``; loss mask 1 on completion ids); rows without ids have
-empty lists and say so in ``token_source``. Per-trajectory rows also carry
-the whole trajectory as one sequence (``input_ids``/``loss_mask``/``logprobs``)
-when each step's prompt ids continue the previous prompt + completion exactly,
-the same rule the trainer uses; otherwise those are empty and
-``sequence_breaks`` counts where the chain broke.
+``completion_ids``); rows without ids have empty lists and say so in
+``token_source``. The loss mask is named ``assistant_masks`` (1 on what the
+policy sampled and may be trained on): TRL takes any dataset with
+``input_ids`` as already tokenized, and of the masks it reads there, that is
+the one it always folds into its labels (``completion_mask`` only counts with
+``completion_only_loss=True``; ``trl/trainer/sft_trainer.py``, ``build_labels``). Per-trajectory rows carry the steps as one
+sequence (``input_ids``/``assistant_masks``/``logprobs``) as long as each
+step's prompt ids continue the previous prompt + completion exactly, the
+same rule the trainer uses; where that chain breaks, the trajectory gives one
+row per chain (``sequence`` 0, 1, ...; ``sequence_breaks`` counts the breaks).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 import orjson
 
 from agentworld.errors import MissingExtraError
-from agentworld.export.conversation import segments
+from agentworld.export.conversation import usable
 from agentworld.export.select import step_reward, step_trainable
 from agentworld.pool import Trajectory
 
@@ -69,10 +73,10 @@ def _common_fields(pa: Any) -> list[tuple[str, Any]]:
     ]
 
 
-def schema(rows: str) -> Any:
-    """The Arrow schema of step or trajectory rows."""
+def schema(rows: str, *, json_messages: bool = False) -> Any:
+    """The Arrow schema of step or trajectory rows (``json_messages``: each message a JSON text)."""
     pa = import_pyarrow()
-    msg = _message_type(pa)
+    msg = pa.string() if json_messages else _message_type(pa)
     ids, floats = pa.list_(pa.int32()), pa.list_(pa.float64())
     if rows == "step":
         fields = [
@@ -89,11 +93,12 @@ def schema(rows: str) -> Any:
             ("completion_ids", ids),
             ("completion_logprobs", floats),
             ("input_ids", ids),
-            ("loss_mask", pa.list_(pa.int8())),
+            ("assistant_masks", pa.list_(pa.int8())),
         ]
     else:
         fields = [
             *_common_fields(pa),
+            ("sequence", pa.int64()),
             ("policy_min", pa.int64()),
             ("policy_max", pa.int64()),
             ("n_steps", pa.int64()),
@@ -105,7 +110,7 @@ def schema(rows: str) -> Any:
             ("completion_ids", pa.list_(ids)),
             ("completion_logprobs", pa.list_(floats)),
             ("input_ids", ids),
-            ("loss_mask", pa.list_(pa.int8())),
+            ("assistant_masks", pa.list_(pa.int8())),
             ("logprobs", floats),
             ("sequence_breaks", pa.int64()),
         ]
@@ -183,60 +188,117 @@ def step_rows(t: Trajectory, counts: Counter[str]) -> Iterator[dict[str, Any]]:
             completion_ids=c,
             completion_logprobs=lp,
             input_ids=p + c,
-            loss_mask=[0] * len(p) + [1] * len(c),
+            assistant_masks=[0] * len(p) + [1] * len(c),
         )
         counts["steps"] += 1
         yield row
 
 
-def trajectory_row(t: Trajectory, counts: Counter[str]) -> dict[str, Any]:
-    """One row holding a whole trajectory (last conversation, per-step ids, merged sequence)."""
-    segs = segments(t.steps)
-    last = segs[-1] if segs else None
-    pv = [s["policy_version"] for s in t.steps]
-    row = _common(t, last.tools if last else None)
+def _chains(steps: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Steps split where a prompt's ids stop continuing the previous prompt + completion.
+
+    Steps without completion ids (no engine ids, failed calls) join the chain
+    they fall in without extending it; a trajectory with no ids is one chain.
+    """
+    chains: list[list[dict[str, Any]]] = [[]]
+    seq: list[int] = []
+    for s in steps:
+        p, c, _ = _ids(s)
+        if c:
+            if seq and p[: len(seq)] != seq:
+                chains.append([])
+            seq = p + c
+        chains[-1].append(s)
+    return chains
+
+
+def trajectory_rows(t: Trajectory, counts: Counter[str]) -> Iterator[dict[str, Any]]:
+    """One row per token sequence of a trajectory: the whole trajectory when its steps chain.
+
+    Where a prompt does not continue the ids before it (the agent rewrote its
+    history), the trajectory gives one row per chain, numbered by
+    ``sequence``, so no row has empty ``input_ids`` because of a break.
+    """
+    chains = _chains(t.steps)
+    if len(chains) > 1:
+        counts["trajectories_with_sequence_breaks"] += 1
+    for k, chain in enumerate(chains):
+        yield _chain_row(t, chain, k, len(chains) - 1)
+    counts["steps"] += len(t.steps)
+
+
+def _chain_row(t: Trajectory, chain: list[dict[str, Any]], k: int, breaks: int) -> dict[str, Any]:
+    last = next((s for s in reversed(chain) if usable(s)), None)
+    messages = [*last["request"]["messages"], last["response"]["message"]] if last else []
+    pv = [s["policy_version"] for s in chain]
     seq: list[int] = []
     mask: list[int] = []
     lps: list[float] = []
-    breaks = 0
     per_p, per_c, per_lp = [], [], []
-    for s in t.steps:
+    for s in chain:
         p, c, lp = _ids(s)
         per_p.append(p)
         per_c.append(c)
         per_lp.append(lp)
         if not c:
-            breaks += 1
             continue
-        if p[: len(seq)] != seq:
-            breaks += 1
-            seq, mask, lps = [], [], []
         new_prompt = p[len(seq) :]
         trainable = 1 if step_trainable(s) else 0
         seq += new_prompt + c
         mask += [0] * len(new_prompt) + [trainable] * len(c)
         lps += [0.0] * len(new_prompt) + (lp if len(lp) == len(c) else [0.0] * len(c))
-    if breaks:
-        seq, mask, lps = [], [], []
-        counts["trajectories_with_sequence_breaks"] += 1
+    row = _common(t, last["request"].get("tools") if last else None)
     row.update(
+        sequence=k,
         policy_min=min(pv) if pv else None,
         policy_max=max(pv) if pv else None,
-        n_steps=len(t.steps),
-        messages=[_message(m) for m in (last.messages if last else ())],
-        step_ids=[s["id"] for s in t.steps],
-        step_rewards=[step_reward(s) for s in t.steps],
-        step_trainable=[step_trainable(s) for s in t.steps],
+        n_steps=len(chain),
+        messages=[_message(m) for m in messages],
+        step_ids=[s["id"] for s in chain],
+        step_rewards=[step_reward(s) for s in chain],
+        step_trainable=[step_trainable(s) for s in chain],
         prompt_ids=per_p,
         completion_ids=per_c,
         completion_logprobs=per_lp,
         input_ids=seq,
-        loss_mask=mask,
+        assistant_masks=mask,
         logprobs=lps,
         sequence_breaks=breaks,
     )
-    counts["steps"] += len(t.steps)
     return row
+
+
+def hf_features(arrow_schema: Any) -> Any:
+    """``datasets`` features of rows whose messages are JSON texts: ``messages``/``response`` as Json.
+
+    Json keeps each message to its own keys; an Arrow struct gives every
+    message every field, None-filled, which chat templates then render.
+    """
+    try:
+        import datasets
+    except ImportError:
+        raise MissingExtraError("datasets", "export") from None
+
+    features = datasets.Features.from_arrow_schema(arrow_schema)
+    features["messages"] = datasets.List(datasets.Json())
+    if "response" in features:
+        features["response"] = datasets.Json()
+    return features
+
+
+def json_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Rows with ``messages`` and ``response`` as JSON texts (only the keys each message has)."""
+    for row in rows:
+        row["messages"] = [orjson.dumps(_compact(m)).decode() for m in row["messages"]]
+        if "response" in row:
+            resp = row["response"]
+            row["response"] = None if resp is None else orjson.dumps(_compact(resp)).decode()
+        yield row
+
+
+def _compact(m: dict[str, Any]) -> dict[str, Any]:
+    """A message without the fields it does not use (role and content always kept)."""
+    return {k: v for k, v in m.items() if k in ("role", "content") or v not in (None, [])}
 
 
 def iter_rows(trajs: Iterable[Trajectory], rows: str, counts: Counter[str]) -> Iterator[dict]:
@@ -245,7 +307,7 @@ def iter_rows(trajs: Iterable[Trajectory], rows: str, counts: Counter[str]) -> I
         if rows == "step":
             yield from step_rows(t, counts)
         else:
-            yield trajectory_row(t, counts)
+            yield from trajectory_rows(t, counts)
 
 
 def write_parquet(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) -> int:
@@ -270,8 +332,14 @@ def write_parquet(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: 
     return n
 
 
-def write_hf(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) -> int:
-    """A ``datasets`` folder (``save_to_disk``), built from a streamed Parquet file."""
+def write_hf(
+    rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any, features: Any = None
+) -> int:
+    """A ``datasets`` folder (``save_to_disk``), built from a streamed Parquet file.
+
+    ``features``, when given, is what the Parquet columns are cast to (e.g. JSON
+    texts to ``Json``, which Parquet cannot stream).
+    """
     try:
         import datasets
     except ImportError:
@@ -283,8 +351,10 @@ def write_hf(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) 
         n = write_parquet(rows_iter, parquet, arrow_schema)
         if n:
             ds = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(Path(tmp) / "cache"))
+            if features is not None:
+                ds = ds.cast(features)
         else:
-            ds = _empty_dataset(datasets, arrow_schema)
+            ds = _empty_dataset(datasets, arrow_schema, features)
         if out.exists():
             shutil.rmtree(out)
         # An empty dataset would be saved as no shard at all, which load_from_disk refuses.
@@ -293,7 +363,7 @@ def write_hf(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) 
     return n
 
 
-def _empty_dataset(datasets: Any, arrow_schema: Any) -> Any:
+def _empty_dataset(datasets: Any, arrow_schema: Any, features: Any = None) -> Any:
     """A dataset of no rows with the export's columns (``from_parquet`` fails on zero rows)."""
-    features = datasets.Features.from_arrow_schema(arrow_schema)
+    features = features or datasets.Features.from_arrow_schema(arrow_schema)
     return datasets.Dataset.from_dict({name: [] for name in arrow_schema.names}, features=features)

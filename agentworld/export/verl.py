@@ -1,54 +1,133 @@
 """verl's RL dataset Parquet: one row per task, for re-rolling the pool's tasks in verl.
 
 verl's trainer reads ``data_source``, ``prompt`` (a chat list), ``ability``,
-``reward_model`` ``{style, ground_truth}`` and ``extra_info``; the reward
-function is picked by ``data_source``. The prompt is the first call's
-messages (the task as the agent saw it); the ground truth is the dataset's
-reference answer that ``aw run`` records as ``metadata.ground_truth`` (never the
-agent's own ``metadata.answer``); tasks without one get ``""`` and are counted
-as ``tasks_without_ground_truth``.
+``reward_model`` ``{style, ground_truth}``, ``extra_info`` and, for its
+multi-turn agent loop, ``agent_name`` and ``extra_info.tools_kwargs``
+(``verl/utils/dataset/rl_dataset.py``, ``verl/experimental/agent_loop/``).
+The prompt is the first call's messages as the agent sent them (developer
+as system, as every chat export; assistant tool calls and tool results kept);
+the ground truth is the dataset's reference answer that ``aw run`` records as
+``metadata.ground_truth`` (never the agent's own ``metadata.answer``); tasks
+without one get ``""`` and are counted as ``tasks_without_ground_truth``.
+
+Reward routing: verl picks its scorer by ``data_source``, and its
+``default_compute_score`` raises NotImplementedError for sources it does not
+know. When a row's data source is not one of those, the export writes
+``<out>.reward.py``, a ``custom_reward_function`` that applies AgentWorld's
+own scorer from ``datasets.toml``, and says so; without a datasets file it
+warns instead.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from agentworld.export.conversation import content_text
-from agentworld.export.select import ground_truth
+from agentworld.export.conversation import content_text, openai_tools
+from agentworld.export.openai import to_openai_message
+from agentworld.export.select import fold_tasks
 from agentworld.export.tabular import import_pyarrow
 from agentworld.pool import Trajectory
 
+# The data sources verl's own default_compute_score scores (and any "aime*"): read from
+# volcengine/verl verl/utils/reward_score/__init__.py at b178a3cd56f58b2d502255daba591e92833930a7.
+VERL_SCORED = frozenset(
+    {
+        "openai/gsm8k",
+        "lighteval/MATH",
+        "DigitalLearningGmbH/MATH-lighteval",
+        "HuggingFaceH4/MATH-500",
+        "math_dapo",
+        "math",
+        "math_dapo_reasoning",
+        "numina_aops_forum",
+        "numina_synthetic_math",
+        "numina_amc_aime",
+        "numina_synthetic_amc",
+        "numina_cn_k12",
+        "numina_olympiads",
+        "codecontests",
+        "apps",
+        "codeforces",
+        "taco",
+        "hiyouga/geometry3k",
+        "searchR1_nq",
+        "searchR1_triviaqa",
+        "searchR1_popqa",
+        "searchR1_hotpotqa",
+        "searchR1_2wikimultihopqa",
+        "searchR1_musique",
+        "searchR1_bamboogle",
+    }
+)
+TOOL_AGENT = "tool_agent"  # verl's registered ToolAgentLoop
+SINGLE_TURN_AGENT = "single_turn_agent"
 
-def schema() -> Any:
+
+def verl_scores(data_source: str) -> bool:
+    """Whether verl's default_compute_score has a scorer for ``data_source``."""
+    return data_source in VERL_SCORED or data_source.startswith("aime")
+
+
+def schema(tool_names: Iterable[str] = ()) -> Any:
+    """The Arrow schema of verl rows (``tools_kwargs`` has one field per tool offered)."""
     pa = import_pyarrow()
+    call = pa.struct(
+        [
+            ("id", pa.string()),
+            ("type", pa.string()),
+            ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
+        ]
+    )
+    message = pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("tool_calls", pa.list_(call)),
+            ("tool_call_id", pa.string()),
+        ]
+    )
+    create = pa.struct([("create_kwargs", pa.struct([("ground_truth", pa.string())]))])
+    extra = [
+        ("split", pa.string()),
+        ("index", pa.int64()),
+        ("dataset", pa.string()),
+        ("task", pa.string()),
+        ("agent", pa.string()),
+        ("trajectories", pa.int64()),
+        ("mean_reward", pa.float64()),
+        ("tools", pa.string()),
+        ("need_tools_kwargs", pa.bool_()),
+    ]
+    names = sorted(set(tool_names))
+    if names:  # Parquet cannot hold a struct with no fields
+        extra.append(("tools_kwargs", pa.struct([(n, create) for n in names])))
     return pa.schema(
         [
             ("data_source", pa.string()),
-            ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("agent_name", pa.string()),
+            ("prompt", pa.list_(message)),
             ("ability", pa.string()),
-            (
-                "reward_model",
-                pa.struct([("style", pa.string()), ("ground_truth", pa.string())]),
-            ),
-            (
-                "extra_info",
-                pa.struct(
-                    [
-                        ("split", pa.string()),
-                        ("index", pa.int64()),
-                        ("task", pa.string()),
-                        ("agent", pa.string()),
-                        ("trajectories", pa.int64()),
-                        ("mean_reward", pa.float64()),
-                    ]
-                ),
-            ),
+            ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+            ("extra_info", pa.struct(extra)),
         ]
     )
+
+
+def verl_message(m: dict[str, Any]) -> dict[str, Any]:
+    """A prompt message as verl hands it to the chat template: the OpenAI export's, text content.
+
+    ``name`` is dropped: the Parquet struct holds one shape for every message.
+    """
+    out = to_openai_message(m)
+    out.pop("name", None)
+    out["content"] = content_text(m.get("content"))
+    return out
 
 
 def rows(
@@ -57,51 +136,137 @@ def rows(
     *,
     ability: str | None = None,
     data_source: str | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> list[dict[str, Any]]:
     """One row per (dataset, split, task); trajectories of the same task are folded into it."""
-    tasks: dict[tuple[Any, ...], dict[str, Any]] = {}
-    rewards: dict[tuple[Any, ...], list[float]] = {}
-    for t in trajs:
-        counts["trajectories"] += 1
-        first = next((s for s in t.steps if (s.get("request") or {}).get("messages")), None)
-        if first is None:
-            counts["skipped_no_chat_prompt"] += 1
-            continue
-        key = (t.first("dataset"), t.first("split"), t.first("task") or t.id)
-        if t.reward is not None:
-            rewards.setdefault(key, []).append(float(t.reward))
-        if key in tasks:
-            if tasks[key]["reward_model"]["ground_truth"] == "":
-                tasks[key]["reward_model"]["ground_truth"] = _gt(t)
-            continue
-        prompt = [
-            {"role": m["role"], "content": content_text(m.get("content"))}
-            for m in first["request"]["messages"]
-        ]
-        tasks[key] = {
-            "data_source": data_source or t.first("dataset") or t.first("agent"),
-            "prompt": prompt,
-            "ability": ability or t.first("agent"),
-            "reward_model": {"style": "rule", "ground_truth": _gt(t)},
-            "extra_info": {
-                "split": t.first("split"),
-                "index": len(tasks),
-                "task": key[2],
-                "agent": t.first("agent"),
-            },
+    out = []
+    for index, fold in enumerate(fold_tasks(trajs, counts)):
+        tools = openai_tools(fold.first["request"].get("tools"))
+        gt = fold.ground_truth
+        info: dict[str, Any] = {
+            "split": fold.split,
+            "index": index,
+            "dataset": fold.dataset,
+            "task": fold.task,
+            "agent": fold.agent,
+            "trajectories": len(fold.rewards),
+            "mean_reward": fold.mean_reward,
+            "tools": orjson.dumps(tools).decode() if tools else None,
+            "need_tools_kwargs": bool(tools),
         }
-    for key, row in tasks.items():
-        rs = rewards.get(key, [])
-        row["extra_info"]["trajectories"] = len(rs)
-        row["extra_info"]["mean_reward"] = sum(rs) / len(rs) if rs else None
-        if row["reward_model"]["ground_truth"] == "":
-            counts["tasks_without_ground_truth"] += 1
-        counts["tasks"] += 1
-        yield row
+        if tools:
+            # What verl's ToolAgentLoop hands each tool's create(); the ground truth, as
+            # verl's own gsm8k tool example does, so a scoring tool can use it.
+            create = {"create_kwargs": {"ground_truth": gt}}
+            info["tools_kwargs"] = {tool["function"]["name"]: create for tool in tools}
+        out.append(
+            {
+                "data_source": data_source or fold.dataset or fold.agent,
+                "agent_name": TOOL_AGENT if tools else SINGLE_TURN_AGENT,
+                "prompt": [verl_message(m) for m in fold.first["request"]["messages"]],
+                "ability": ability or fold.agent,
+                "reward_model": {"style": "rule", "ground_truth": gt},
+                "extra_info": info,
+            }
+        )
+    return out
 
 
-def _gt(t: Trajectory) -> str:
-    gt = ground_truth(t)
-    if gt is None:
-        return ""
-    return gt if isinstance(gt, str) else orjson.dumps(gt).decode()
+def tool_names(rows_: list[dict[str, Any]]) -> list[str]:
+    """Every tool name the rows offer (the fields of the ``tools_kwargs`` struct)."""
+    return sorted({n for r in rows_ for n in r["extra_info"].get("tools_kwargs") or ()})
+
+
+def reward_path(out: Path) -> Path:
+    """``<out>.reward.py``: the custom reward function beside the export."""
+    return out.with_name(out.name + ".reward.py")
+
+
+REWARD_TEMPLATE = '''"""verl custom_reward_function for {out_name}: AgentWorld's own scorer for its tasks.
+
+Written by `aw export -f verl`: verl's default_compute_score does not score the
+data_source {sources}, so point verl at this file:
+
+    custom_reward_function.path={path}
+    custom_reward_function.name=compute_score
+
+It scores each response with the scorer {datasets_toml} gives the row's dataset
+(extra_info.dataset), the task's own verifier included; agentworld must be
+installed where verl computes rewards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import cache
+from pathlib import Path
+
+DATASETS_TOML = {datasets_toml!r}
+
+
+@cache
+def _dataset(name):
+    from agentworld.config import load_datasets
+    from agentworld.run.scoring import make_scorer
+
+    dataset = load_datasets(Path(DATASETS_TOML))[name]
+    return dataset, make_scorer(dataset)
+
+
+@cache
+def _tasks(name, split):
+    from agentworld.run.tasks import load_tasks
+
+    return {{task.id: task for task in load_tasks(_dataset(name)[0], split)}}
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """verl's reward signature: the score of one response to one task."""
+    from agentworld.run.tasks import Task
+
+    info = extra_info or {{}}
+    name = info.get("dataset") or data_source
+    dataset, scorer = _dataset(name)
+    if dataset.scorer.type == "verifier":  # needs the task's own source row
+        task = _tasks(name, info.get("split"))[info["task"]]
+    else:
+        task = Task(id=str(info.get("task")), prompt="", answer=ground_truth, dataset=name)
+    return asyncio.run(scorer(solution_str, task))
+'''
+
+
+def route_rewards(
+    rows_: list[dict[str, Any]], out: Path, datasets_toml: Path | None
+) -> dict[str, Any]:
+    """Say how verl will score the rows; write ``<out>.reward.py`` when verl cannot by itself."""
+    sources = sorted({r["data_source"] for r in rows_})
+    unscored = [s for s in sources if not verl_scores(s)]
+    path = reward_path(out)
+    path.unlink(missing_ok=True)  # never leave one from an earlier export that no longer fits
+    routing: dict[str, Any] = {
+        "data_sources": sources,
+        "verl_scores": sorted(set(sources) - set(unscored)),
+    }
+    if not unscored:
+        return routing
+    if datasets_toml is None or not datasets_toml.is_file():
+        routing["warning"] = (
+            f"verl's default_compute_score does not score data_source {', '.join(unscored)}; "
+            "give --datasets datasets.toml to get a custom reward function from AgentWorld's "
+            "scorer, or --data-source one verl scores (e.g. openai/gsm8k)"
+        )
+        return routing
+    path.write_text(
+        REWARD_TEMPLATE.format(
+            out_name=out.name,
+            sources=json.dumps(unscored),
+            path=path.resolve(),
+            datasets_toml=str(datasets_toml.resolve()),
+        )
+    )
+    routing["custom_reward_function"] = {"path": str(path.resolve()), "name": "compute_score"}
+    routing["warning"] = (
+        f"verl's default_compute_score does not score data_source {', '.join(unscored)}; wrote "
+        f"{path}: run verl with custom_reward_function.path={path} "
+        "custom_reward_function.name=compute_score"
+    )
+    return routing

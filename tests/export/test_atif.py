@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import orjson
@@ -122,3 +123,62 @@ def test_harbor_file_without_ids_imports_as_source_none(pool: Pool, tmp_path: Pa
     assert [m["role"] for m in last] == ["user", "assistant", "tool"]
     assert last[1]["tool_calls"][0] == {"id": "c1", "name": "search", "arguments": '{"t": "GOOGL"}'}
     assert last[2] == {"role": "tool", "content": "$185", "tool_call_id": "c1"}
+
+
+def harbor_reference_problems(doc: dict) -> list[str]:
+    """Harbor's rule for observation results, pinned (it needs Python >= 3.12 to import).
+
+    Source: laude-institute/harbor, ``src/harbor/models/trajectories/trajectory.py``,
+    ``Trajectory.validate_tool_call_references``: a result's ``source_call_id``,
+    when not null, must be the ``tool_call_id`` of one of the same step's
+    ``tool_calls``; a null one references nothing and is always accepted.
+    """
+    problems = []
+    for step in doc["steps"]:
+        ids = {c["tool_call_id"] for c in step.get("tool_calls") or ()}
+        for r in (step.get("observation") or {}).get("results", ()):
+            if r["source_call_id"] is not None and r["source_call_id"] not in ids:
+                problems.append(
+                    f"Observation result references source_call_id '{r['source_call_id']}' "
+                    f"which is not found in step {step['step_id']}'s tool_calls"
+                )
+    return problems
+
+
+def _orphan_doc(pool: Pool, tmp_path: Path) -> dict:
+    from tests.export.trajectories import orphan_records
+
+    with pool.writer() as w:
+        for rec in orphan_records("tr_orphan"):
+            w.append(rec)
+    export(pool, "atif", tmp_path / "atif")
+    return json.loads((tmp_path / "atif" / "tr_orphan.json").read_text())
+
+
+def test_a_tool_result_with_no_call_before_it_has_a_null_source(
+    filled: Pool, tmp_path: Path
+) -> None:
+    doc = _orphan_doc(filled, tmp_path)
+    assert harbor_reference_problems(doc) == []
+    holder = doc["steps"][1]
+    assert holder["source"] == "system"
+    assert holder["observation"] == {"results": [{"source_call_id": None, "content": "42"}]}
+    for path in (tmp_path / "atif").iterdir():  # the tool-calling ones still name their calls
+        assert harbor_reference_problems(json.loads(path.read_text())) == []
+    # Imported back, the result is the message it was, id and all.
+    other = Pool.create(tmp_path / "other")
+    import_file(other, tmp_path / "atif" / "tr_orphan.json", "atif")
+    (step,) = other.get_trajectory("tr_orphan").steps
+    assert step["request"]["messages"][1] == {
+        "role": "tool", "content": "42", "tool_call_id": "orphan"
+    }  # fmt: skip
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Harbor needs Python >= 3.12")
+def test_harbor_validates_every_exported_document(filled: Pool, tmp_path: Path) -> None:
+    pytest.importorskip("harbor", reason="harbor is not installed")
+    from harbor.models.trajectories import Trajectory
+
+    _orphan_doc(filled, tmp_path)
+    for path in sorted((tmp_path / "atif").iterdir()):
+        Trajectory.model_validate_json(path.read_text())

@@ -169,3 +169,22 @@ def test_command_modules_import_nothing_heavy() -> None:
         cwd=Path(__file__).parents[2],
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_an_empty_selection_says_so_names_filters_and_what_matched(
+    filled: Pool, tmp_path: Path
+) -> None:
+    out = tmp_path / "sft.jsonl"
+    args = ["export", "-f", "openai-jsonl", "-o", str(out), "--pool", str(filled.root)]
+    res = runner.invoke(app, [*args, "--dataset", "arithmetic", "--min-reward", "1"])
+    assert res.exit_code == 7, res.output
+    err = res.stderr
+    assert (
+        "nothing matched --dataset arithmetic, --status done, --min-reward 1.0, not labelled" in err
+    )
+    assert "without --dataset arithmetic: 2 trajectories" in err  # the two with reward 1
+    assert "datasets in the pool (trajectories): arith (4)" in err
+    assert out.read_text() == ""  # still written: the consumer finds the file it expects
+    res = runner.invoke(app, [*args, "--dataset", "arith", "--min-reward", "1"])
+    assert res.exit_code == 0 and "nothing matched" not in res.stderr
+    assert len(out.read_text().splitlines()) == 2

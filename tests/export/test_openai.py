@@ -11,6 +11,8 @@ from agentworld.errors import RecordError
 from agentworld.export import ExportOptions, export
 from agentworld.export.ingest import ImportOptions, import_file
 from agentworld.pool import Pool, Selection
+from tests.export.openai_schema import chat_line_problems, preference_line_problems
+from tests.export.trajectories import fill, orphan_records, trajectory_records
 
 
 def _lines(path: Path) -> list[dict]:
@@ -22,6 +24,7 @@ def test_chat_line_has_messages_tools_and_weights(filled: Pool, tmp_path: Path) 
     manifest = export(filled, "openai-jsonl", out)
     lines = _lines(out)
     assert len(lines) == 4 and manifest["counts"]["lines"] == 4
+    assert all(chat_line_problems(line) == [] for line in lines)
     first = lines[0]
     roles = [m["role"] for m in first["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
@@ -74,15 +77,42 @@ def test_chat_export_import_export_is_identical(filled: Pool, tmp_path: Path) ->
     assert again.trajectories == 0 and again.already_present == 4
 
 
-def test_preference_pairs_better_against_worse(filled: Pool, tmp_path: Path) -> None:
+def _write(pool: Pool, recs: list[dict]) -> None:
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+
+
+def test_sft_lines_pass_the_pinned_schema(pool: Pool, tmp_path: Path) -> None:
+    fill(pool, [{"tid": "tr_n", "answer": "6", "reward": 1.0, "named_tools": True}])
+    _write(pool, orphan_records("tr_orphan"))
+    out = tmp_path / "sft.jsonl"
+    manifest = export(pool, "openai-jsonl", out)
+    lines = _lines(out)
+    assert len(lines) == 1 and all(chat_line_problems(line) == [] for line in lines)
+    tool = next(m for m in lines[0]["messages"] if m["role"] == "tool")
+    assert "name" not in tool  # recorded with a name, which the schema has no field for
+    assert manifest["counts"]["lines_orphan_tool_result"] == 1
+    assert manifest["left_out"]["lines_orphan_tool_result"]["examples"] == ["tr_orphan"]
+
+
+def test_preference_pairs_better_against_worse(pool: Pool, tmp_path: Path) -> None:
+    fill(
+        pool,
+        [
+            {"tid": "tr_a1", "answer": "6", "reward": 1.0, "group": "g1", "turns": 0},
+            {"tid": "tr_a2", "answer": "7", "reward": 0.0, "group": "g1", "turns": 0},
+            {"tid": "tr_b1", "answer": "6", "reward": 1.0, "group": "g2", "task": "t2", "turns": 0},
+            {"tid": "tr_b2", "answer": "5", "reward": 0.0, "group": "g2", "task": "t2", "turns": 0},
+        ],
+    )
     out = tmp_path / "dpo.jsonl"
-    manifest = export(filled, "openai-jsonl", out, options=ExportOptions(variant="preference"))
+    manifest = export(pool, "openai-jsonl", out, options=ExportOptions(variant="preference"))
     lines = _lines(out)
     assert len(lines) == 2 and manifest["counts"]["groups"] == 2
-    by_task = {line["input"]["messages"][1]["content"]: line for line in lines}
-    t1 = by_task["Task t1: what is 1+2+3?"]
-    # Shared context up to the final answer, where the two diverge.
-    assert [m["role"] for m in t1["input"]["messages"]][-1] == "tool"
+    assert all(preference_line_problems(line) == [] for line in lines)
+    t1 = next(line for line in lines if "Task t1" in line["input"]["messages"][1]["content"])
+    assert [m["role"] for m in t1["input"]["messages"]] == ["system", "user"]
     assert t1["preferred_output"] == [{"role": "assistant", "content": "The answer is 6."}]
     assert t1["non_preferred_output"] == [{"role": "assistant", "content": "The answer is 7."}]
     assert t1["input"]["tools"][0]["function"]["name"] == "calc"
@@ -91,6 +121,61 @@ def test_preference_pairs_better_against_worse(filled: Pool, tmp_path: Path) -> 
     trajs = list(other.iter_trajectories())
     assert sorted(t.reward for t in trajs) == [0.0, 0.0, 1.0, 1.0]
     assert len({t.first("group") for t in trajs}) == 2
+
+
+def test_preference_leaves_out_what_the_dpo_guide_refuses(pool: Pool, tmp_path: Path) -> None:
+    specs = [
+        # g1 diverges on the final answer, after tool turns: not a one-turn input.
+        {"tid": "tr_a1", "answer": "6", "reward": 1.0, "group": "g1"},
+        {"tid": "tr_a2", "answer": "7", "reward": 0.0, "group": "g1"},
+        # g3 diverges on the first call's arguments: a tool call is no text output.
+        {"tid": "tr_c1", "answer": "6", "reward": 1.0, "group": "g3", "task": "t3", "turns": 1},
+        {"tid": "tr_c2", "answer": "6", "reward": 0.0, "group": "g3", "task": "t3", "turns": 1},
+        # g4 offered the two trajectories different tools.
+        {"tid": "tr_d1", "answer": "6", "reward": 1.0, "group": "g4", "task": "t4", "turns": 0},
+        {"tid": "tr_d2", "answer": "5", "reward": 0.0, "group": "g4", "task": "t4", "turns": 0},
+    ]
+    recs = [r for spec in specs for r in trajectory_records(**spec)]
+    c2_first = next(r for r in recs if r.get("id") == "tr_c2_s0")
+    c2_first["response"]["message"]["tool_calls"][0]["arguments"] = '{"e": "9*9"}'
+    for r in recs:
+        if r.get("id") == "tr_d2_s0":
+            r["request"]["tools"] = [{"type": "function", "function": {"name": "other"}}]
+    _write(pool, recs)
+    out = tmp_path / "dpo.jsonl"
+    manifest = export(pool, "openai-jsonl", out, options=ExportOptions(variant="preference"))
+    assert _lines(out) == []
+    counts, left = manifest["counts"], manifest["left_out"]
+    assert counts["pairs_multi_turn_input"] == 1 and counts["pairs_with_tool_calls"] == 1
+    assert counts["pairs_tools_differ"] == 1
+    assert left["pairs_multi_turn_input"]["examples"] == ["tr_a1/tr_a2"]
+    assert left["pairs_with_tool_calls"]["examples"] == ["tr_c1/tr_c2"]
+    # TRL's DPO trainer takes tool turns and tool calls: only the tools mismatch is left out.
+    trl = export(pool, "trl", tmp_path / "trl", options=ExportOptions(variant="preference"))
+    assert trl["counts"]["rows"] == 2 and trl["counts"]["pairs_tools_differ"] == 1
+
+
+def test_pairs_go_from_the_outside_in_each_trajectory_once(pool: Pool, tmp_path: Path) -> None:
+    rewards = {"tr_1": 1.0, "tr_2": 1.0, "tr_3": 0.0, "tr_4": 0.0}  # two pairs
+    rewards |= {"tr_5": 1.0, "tr_6": 0.5, "tr_7": 0.5, "tr_8": 0.0}  # one pair, one tie
+    specs = [
+        {"tid": tid, "answer": tid[-1], "reward": r, "group": "g1" if int(tid[-1]) <= 4 else "g2",
+         "task": "t1" if int(tid[-1]) <= 4 else "t2", "turns": 0}
+        for tid, r in rewards.items()
+    ]  # fmt: skip
+    specs.append({"tid": "tr_9", "answer": "9", "reward": 1.0, "group": "g3", "task": "t3"})
+    fill(pool, specs)
+    out = tmp_path / "dpo.jsonl"
+    manifest = export(pool, "openai-jsonl", out, options=ExportOptions(variant="preference"))
+    lines = _lines(out)
+    pairs = sorted(
+        (line["preferred_output"][0]["content"][-2], line["non_preferred_output"][0]["content"][-2])
+        for line in lines
+    )
+    assert pairs == [("1", "4"), ("2", "3"), ("5", "8")]
+    counts = manifest["counts"]
+    assert counts["pairs_equal_reward"] == 1 and counts["groups_of_one"] == 1
+    assert counts["groups"] == 3 and counts["lines"] == 3
 
 
 def test_bad_rows_are_refused_with_line_numbers(pool: Pool, tmp_path: Path) -> None:

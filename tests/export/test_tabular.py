@@ -23,7 +23,7 @@ def test_step_rows_have_ids_masks_logprobs_rewards_groups(filled: Pool, tmp_path
     table = pq.read_table(out)
     assert table.num_rows == 12
     for col in ("trajectory", "step", "group", "reward", "trajectory_reward", "token_source",
-                "prompt_ids", "completion_ids", "completion_logprobs", "input_ids", "loss_mask",
+                "prompt_ids", "completion_ids", "completion_logprobs", "input_ids", "assistant_masks",
                 "messages", "response"):  # fmt: skip
         assert col in table.column_names
     rows = {r["step"]: r for r in table.to_pylist()}
@@ -31,7 +31,7 @@ def test_step_rows_have_ids_masks_logprobs_rewards_groups(filled: Pool, tmp_path
     assert r["prompt_ids"] == [1, 2, 3, 4, 100, 200, 300, 50]
     assert r["completion_ids"] == [101, 201, 300]
     assert r["input_ids"] == r["prompt_ids"] + r["completion_ids"]
-    assert r["loss_mask"] == [0] * 8 + [1] * 3
+    assert r["assistant_masks"] == [0] * 8 + [1] * 3
     assert r["completion_logprobs"] == [-0.5, -0.25, -0.125]
     assert r["group"] == "g1" and r["token_source"] == "engine"
     assert r["response"]["tool_calls"] == [
@@ -59,12 +59,34 @@ def test_trajectory_rows_merge_chained_steps(filled: Pool, tmp_path: Path) -> No
     r = rows["tr_a1"]
     assert r["sequence_breaks"] == 0
     assert r["input_ids"] == [1, 2, 3, 4, 100, 200, 300, 50, 101, 201, 300, 51, 102, 202, 301]
-    assert r["loss_mask"] == [0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert r["assistant_masks"] == [0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1]
     assert r["logprobs"][4:7] == [-0.5, -0.25, -0.125]
     assert r["step_trainable"] == [True, False, True]
     assert r["trajectory_reward"] == 1.0
     assert [m["role"] for m in r["messages"]][-1] == "assistant"
     assert len(r["prompt_ids"]) == 3
+
+
+def test_a_prefix_break_gives_one_row_per_chain_never_empty_ids(pool: Pool, tmp_path: Path) -> None:
+    recs = trajectory_records("tr_x", answer="6", reward=1.0)
+    # The agent summarised its history before the last call: new prompt, new ids.
+    last = recs[2]
+    last["request"]["messages"] = [{"role": "user", "content": "Summary: 1+2+3, calc said 2."}]
+    last["tokens"]["prompt_ids"] = [9, 9, 9]
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    out = tmp_path / "traj.parquet"
+    m = export(pool, "parquet", out, options=ExportOptions(rows="trajectory"))
+    rows = sorted(pq.read_table(out).to_pylist(), key=lambda r: r["sequence"])
+    assert [r["sequence"] for r in rows] == [0, 1] and m["counts"]["rows"] == 2
+    assert all(r["input_ids"] and r["sequence_breaks"] == 1 for r in rows)
+    assert rows[0]["step_ids"] == ["tr_x_s0", "tr_x_s1"]
+    assert rows[0]["input_ids"] == [1, 2, 3, 4, 100, 200, 300, 50, 101, 201, 300]
+    assert rows[1]["input_ids"] == [9, 9, 9, 102, 202, 301]
+    assert rows[1]["assistant_masks"] == [0, 0, 0, 1, 1, 1]
+    assert rows[1]["messages"][0]["content"].startswith("Summary")
+    assert m["counts"]["trajectories_with_sequence_breaks"] == 1
 
 
 def test_rows_without_token_ids_are_empty_and_flagged(pool: Pool, tmp_path: Path) -> None:
@@ -73,7 +95,7 @@ def test_rows_without_token_ids_are_empty_and_flagged(pool: Pool, tmp_path: Path
     export(pool, "parquet", out)
     rows = pq.read_table(out).to_pylist()
     assert {r["token_source"] for r in rows} == {"none"}
-    assert all(r["input_ids"] == [] and r["loss_mask"] == [] for r in rows)
+    assert all(r["input_ids"] == [] and r["assistant_masks"] == [] for r in rows)
 
 
 def test_hf_folder_reads_back_with_datasets(filled: Pool, tmp_path: Path) -> None:
@@ -83,11 +105,20 @@ def test_hf_folder_reads_back_with_datasets(filled: Pool, tmp_path: Path) -> Non
     export(filled, "hf", out, Selection(trainable_only=True, group="g2"))
     ds = datasets.load_from_disk(str(out))
     assert ds.num_rows == 6
-    assert {"input_ids", "loss_mask", "completion_logprobs", "group", "reward"} <= set(
+    assert {"input_ids", "assistant_masks", "completion_logprobs", "group", "reward"} <= set(
         ds.column_names
     )
     row = next(r for r in ds if r["step"] == "tr_b1_s0")
     assert row["input_ids"] == [1, 2, 3, 4, 100, 200, 300]
+    # Each message keeps its own keys: nothing None-filled by an Arrow struct.
+    assert row["messages"][0] == {"role": "system", "content": "Use the calc tool."}
+    assert row["response"] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_0", "name": "calc", "arguments": '{"e": "0+1"}'}],
+    }
+    later = next(r for r in ds if r["step"] == "tr_b1_s1")["messages"]
+    assert later[3] == {"role": "tool", "content": "1", "tool_call_id": "call_0"}
     assert row["group"] == "g2"
     assert (tmp_path / "hf.manifest.json").exists()
 
@@ -104,21 +135,6 @@ def test_hf_export_of_nothing_is_an_empty_dataset(filled: Pool, tmp_path: Path, 
     # A later export replaces the folder it wrote.
     export(filled, "hf", out, Selection(group="g2"), ExportOptions(rows=rows))
     assert datasets.load_from_disk(str(out)).num_rows > 0
-
-
-def test_verl_rows_one_per_task(filled: Pool, tmp_path: Path) -> None:
-    out = tmp_path / "verl.parquet"
-    export(filled, "verl", out, options=ExportOptions(ability="math"))
-    rows = pq.read_table(out).to_pylist()
-    assert len(rows) == 2
-    r = next(r for r in rows if r["extra_info"]["task"] == "t1")
-    assert r["data_source"] == "arith" and r["ability"] == "math"
-    assert r["prompt"] == [
-        {"role": "system", "content": "Use the calc tool."},
-        {"role": "user", "content": "Task t1: what is 1+2+3?"},
-    ]
-    assert r["reward_model"] == {"style": "rule", "ground_truth": "6"}
-    assert r["extra_info"]["trajectories"] == 2 and r["extra_info"]["mean_reward"] == 0.5
 
 
 def test_verl_never_takes_the_agents_answer_for_the_ground_truth(

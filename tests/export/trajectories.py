@@ -29,6 +29,7 @@ def trajectory_records(
     task: str = "t1",
     turns: int = 2,
     engine: bool = True,
+    named_tools: bool = False,
 ) -> list[dict[str, Any]]:
     """A conversation of ``turns`` tool calls then a final answer; prompt ids chain exactly."""
     common = {"agent": "calc", "dataset": "arith", "split": "train", "task": task, "group": group}
@@ -75,7 +76,8 @@ def trajectory_records(
         msgs.append(message)
         seq = seq + completion
         if i < turns:
-            msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": str(i + 1)})
+            result = {"role": "tool", "tool_call_id": f"call_{i}", "content": str(i + 1)}
+            msgs.append({**result, "name": "calc"} if named_tools else result)
             seq = [*seq, 50 + i]
     out.append(
         records.make_end(
@@ -111,3 +113,23 @@ def standard(pool: Pool) -> None:
             {"tid": "tr_b2", "answer": "5", "reward": 0.0, "group": "g2", "task": "t2"},
         ],
     )
+
+
+def orphan_records(tid: str) -> list[dict[str, Any]]:
+    """A trajectory whose first prompt holds a tool result with no call before it."""
+    common = {"agent": "calc", "dataset": "arith", "split": "train", "task": "t9", "group": "g9"}
+    prompt = [
+        {"role": "user", "content": "What did the tool say?"},
+        {"role": "tool", "tool_call_id": "orphan", "content": "42"},
+    ]
+    return [
+        records.make_step(
+            id=f"{tid}_s0",
+            trajectory=tid,
+            index=0,
+            request={"model": "tiny", "messages": prompt, "tools": TOOLS},
+            response={"message": {"role": "assistant", "content": "It said 42."}},
+            **common,
+        ),
+        records.make_end(trajectory=tid, status="done", steps=1, reward=1.0, **common),
+    ]

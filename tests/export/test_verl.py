@@ -1,0 +1,137 @@
+"""verl: rows its dataset and agent loop read as they are, rewards routed to a scorer that exists."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from agentworld import records
+from agentworld.export import ExportOptions, export
+from agentworld.pool import Pool
+from tests.export.trajectories import TOOLS, trajectory_records
+from tests.export.verl_pinned import agent_loop, naive_reward, rl_dataset_item
+
+
+def _rows(path: Path) -> list[dict]:
+    return [rl_dataset_item(r) for r in pq.read_table(path).to_pylist()]
+
+
+def _datasets_toml(tmp_path: Path) -> Path:
+    (tmp_path / "tasks.jsonl").write_text(
+        "\n".join(json.dumps({"id": t, "prompt": "1+2+3?", "answer": "6"}) for t in ("t1", "t2"))
+    )
+    path = tmp_path / "datasets.toml"
+    path.write_text(
+        '[datasets.arith]\nsource = { type = "jsonl" }\nsplits = { train = "tasks.jsonl" }\n'
+        'scorer = "numeric"\n'
+    )
+    return path
+
+
+def test_verl_rows_one_per_task(filled: Pool, tmp_path: Path) -> None:
+    out = tmp_path / "verl.parquet"
+    export(filled, "verl", out, options=ExportOptions(ability="math"))
+    rows = _rows(out)
+    assert len(rows) == 2
+    r = next(r for r in rows if r["extra_info"]["task"] == "t1")
+    assert r["data_source"] == "arith" and r["ability"] == "math"
+    assert [(m["role"], m["content"]) for m in r["raw_prompt"]] == [
+        ("system", "Use the calc tool."),
+        ("user", "Task t1: what is 1+2+3?"),
+    ]
+    assert r["reward_model"] == {"style": "rule", "ground_truth": "6"}
+    assert r["extra_info"]["trajectories"] == 2 and r["extra_info"]["mean_reward"] == 0.5
+
+
+def test_tools_reach_verls_tool_agent_loop(filled: Pool, tmp_path: Path) -> None:
+    out = tmp_path / "verl.parquet"
+    export(filled, "verl", out)
+    row = _rows(out)[0]
+    assert agent_loop(row) == "tool_agent"
+    assert row["tools_kwargs"] == {"calc": {"create_kwargs": {"ground_truth": "6"}}}
+    assert not row["warned_tools_kwargs_empty"]
+    assert json.loads(row["extra_info"]["tools"]) == TOOLS
+
+
+def test_a_first_call_with_history_keeps_its_prompt(pool: Pool, tmp_path: Path) -> None:
+    recs = trajectory_records("tr_h", answer="6", reward=1.0, turns=1)
+    step = recs[1]  # the second call: history with an assistant tool call and its result
+    step["request"]["messages"][0]["role"] = "developer"
+    recs = [r for r in recs if r.get("id") != recs[0]["id"]]
+    recs[0] = records.make_step(**{**step, "index": 0})  # it is the first call recorded
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    out = tmp_path / "verl.parquet"
+    export(pool, "verl", out)
+    (row,) = _rows(out)
+    prompt = row["raw_prompt"]
+    assert [m["role"] for m in prompt] == ["system", "user", "assistant", "tool"]
+    assert prompt[2]["tool_calls"] == [
+        {"id": "call_0", "type": "function", "function": {"name": "calc", "arguments": '{"e": "0+1"}'}}
+    ]  # fmt: skip
+    assert prompt[3]["tool_call_id"] == "call_0" and prompt[3]["content"] == "1"
+
+
+def test_rewards_go_to_a_scorer_that_exists(filled: Pool, tmp_path: Path) -> None:
+    out = tmp_path / "verl.parquet"
+    # verl cannot score "arith": its default_compute_score raises.
+    manifest = export(filled, "verl", out)
+    row = _rows(out)[0]
+    with pytest.raises(NotImplementedError):
+        naive_reward(row, "The answer is 6.")
+    assert "does not score data_source arith" in manifest["reward"]["warning"]
+    assert not (tmp_path / "verl.parquet.reward.py").exists()
+    # With the datasets file, a custom reward function applies AgentWorld's scorer.
+    toml = _datasets_toml(tmp_path)
+    manifest = export(filled, "verl", out, options=ExportOptions(datasets=str(toml)))
+    reward_py = tmp_path / "verl.parquet.reward.py"
+    fn = manifest["reward"]["custom_reward_function"]
+    assert fn == {"path": str(reward_py.resolve()), "name": "compute_score"}
+    spec = importlib.util.spec_from_file_location("aw_reward", reward_py)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    score = getattr(module, fn["name"])
+    assert naive_reward(row, "The answer is 6.", score) == 1.0
+    assert naive_reward(row, "The answer is 7.", score) == 0.0
+    # A data source verl scores by itself needs no reward file, and none is left behind.
+    opts = ExportOptions(data_source="openai/gsm8k", datasets=str(toml))
+    manifest = export(filled, "verl", out, options=opts)
+    assert "warning" not in manifest["reward"] and not reward_py.exists()
+    assert naive_reward(_rows(out)[0], "so #### 6") == 1.0
+
+
+def test_the_reward_function_applies_the_tasks_own_verifier(pool: Pool, tmp_path: Path) -> None:
+    """`aw demo`'s dataset: reasoning-gym arithmetic scored by its own score_answer."""
+    pytest.importorskip("reasoning_gym")
+    from agentworld.config import load_datasets
+    from agentworld.run.tasks import load_tasks
+
+    toml = tmp_path / "datasets.toml"
+    toml.write_text(
+        '[datasets.arithmetic]\nsource = { type = "reasoning-gym", task = "basic_arithmetic", '
+        "config = { min_terms = 2, max_terms = 2, min_digits = 1, max_digits = 1 } }\n"
+        'splits = { train = { size = 3, seed = 1 } }\nscorer = "verifier"\n'
+    )
+    task = load_tasks(load_datasets(toml)["arithmetic"], "train")[1]
+    recs = trajectory_records("tr_v", answer=task.answer, reward=1.0, turns=0, task=task.id)
+    for rec in recs:
+        rec["dataset"] = "arithmetic"
+    recs[-1]["metadata"] = {"ground_truth": task.answer}
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    out = tmp_path / "verl.parquet"
+    manifest = export(pool, "verl", out, options=ExportOptions(datasets=str(toml)))
+    spec = importlib.util.spec_from_file_location(
+        "aw_reward_v", manifest["reward"]["custom_reward_function"]["path"]
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (row,) = _rows(out)
+    assert naive_reward(row, str(task.answer), module.compute_score) == 1.0
+    assert naive_reward(row, "no idea", module.compute_score) == 0.0
