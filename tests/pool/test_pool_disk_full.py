@@ -1,0 +1,138 @@
+"""A full disk mid-batch, then freed: the journal is cut back to where the batch began,
+every acknowledged record is stored exactly once, and recovery finds nothing to cut."""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentworld.errors import PoolError
+from agentworld.pool import Pool
+from agentworld.pool.reader import iter_raw
+from tests.pool.conftest import full_step
+
+pytestmark = pytest.mark.timeout(60)
+
+ENOSPC = OSError(errno.ENOSPC, "No space left on device")
+
+
+class DiskFull:
+    """Patches ``os.writev``/``os.write``: while ``full``, a gathered write takes the first
+    ``take`` bytes (cutting a line) and the next write fails with ENOSPC; after
+    ``whole_calls`` successful gathered writes it fails without writing anything."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, take: int = 0, whole_calls: int = 0):
+        self.full = False
+        self.take = take
+        self.whole_calls = whole_calls
+        self._calls = 0
+        self._writev: Callable[..., int] = os.writev
+        self._write: Callable[..., int] = os.write
+        self._short = False
+        monkeypatch.setattr(os, "writev", self.writev)
+        monkeypatch.setattr(os, "write", self.write)
+
+    def writev(self, fd: int, bufs: list[bytes]) -> int:
+        if not self.full:
+            return self._writev(fd, bufs)
+        self._calls += 1
+        if self._calls <= self.whole_calls:
+            return self._writev(fd, bufs)
+        if self.take:
+            self._short = True
+            return self._write(fd, b"".join(bufs)[: self.take])
+        raise ENOSPC
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.full and self._short:
+            raise ENOSPC
+        return self._write(fd, data)
+
+
+def _stored(pool_root: Any) -> collections.Counter[str]:
+    import orjson
+
+    pool = Pool.open(pool_root)  # recovers the journal
+    for r in pool.recovered:
+        assert r.problem is None and r.torn_bytes == 0, r
+    return collections.Counter(orjson.loads(raw)["id"] for _, _, raw in iter_raw(pool.layout))
+
+
+def _recs(tag: str, n: int) -> list[dict[str, Any]]:
+    return [full_step(f"tr_{tag}", i) for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param({"take": 700}, id="torn-line"),
+        # More records than one gathered write takes (341): the first write lands whole.
+        pytest.param({"whole_calls": 1}, id="whole-lines-then-full"),
+    ],
+)
+def test_strict_disk_full_then_freed_keeps_every_acknowledged_record_once(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch, fault: dict[str, int]
+) -> None:
+    disk = DiskFull(monkeypatch, **fault)
+    w = pool.writer(durability="strict", name="full")
+    before, failed, after = _recs("a", 5), _recs("b", 400), _recs("c", 5)
+    w.append_many(before)
+    disk.full = True
+    with pytest.raises(PoolError, match="No space left"):
+        w.append_many(failed)
+    assert w.failing
+    disk.full = False
+    w.append_many(after)
+    w.append_many(failed)  # the agent's retry of what it was refused
+    assert not w.failing
+    w.close()
+    stored = _stored(pool.root)
+    acknowledged = [r["id"] for r in before + after + failed]
+    assert sorted(stored) == sorted(acknowledged)
+    assert set(stored.values()) == {1}
+
+
+def test_batched_loss_is_reported_and_later_batches_survive(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = DiskFull(monkeypatch, take=300)
+    w = pool.writer(durability="batched", name="full")
+    lost: list[bytes] = []
+    w.on_lost = lost.extend
+    disk.full = True
+    for rec in _recs("a", 3):
+        w.append(rec)
+    with pytest.raises(PoolError):
+        w.flush()
+    assert w.failing and w.stats["lost"] == 3
+    assert len(lost) == 3  # nobody was told: the appends had returned
+    disk.full = False
+    assert w.probe() and not w.failing
+    later = _recs("b", 4)
+    for rec in later:
+        w.append(rec)
+    w.flush()
+    w.close()
+    assert sorted(_stored(pool.root)) == sorted(r["id"] for r in later)
+
+
+def test_probe_fails_while_the_disk_is_full(pool: Pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    w = pool.writer(durability="strict", name="full")
+    disk = DiskFull(monkeypatch)
+    disk.full = True
+    with pytest.raises(PoolError):
+        w.append(full_step("tr_x", 0))
+
+    def no_space(*_: Any) -> int:
+        raise ENOSPC
+
+    monkeypatch.setattr(os, "write", no_space)
+    assert not w.probe() and w.failing
+    monkeypatch.setattr(os, "write", disk._write)
+    assert w.probe() and not w.failing
+    w.close()
