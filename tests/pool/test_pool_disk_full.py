@@ -4,9 +4,6 @@ every acknowledged record is stored exactly once, and recovery finds nothing to 
 from __future__ import annotations
 
 import collections
-import errno
-import os
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,45 +11,10 @@ import pytest
 from agentworld.errors import PoolError
 from agentworld.pool import Pool
 from agentworld.pool.reader import iter_raw
+from tests.disk_full import DiskFull
 from tests.pool.conftest import full_step
 
 pytestmark = pytest.mark.timeout(60)
-
-ENOSPC = OSError(errno.ENOSPC, "No space left on device")
-
-
-class DiskFull:
-    """Patches ``os.writev``/``os.write``: while ``full``, a gathered write takes the first
-    ``take`` bytes (cutting a line) and the next write fails with ENOSPC; after
-    ``whole_calls`` successful gathered writes it fails without writing anything."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, take: int = 0, whole_calls: int = 0):
-        self.full = False
-        self.take = take
-        self.whole_calls = whole_calls
-        self._calls = 0
-        self._writev: Callable[..., int] = os.writev
-        self._write: Callable[..., int] = os.write
-        self._short = False
-        monkeypatch.setattr(os, "writev", self.writev)
-        monkeypatch.setattr(os, "write", self.write)
-
-    def writev(self, fd: int, bufs: list[bytes]) -> int:
-        if not self.full:
-            return self._writev(fd, bufs)
-        self._calls += 1
-        if self._calls <= self.whole_calls:
-            return self._writev(fd, bufs)
-        if self.take:
-            self._short = True
-            return self._write(fd, b"".join(bufs)[: self.take])
-        raise ENOSPC
-
-    def write(self, fd: int, data: Any) -> int:
-        if self.full and self._short:
-            raise ENOSPC
-        return self._write(fd, data)
-
 
 def _stored(pool_root: Any) -> collections.Counter[str]:
     import orjson
@@ -78,7 +40,7 @@ def _recs(tag: str, n: int) -> list[dict[str, Any]]:
 def test_strict_disk_full_then_freed_keeps_every_acknowledged_record_once(
     pool: Pool, monkeypatch: pytest.MonkeyPatch, fault: dict[str, int]
 ) -> None:
-    disk = DiskFull(monkeypatch, **fault)
+    disk = DiskFull(monkeypatch, pool.root, **fault)
     w = pool.writer(durability="strict", name="full")
     before, failed, after = _recs("a", 5), _recs("b", 400), _recs("c", 5)
     w.append_many(before)
@@ -100,7 +62,7 @@ def test_strict_disk_full_then_freed_keeps_every_acknowledged_record_once(
 def test_batched_loss_is_reported_and_later_batches_survive(
     pool: Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk = DiskFull(monkeypatch, take=300)
+    disk = DiskFull(monkeypatch, pool.root, take=300)
     w = pool.writer(durability="batched", name="full")
     lost: list[bytes] = []
     w.on_lost = lost.extend
@@ -123,16 +85,12 @@ def test_batched_loss_is_reported_and_later_batches_survive(
 
 def test_probe_fails_while_the_disk_is_full(pool: Pool, monkeypatch: pytest.MonkeyPatch) -> None:
     w = pool.writer(durability="strict", name="full")
-    disk = DiskFull(monkeypatch)
+    disk = DiskFull(monkeypatch, pool.root)
     disk.full = True
     with pytest.raises(PoolError):
         w.append(full_step("tr_x", 0))
-
-    def no_space(*_: Any) -> int:
-        raise ENOSPC
-
-    monkeypatch.setattr(os, "write", no_space)
     assert not w.probe() and w.failing
-    monkeypatch.setattr(os, "write", disk._write)
+    assert isinstance(w.write_error, OSError)
+    disk.full = False
     assert w.probe() and not w.failing
     w.close()
