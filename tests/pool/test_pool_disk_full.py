@@ -16,6 +16,7 @@ from tests.pool.conftest import full_step
 
 pytestmark = pytest.mark.timeout(60)
 
+
 def _stored(pool_root: Any) -> collections.Counter[str]:
     import orjson
 
