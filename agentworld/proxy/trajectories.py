@@ -405,8 +405,8 @@ def restore(
     whose last step this proxy ``instance`` served are taken (its name is in the
     step's ``metadata.proxy``; an unnamed proxy's steps carry none): another
     proxy sharing the pool goes on serving, and timing out, its own. A
-    trajectory whose last step is in a journal a live writer holds is that
-    writer's, and is left without reading it: the time to restart does not grow
+    trajectory with a step in a journal a live writer holds is that writer's,
+    and is left without reading its steps: the time to restart does not grow
     with what other proxies on the pool are writing. The last steps are read in
     one pass, each shard or journal once.
     """
@@ -414,13 +414,10 @@ def restore(
 
     idx = pool.index()
     rows = idx.trajectories(Selection(status=("open",)), limit=limit)
-    step_rows = idx.steps_of([row["id"] for row in rows if row["id"] not in registry.open])
-    live = pool.live_journals()
-    todo = []
-    for row in rows:
-        steps = step_rows.get(row["id"])  # none for a trajectory already open here
-        if steps and steps[-1]["source"] not in live:
-            todo.append((row, steps))
+    others = idx.trajectories_in(sorted(pool.live_journals()))
+    rows = [row for row in rows if row["id"] not in registry.open and row["id"] not in others]
+    step_rows = idx.steps_of([row["id"] for row in rows])
+    todo = [(row, step_rows[row["id"]]) for row in rows if step_rows.get(row["id"])]
     got = pool.read_steps([steps[-1] for _, steps in todo])
     threaded: list[tuple[Trajectory, list[dict[str, Any]], dict[str, Any]]] = []
     n = 0
