@@ -522,8 +522,8 @@ class PoolWriter:
         self._closed = True
         for torn in self._abandoned:
             os.close(torn.fd)  # unlocked: the next Pool.open recovers its valid prefix
-        if seal and self.last_error is None:
-            self._seal(self._journal)
+        if seal and self.write_error is None and not self._journal.torn:
+            self._seal(self._journal)  # writes failed once but work again: seal as usual
         else:
             os.close(self._journal.fd)
 
