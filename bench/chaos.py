@@ -330,7 +330,7 @@ async def diskfull(durability: str, *, agents: int, acks: int) -> dict[str, Any]
         counts, problems = stored(pool)
     out = check_acks(load, counts)
     out.pop("_lost")
-    counted_lost = stats["steps"]["lost"]
+    counted_lost = stats["steps"].get("lost", 0)
     out.update(
         scenario=f"diskfull {durability}",
         refused=load.refused,
