@@ -46,7 +46,9 @@ def test_strict_disk_full_then_freed_keeps_every_acknowledged_record_once(
     before, failed, after = _recs("a", 5), _recs("b", 400), _recs("c", 5)
     w.append_many(before)
     disk.full = True
-    with pytest.raises(PoolError, match="No space left"):
+    with pytest.raises(PoolError, match="No space left"), w._cond:
+        # Held while enqueuing (waiting releases it): the committer takes the 400 as one
+        # batch, the batch that fails part-way, rather than whichever part came first.
         w.append_many(failed)
     assert w.failing
     disk.full = False
@@ -95,3 +97,40 @@ def test_probe_fails_while_the_disk_is_full(pool: Pool, monkeypatch: pytest.Monk
     disk.full = False
     assert w.probe() and not w.failing
     w.close()
+
+
+def test_a_journal_that_cannot_be_cut_back_is_left_for_a_new_one(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed batch's torn line stays when even truncating fails (EIO): the writer
+    goes on in a new journal, so nothing acknowledged lands behind the torn bytes."""
+    import errno
+    import os
+
+    disk = DiskFull(monkeypatch, pool.root, take=700)
+    w = pool.writer(durability="strict", name="torn")
+    first = w._journal.fd
+    real_ftruncate = os.ftruncate
+
+    def ftruncate(fd: int, length: int) -> None:
+        if fd == first:
+            raise OSError(errno.EIO, "Input/output error")
+        real_ftruncate(fd, length)
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate)
+    before, failed, after = _recs("a", 3), _recs("b", 50), _recs("c", 3)
+    w.append_many(before)
+    disk.full = True
+    with pytest.raises(PoolError), w._cond:  # one batch (see above)
+        w.append_many(failed)
+    disk.full = False
+    w.append_many(after)
+    assert w._journal.fd != first
+    w.close()
+    import orjson
+
+    reopened = Pool.open(pool.root)
+    torn = [r for r in reopened.recovered if r.torn_bytes]
+    assert len(torn) == 1 and torn[0].records == 3  # only what came before the failure
+    stored = collections.Counter(orjson.loads(raw)["id"] for _, _, raw in iter_raw(reopened.layout))
+    assert sorted(stored) == sorted(r["id"] for r in before + after)
