@@ -18,9 +18,9 @@ journals) and checks every acknowledged step is stored exactly once.
   stored once, no journal needs cutting, and in batched mode every step lost
   after its answer is counted in ``/aw/stats`` as lost.
 - ``fuzz``: runs ``bench/chaos_fuzz.py`` (the request fuzzer) when it exists.
-- ``all``: all of the above; ``--short`` is what CI runs (tests/chaos/).
+- ``all`` (the default): all of the above; ``--short`` is what CI runs (tests/chaos/).
 
-    PYTHONPATH=. python bench/chaos.py all [--short]
+    PYTHONPATH=. python bench/chaos.py [all [--short]]
     PYTHONPATH=. python bench/chaos.py sigkill --durability batched --kills 20
     PYTHONPATH=. python bench/chaos.py diskfull --durability strict
 """
@@ -254,14 +254,18 @@ async def sigkill(
 def small_tmpfs(size: str = "4m") -> Any:
     """A fresh tmpfs of ``size`` mounted on a temporary folder (Skipped where not allowed)."""
     where = Path(tempfile.mkdtemp(prefix="aw-chaos-fs-"))
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+        )
+        problem = None if done.returncode == 0 else (done.stderr.strip() or "not root")
+    except OSError as exc:  # no mount(8) here
+        problem = str(exc)
+    if problem is not None:
         where.rmdir()
-        raise Skipped(f"cannot mount a tmpfs here ({done.stderr.strip() or 'not root'})")
+        raise Skipped(f"cannot mount a tmpfs here ({problem})")
     try:
         yield where
     finally:
@@ -379,7 +383,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command")  # none: all (as `make bench` runs it)
     k = sub.add_parser("sigkill", help="SIGKILL the proxy under load")
     k.add_argument("--durability", choices=("strict", "batched"), default="strict")
     k.add_argument("--kills", type=int, default=20)
@@ -394,6 +398,8 @@ def main() -> None:
     a_ = sub.add_parser("all", help="every run")
     a_.add_argument("--short", action="store_true", help="fewer kills and calls (CI)")
     a = ap.parse_args()
+    if a.command is None:
+        a.command, a.short = "all", False
     try:
         if a.command == "sigkill":
             results = [
