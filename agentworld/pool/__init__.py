@@ -14,7 +14,7 @@ from typing import Any
 
 from agentworld.errors import NotFoundError
 from agentworld.pool.index import Index
-from agentworld.pool.journal import Recovery, recover_orphans
+from agentworld.pool.journal import Recovery, journal_is_live, recover_orphans
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, check_version, init_pool
 from agentworld.pool.reader import RecordFetcher, Trajectory, iter_records, iter_trajectories
@@ -116,6 +116,38 @@ class Pool:
             return self._fetch(row)
         except NotFoundError:
             return self.get_step(row["id"])
+
+    def read_steps(self, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any] | Exception]:
+        """The steps index rows point at, by id, reading each shard or journal once (not once
+        per row: a live journal is not cached, and rereading it per row made a restart scale
+        with its size). A step that cannot be read maps to its exception."""
+        if self._fetcher is None:
+            self._fetcher = RecordFetcher(self.layout)
+        by_source: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_source.setdefault(row["source"], []).append(row)
+        out: dict[str, dict[str, Any] | Exception] = {}
+        for source, group in by_source.items():
+            try:
+                got = self._fetcher.get_many(source, [r["line"] for r in group])
+            except NotFoundError:  # sealed (or compacted) since the index saw it
+                for r in group:
+                    try:
+                        out[r["id"]] = self.get_step(r["id"])
+                    except Exception as exc:
+                        out[r["id"]] = exc
+                continue
+            except Exception as exc:
+                got = [exc] * len(group)
+            for r, rec in zip(group, got, strict=True):
+                out[r["id"]] = rec
+        return out
+
+    def live_journals(self) -> set[str]:
+        """The journals (paths relative to the pool) that a live writer holds locked."""
+        return {
+            str(p.relative_to(self.root)) for p in self.layout.journal_paths() if journal_is_live(p)
+        }
 
     def get_step(self, step_id: str) -> dict[str, Any]:
         """One step by id, via the index (refreshed when the id or its source is not found)."""

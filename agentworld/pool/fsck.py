@@ -91,6 +91,7 @@ class _Checker:
         # (source rel path) -> record ids by 0-based record number, for the index check.
         self.source_ids: dict[str, list[str | None]] = {}
         self.second_ends: set[str] = set()
+        self.damaged: set[str] = set()  # shards whose hash is wrong (reported once each)
 
     def rel(self, path: Path) -> str:
         return str(path.relative_to(self.layout.root))
@@ -153,19 +154,33 @@ class _Checker:
         except OSError as exc:
             self.report.add(rel, None, f"unreadable: {exc}")
             return
+        damage = None
         try:
             read_verified(path)
         except CorruptDataError as exc:
-            self.report.add(rel, None, exc.problem)
+            damage = exc.problem
         if len(shard_digest(path)) != 64:
             self.report.add(rel, None, "name is not <sha256 hex>.jsonl.zst")
-        # Parse even a shard whose hash is wrong: naming the bad lines helps repair.
+        # Parse even a shard whose hash is wrong: naming the first bad line helps repair.
+        before = len(self.report.problems)
         n = 0
         try:
             for n, raw in enumerate(iter_shard_lines(path, data), 1):
                 self.record(rel, n, raw, live=live, ordinal=ordinal)
         except CorruptDataError as exc:
             self.report.add(rel, n + 1 if n else None, exc.problem)
+        if damage is not None:
+            # One problem per damaged shard: what its hash says, then the first thing
+            # reading it found, not a line for each record or index row it takes along.
+            found = self.report.problems[before:]
+            del self.report.problems[before:]
+            if found:
+                first = found[0]
+                at = f"line {first.line}: " if first.line else ""
+                more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                damage = f"{damage}; {at}{first.problem}{more}"
+            self.report.add(rel, None, damage)
+            self.damaged.add(rel)
 
     def journal(self, path: Path) -> None:
         rel = self.rel(path)
@@ -290,6 +305,8 @@ def _check_index(layout: Layout, checker: _Checker, report: FsckReport) -> None:
             # Compacted or collected since the last refresh: stale, not wrong.
             report.index_stale = True
             continue
+        if source in checker.damaged:
+            continue  # named once above; the next refresh notices it changed and skips it
         ordinal = checker.source_ids[source]
         if count != len(ordinal):
             report.add(

@@ -28,13 +28,14 @@ from agentworld.pool.shards import iter_shard_lines
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 3
+INDEX_VERSION = 4  # 4: sources.mtime_ns (a shard changed since it was read)
 PREVIEW_CHARS = 240
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS sources (
-    path TEXT PRIMARY KEY, kind TEXT NOT NULL, size INTEGER NOT NULL, records INTEGER NOT NULL
+    path TEXT PRIMARY KEY, kind TEXT NOT NULL, size INTEGER NOT NULL, records INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS steps (
     id TEXT PRIMARY KEY, trajectory TEXT NOT NULL, idx INTEGER NOT NULL, choice INTEGER,
@@ -86,6 +87,7 @@ class RefreshReport:
     records: int = 0
     seconds: float = 0.0
     corrupt: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # shards whose size or mtime moved
 
 
 def _text_of(step: dict[str, Any]) -> str:
@@ -277,6 +279,35 @@ class Index(IndexQueries):
                     log.error("index: skipping %s: %s", rel, exc)
                 if progress:
                     progress(i + 1, total)
+            # A sealed shard never changes: one whose size or mtime moved since it was
+            # read was damaged (or replaced), and its rows must not be served from the
+            # cache. Read it again: a corrupt one is then skipped and named.
+            for path in shards:
+                rel = self._rel(path)
+                prev = known.get(rel)
+                if prev is None or prev["kind"] != "shard":
+                    continue
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue  # collected meanwhile: forgotten on the next refresh
+                if st.st_size == prev["size"] and st.st_mtime_ns == prev["mtime_ns"]:
+                    continue
+                log.warning(
+                    "index: shard %s changed since it was indexed (%d bytes, now %d):"
+                    " reading it again",
+                    rel,
+                    prev["size"],
+                    st.st_size,
+                )
+                report.changed.append(rel)
+                self._forget(rel)
+                try:
+                    report.records += self._index_source(rel, "shard", path)
+                except (CorruptDataError, FileNotFoundError) as exc:
+                    self._forget(rel)
+                    report.corrupt.append(f"{rel}: {exc}")
+                    log.error("index: skipping %s: %s", rel, exc)
             for rel in gone:
                 # A sealed journal's records now live in a shard indexed above;
                 # rows still pointing at it were never sealed (or the shard was gc'd).
@@ -344,10 +375,11 @@ class Index(IndexQueries):
         return str(path.relative_to(self.layout.root))
 
     def _index_source(self, rel: str, kind: str, path: Path) -> int:
+        st = path.stat()  # before reading: a change while it is read shows next time
         count = self._index_lines(rel, iter_shard_lines(path), 0)
         self.db.execute(
-            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",
-            (rel, kind, path.stat().st_size, count),
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?)",
+            (rel, kind, st.st_size, count, st.st_mtime_ns),
         )
         return count
 
@@ -370,13 +402,13 @@ class Index(IndexQueries):
             # Remember how far it was read (no rows, and not a live journal in the
             # stats): the next refresh skips it.
             self.db.execute(
-                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, 0)",
                 (rel, "sealed journal", offset + scan.valid_bytes, 0),
             )
             return 0
         count = self._index_lines(rel, lines, first_line)
         self.db.execute(
-            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, 0)",
             (rel, "journal", offset + scan.valid_bytes, first_line + count),
         )
         return count

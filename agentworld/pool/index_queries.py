@@ -149,6 +149,16 @@ class IndexQueries:
                 out.setdefault(r["trajectory"], []).append(dict(r))
         return out
 
+    def trajectories_in(self, sources: Sequence[str]) -> set[str]:
+        """The trajectories with a step read from any of ``sources`` (pool-relative paths)."""
+        out: set[str] = set()
+        for i in range(0, len(sources), _IN_CHUNK):
+            chunk = list(sources[i : i + _IN_CHUNK])
+            marks = ",".join("?" * len(chunk))
+            q = f"SELECT DISTINCT trajectory FROM steps WHERE source IN ({marks})"
+            out.update(r[0] for r in self.db.execute(q, chunk))
+        return out
+
     def step(self, step_id: str) -> dict[str, Any] | None:
         r = self.db.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone()
         return dict(r) if r else None

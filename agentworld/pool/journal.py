@@ -226,6 +226,21 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
     )
 
 
+def journal_is_live(path: Path) -> bool:
+    """Whether a writer holds ``path`` locked (it is alive and still appending to it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def recover_orphans(layout: Layout) -> list[Recovery]:
     """Seal every journal whose writer is gone (its lock is free). Safe with live writers."""
     out = []

@@ -261,6 +261,20 @@ class RecordFetcher:
             self._cache.popitem(last=False)
         return lines
 
+    def get_many(self, source: str, lines: list[int]) -> list[dict[str, Any] | Exception]:
+        """The records at ``lines`` of one source, reading it once; a record that cannot
+        be read is its exception (a missing source raises NotFoundError for them all)."""
+        text = self._lines(source)
+        out: list[dict[str, Any] | Exception] = []
+        for line in lines:
+            try:
+                if line >= len(text) or not text[line]:
+                    raise CorruptDataError(source, f"no record at line {line}")
+                out.append(orjson.loads(text[line]))
+            except (CorruptDataError, ValueError) as exc:
+                out.append(exc)
+        return out
+
     def get(self, source: str, line: int) -> dict[str, Any]:
         lines = self._lines(source)
         if line >= len(lines) or not lines[line]:

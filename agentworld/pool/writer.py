@@ -17,7 +17,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -114,6 +114,22 @@ class _Journal:
         os.replace(tmp, self.path)
         fsync_dir(layout.journals)
         self.size = 0
+        self.torn = False  # a failed batch could not be cut away: no more writes here
+
+    def cut_back(self, offset: int, size: int) -> None:
+        """Truncate to ``offset`` (where a failed batch began) and count from there again.
+
+        When even that fails the journal is marked ``torn``: the writer moves to
+        a new journal before its next write (``PoolWriter._mend``), so nothing
+        acknowledged ever lands behind the torn bytes, which recovery cuts.
+        """
+        try:
+            os.ftruncate(self.fd, offset)
+            os.fsync(self.fd)
+        except OSError as exc:
+            self.torn = True
+            log.error("could not cut %s back to byte %d: %s", self.path, offset, exc)
+        self.offset, self.size = offset, size
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -230,8 +246,15 @@ class PoolWriter:
         self._closing = False
         self._closed = False
         self.last_error: BaseException | None = None
+        # The error of the last commit while writes fail; None again once one succeeds
+        # (a later batch, or ``probe``). ``last_error`` keeps the last error ever seen.
+        self.write_error: BaseException | None = None
+        # Called (on the committer thread) with the records lost to a failed write that
+        # no appender is told about: batched appends that had returned already.
+        self.on_lost: Callable[[list[bytes]], None] | None = None
         self.stats = {"appended": 0, "committed": 0, "commits": 0, "lost": 0, "sealed_shards": 0}
         self._sealers: list[threading.Thread] = []
+        self._abandoned: list[_Journal] = []  # torn journals, recovered after we exit
         self._compressor = _Compressor()
         self._thread = threading.Thread(target=self._run, name="aw-pool-commit", daemon=True)
         self._thread.start()
@@ -305,6 +328,36 @@ class PoolWriter:
             if self._durable < seq:
                 raise PoolError(f"pool write failed: {self.last_error}")
 
+    @property
+    def failing(self) -> bool:
+        """Whether the last write failed (and neither a later one nor ``probe`` succeeded)."""
+        return self.write_error is not None
+
+    def probe(self, size_bytes: int = 64 * 1024) -> bool:
+        """Whether the pool's file system takes writes again: write, fsync and delete a
+        scratch file of ``size_bytes`` in ``objects/tmp/``; on success the writer is no
+        longer ``failing``. For a caller that stopped appending while writes failed."""
+        path = self.layout.tmp / f"probe-{self.writer_id}"
+        try:
+            self.layout.tmp.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(bytes(size_bytes))
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                os.unlink(path)
+        except OSError as exc:
+            with self._cond:
+                if self.write_error is not None:
+                    self.write_error = exc
+            return False
+        with self._cond:
+            self.write_error = None
+        return True
+
     def flush(self) -> None:
         """Write and fsync everything appended so far."""
         with self._cond:
@@ -340,35 +393,45 @@ class PoolWriter:
                         return
 
     def _commit(self, batch: list[bytes], seq: int) -> None:
+        journal = self._journal
+        start_offset, start_size = journal.offset, journal.size
         try:
+            if journal.torn:
+                self._mend()
+                journal = self._journal
+                start_offset, start_size = journal.offset, journal.size
             # Compressing starts before the write: a batch the file then fails to
             # take drops the builder below, and sealing reads the file instead.
-            if self._journal.builder is not None:
-                self._compressor.submit(self._journal, batch)
-            self._journal.write_records(batch)
-            os.fsync(self._journal.fd)
+            if journal.builder is not None:
+                self._compressor.submit(journal, batch)
+            journal.write_records(batch)
+            os.fsync(journal.fd)
             ok = True
         except OSError as exc:
             ok = False
             self.last_error = exc
-            self._journal.builder = None  # it may hold records the file lost
+            journal.builder = None  # it may hold records the file lost
             log.error("pool write failed, %d records lost: %s", len(batch), exc)
-            try:
-                # Cut what part of the batch reached the file: a torn line would
-                # hide every later (acknowledged) record behind it.
-                os.ftruncate(self._journal.fd, self._journal.offset)
-            except OSError:
-                log.error(
-                    "could not cut %s back; later records may be unreadable", self._journal.path
-                )
+            # Cut the file back to where this batch began, not to what the writes
+            # counted: a torn line would hide every later (acknowledged) record
+            # behind a checksum mismatch, and whole lines of a batch reported lost
+            # would come back as duplicates of its retry.
+            journal.cut_back(start_offset, start_size)
+        silent: list[bytes] = []
         with self._cond:
             if ok:
                 self._durable = seq
+                self.write_error = None
                 self.stats["committed"] += len(batch)
                 self.stats["commits"] += 1
             else:
                 self._failed_upto = seq
+                self.write_error = self.last_error
                 self.stats["lost"] += len(batch)
+                if self.durability == "batched":  # strict appenders all hear of it
+                    told = {w[0] for w in self._async_waiters}
+                    first = seq - len(batch) + 1
+                    silent = [line for i, line in enumerate(batch) if first + i not in told]
             waiters, self._async_waiters = self._async_waiters, []
             self._cond.notify_all()
         for wseq, loop, fut in waiters:
@@ -377,8 +440,32 @@ class PoolWriter:
             else:
                 with self._cond:
                     self._async_waiters.append((wseq, loop, fut))
+        if silent and self.on_lost is not None:
+            try:
+                self.on_lost(silent)
+            except Exception:  # counting must not stop the committer
+                log.exception("on_lost failed")
         if ok and self._journal.size >= self.rotate_bytes:
             self._rotate()
+
+    def _mend(self) -> None:
+        """Leave a journal whose failed batch could not be cut away, for a fresh one.
+
+        Raises OSError (the batch then fails too) while no new journal can be made.
+        """
+        old = self._journal
+        try:
+            os.ftruncate(old.fd, old.offset)  # space may be back: try once more
+            os.fsync(old.fd)
+            old.torn = False
+            return
+        except OSError:
+            pass
+        self._seq += 1
+        self._journal = _Journal(self.layout, self.writer_id, self._seq)
+        old.builder = None
+        # Its lock is kept until we exit; then recovery seals its valid prefix.
+        self._abandoned.append(old)
 
     def _rotate(self) -> None:
         old = self._journal
@@ -433,8 +520,10 @@ class PoolWriter:
         for t in self._sealers:
             t.join()
         self._closed = True
-        if seal and self.last_error is None:
-            self._seal(self._journal)
+        for torn in self._abandoned:
+            os.close(torn.fd)  # unlocked: the next Pool.open recovers its valid prefix
+        if seal and self.write_error is None and not self._journal.torn:
+            self._seal(self._journal)  # writes failed once but work again: seal as usual
         else:
             os.close(self._journal.fd)
 

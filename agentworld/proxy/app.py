@@ -295,7 +295,15 @@ async def _access_middleware(request: web.Request, handler: Any) -> web.StreamRe
 
 def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Application:
     """The proxy app over an open Pool; creates (and closes) its own writer unless given one."""
-    from agentworld.proxy import bridge, count_tokens, forward, lifecycle, passthrough, running
+    from agentworld.proxy import (
+        bridge,
+        count_tokens,
+        forward,
+        lifecycle,
+        passthrough,
+        running,
+        write_health,
+    )
 
     stats = ProxyStats()
     middlewares: list[Any] = [_errors_middleware]
@@ -303,6 +311,7 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         middlewares.insert(0, _access_middleware)
     if config.auth_token:
         middlewares.append(_auth_middleware(config.auth_token, stats))
+    middlewares.append(write_health.refuse_while_failing)  # after auth: no probing without it
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares)
     st = State(
         config=config,

@@ -82,10 +82,15 @@ def restore_chains(chains: ResponseChains, pool: Any, trajectories: Collection[s
         if r.get("protocol") == RESPONSES.protocol and r.get("status") == "ok"
     ]
     rows.sort(key=lambda r: r.get("started_at") or 0.0)
+    rows = rows[-chains.max_responses :]
+    got = pool.read_steps(rows)  # each shard or journal read once
     n = 0
-    for row in rows[-chains.max_responses :]:
+    for row in rows:
         try:
-            raw = pool.read_step(row).get("raw") or {}
+            step = got[row["id"]]
+            if isinstance(step, Exception):
+                raise step
+            raw = step.get("raw") or {}
             body, answer = raw.get("request"), raw.get("response")
             if isinstance(body, dict) and isinstance(answer, dict):
                 before = len(chains)

@@ -41,6 +41,13 @@ def proxy(
         help="'batched': steps are fsynced within 50 ms; 'strict': the agent gets its answer "
         "only once its step is on disk.",
     ),
+    on_write_failure: str = typer.Option(
+        "refuse",
+        "--on-write-failure",
+        help="While the pool cannot be written (disk full): 'refuse' recording calls with "
+        "503 + Retry-After until a probe write succeeds, or 'serve' them unrecorded "
+        "(batched only; lost steps are counted).",
+    ),
     auth_token: str | None = typer.Option(
         None,
         "--auth-token",
@@ -106,6 +113,7 @@ def proxy(
         default_upstream=default,
         api_keys=keys,
         durability=durability,  # type: ignore[arg-type]
+        on_write_failure=on_write_failure,  # type: ignore[arg-type]
         auth_token=auth_token or None,
         idle_timeout_s=idle_timeout_s,
         client_timeout_s=client_timeout_s,

@@ -177,6 +177,9 @@ class ProxyConfig:
     api_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
     durability: Literal["batched", "strict"] = "batched"
     commit_interval_s: float = 0.05  # the loss window of batched durability
+    # While the pool cannot be written: refuse recording calls (503) or serve them
+    # unrecorded (batched only); write_health.py.
+    on_write_failure: Literal["refuse", "serve"] = "refuse"
     auth_token: str | None = field(default=None, repr=False)
     idle_timeout_s: float = 900.0
     # How long the proxy waits on an agent: for a request on an open connection, for
@@ -199,6 +202,15 @@ class ProxyConfig:
     def __post_init__(self) -> None:
         if self.durability not in ("batched", "strict"):
             raise ConfigError(f"--durability: 'batched' or 'strict', got {self.durability!r}")
+        if self.on_write_failure not in ("refuse", "serve"):
+            raise ConfigError(
+                f"--on-write-failure: 'refuse' or 'serve', got {self.on_write_failure!r}"
+            )
+        if self.on_write_failure == "serve" and self.durability == "strict":
+            raise ConfigError(
+                "--on-write-failure serve needs --durability batched: strict mode answers"
+                " only what it stored"
+            )
         if self.idle_timeout_s <= 0:
             raise ConfigError("--idle-timeout-s: must be positive")
         if not self.client_timeout_s > 0:

@@ -465,18 +465,22 @@ async def get_policy(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
+    """GET /aw/health: 200 "ok", or 503 "degraded" while the pool cannot be written (so a
+    load balancer moves traffic away); it clears by itself once writes succeed again."""
     st = request.app[STATE]
-    err = getattr(st.writer, "last_error", None)
+    err = getattr(st.writer, "write_error", None)
     return _json(
         {
             "status": "degraded" if err else "ok",
             "version": __version__,
             "pool": str(st.pool.root),
             "durability": st.config.durability,
+            "on_write_failure": st.config.on_write_failure,
             "open_trajectories": len(st.registry),
             "policy_version": st.policy_version,
             "writer_error": str(err) if err else None,
-        }
+        },
+        503 if err else 200,
     )
 
 

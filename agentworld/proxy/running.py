@@ -18,6 +18,7 @@ from agentworld.proxy.recorder import Recorder, RecordFailed
 from agentworld.proxy.trajectories import restore
 from agentworld.proxy.upstream import make_session
 from agentworld.proxy.upstream_http import UpstreamClient
+from agentworld.proxy.write_health import probe_writes, watch_lost
 
 log = logging.getLogger("agentworld.proxy")
 
@@ -90,6 +91,7 @@ async def running(app: web.Application) -> AsyncIterator[None]:
             commit_interval_s=st.config.commit_interval_s,
             name="proxy",
         )
+    watch_lost(st)
     st.recorder = Recorder(
         st.writer,
         st.stats,
@@ -112,6 +114,7 @@ async def running(app: web.Application) -> AsyncIterator[None]:
     tasks = [
         loop.create_task(_sweep(st)),
         loop.create_task(_watch_loop(st)),
+        loop.create_task(probe_writes(st)),
         loop.create_task(watch_agents(st.agent_conns, st.config.client_timeout_s, st.stats)),
     ]
     try:

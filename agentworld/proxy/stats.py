@@ -103,7 +103,9 @@ class ProxyStats:
         self.started = time.time()
         self.requests = 0
         self.by_route: dict[tuple[str, int], int] = {}  # (route kind, HTTP status) -> requests
-        self.steps = {"ok": 0, "error": 0, "cancelled": 0}
+        # "lost": answered, then lost to a failed pool write (batched mode); no longer
+        # counted under the status it was answered with.
+        self.steps = {"ok": 0, "error": 0, "cancelled": 0, "lost": 0}
         self.tokens = {"prompt": 0, "completion": 0}
         self.errors = {
             "bad_request": 0,
@@ -113,6 +115,7 @@ class ProxyStats:
             "internal": 0,
             "auth": 0,
             "agent_timeout": 0,  # an agent kept the proxy waiting (agent_conn.py)
+            "record_refused": 0,  # a call refused while the pool could not be written
         }
         self.trajectories_done = 0
         self.ended_by: dict[str, int] = {}  # end status -> trajectories
@@ -142,6 +145,12 @@ class ProxyStats:
         if completion_tokens:
             self.tokens["completion"] += completion_tokens
             self._token_rate.add(completion_tokens)
+
+    def lost_step(self, status: str) -> None:
+        """A step counted under ``status`` when it was answered was lost to a failed write."""
+        if self.steps.get(status, 0) > 0:
+            self.steps[status] -= 1
+        self.steps["lost"] += 1
 
     def upstream(self, seconds: float) -> None:
         """One generation call's time at the upstream (first byte sent to last byte read)."""

@@ -387,12 +387,12 @@ class Registry:
             counts[t.slot] += 1
 
 
-def _read_step(pool: Any, tid: str, row: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        return pool.read_step(row)
-    except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
-        log.warning("restore %s: cannot read step %s: %s", tid, row.get("id"), exc)
+def _read(got: dict[str, Any], tid: str, row: dict[str, Any]) -> dict[str, Any] | None:
+    rec = got.get(row["id"])
+    if isinstance(rec, Exception):  # the index is a cache; a bad row must not stop the proxy
+        log.warning("restore %s: cannot read step %s: %s", tid, row.get("id"), rec)
         return None
+    return rec
 
 
 def restore(
@@ -404,21 +404,27 @@ def restore(
     their continuation points back from their last step. Only the trajectories
     whose last step this proxy ``instance`` served are taken (its name is in the
     step's ``metadata.proxy``; an unnamed proxy's steps carry none): another
-    proxy sharing the pool goes on serving, and timing out, its own.
+    proxy sharing the pool goes on serving, and timing out, its own. A
+    trajectory with a step in a journal a live writer holds is that writer's,
+    and is left without reading its steps: the time to restart does not grow
+    with what other proxies on the pool are writing. The last steps are read in
+    one pass, each shard or journal once.
     """
     from agentworld.pool import Selection
 
     idx = pool.index()
     rows = idx.trajectories(Selection(status=("open",)), limit=limit)
-    step_rows = idx.steps_of([row["id"] for row in rows if row["id"] not in registry.open])
+    others = idx.trajectories_in(sorted(pool.live_journals()))
+    rows = [row for row in rows if row["id"] not in registry.open and row["id"] not in others]
+    step_rows = idx.steps_of([row["id"] for row in rows])
+    todo = [(row, step_rows[row["id"]]) for row in rows if step_rows.get(row["id"])]
+    got = pool.read_steps([steps[-1] for _, steps in todo])
+    threaded: list[tuple[Trajectory, list[dict[str, Any]], dict[str, Any]]] = []
     n = 0
-    for row in rows:
+    for row, steps in todo:
         tid = row["id"]
-        steps = step_rows.get(tid)  # none for a trajectory already open here
-        if not steps:
-            continue
         last = steps[-1]
-        rec = _read_step(pool, tid, last)
+        rec = _read(got, tid, last)
         if rec is None:
             if instance is not None:  # whose it is cannot be told: leave it to its owner
                 continue
@@ -439,27 +445,30 @@ def restore(
             t.step_ids.setdefault(s["idx"], []).append(s["id"])
         registry.open[tid] = t
         n += 1
-        if rec is None:
-            continue
-        if (rec.get("metadata") or {}).get("threading") == "auto":
+        if rec is not None and (rec.get("metadata") or {}).get("threading") == "auto":
             t.threaded = True
-            msgs = (rec.get("request") or {}).get("messages")
-            if msgs:
-                keys = prefix_keys(t.agent, msgs, t.group, t.task)
-                last_steps = [  # the choices of the last call (``rec`` is one of them)
-                    rec if s is last else _read_step(pool, tid, s)
-                    for s in steps
-                    if s["idx"] == last["idx"]
-                ]
-                responses = [
-                    s["response"]["message"]
-                    for s in last_steps
-                    if s is not None
-                    and s.get("status") == "ok"
-                    and (s.get("response") or {}).get("message")
-                ]
-                if responses:
-                    registry.add_continuations(t, keys[-1], responses, last["idx"])
-                else:  # the last call got no answer: its retry goes on here (resume_thread)
-                    registry.resume_thread(t, keys[-1])
+            if (rec.get("request") or {}).get("messages"):
+                threaded.append((t, steps, rec))
+    # The other choices of each threaded trajectory's last call, again in one pass.
+    others = [s for _, steps, _ in threaded for s in steps[:-1] if s["idx"] == steps[-1]["idx"]]
+    got_others = pool.read_steps(others) if others else {}
+    for t, steps, rec in threaded:
+        last = steps[-1]
+        keys = prefix_keys(t.agent, rec["request"]["messages"], t.group, t.task)
+        last_steps = [  # the choices of the last call (``rec`` is one of them)
+            rec if s is last else _read(got_others, t.id, s)
+            for s in steps
+            if s["idx"] == last["idx"]
+        ]
+        responses = [
+            s["response"]["message"]
+            for s in last_steps
+            if s is not None
+            and s.get("status") == "ok"
+            and (s.get("response") or {}).get("message")
+        ]
+        if responses:
+            registry.add_continuations(t, keys[-1], responses, last["idx"])
+        else:  # the last call got no answer: its retry goes on here (resume_thread)
+            registry.resume_thread(t, keys[-1])
     return n

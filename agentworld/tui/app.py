@@ -92,8 +92,18 @@ class AgentWorldApp(App[None]):
             return
         if self.refresh_problem is not None:
             self.call_from_thread(self._refresh_ok)
-        if report.records or report.shards:
+        damaged = [c for c in report.corrupt if c.split(":", 1)[0] in report.changed]
+        if damaged:  # said once: the refresh that found the shard changed
+            self.call_from_thread(self._shards_damaged, damaged)
+        if report.records or report.shards or report.changed:
             self.call_from_thread(self._refreshed, report.records)
+
+    def _shards_damaged(self, problems: list[str]) -> None:
+        self.notify(
+            "left out, damaged since it was indexed (see `aw pool fsck`): " + "; ".join(problems),
+            severity="warning",
+            timeout=REFRESH_NOTICE_S,
+        )
 
     def _refreshed(self, records: int) -> None:
         self.screen.post_message(PoolRefreshed(records))

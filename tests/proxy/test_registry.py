@@ -228,14 +228,16 @@ def test_restore_reopens_threaded_trajectories_and_skips_steps_it_cannot_read(
         w.append(_threaded_step("tr_c", 0, None, "c"))
     rows = pool.index().steps_of(["tr_a", "tr_b"])
     broken = {rows["tr_b"][0]["id"]}  # tr_b's choice 0: not its last row (choice 1 is)
-    real = pool.read_step
+    real = pool.read_steps
 
-    def read_step(row: dict[str, Any]) -> dict[str, Any]:
-        if row["id"] in broken:
-            raise CorruptDataError("objects/x", "truncated")
-        return real(row)
+    def read_steps(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        got = real(rows)
+        return {
+            k: CorruptDataError("objects/x", "truncated") if k in broken else v
+            for k, v in got.items()
+        }
 
-    monkeypatch.setattr(pool, "read_step", read_step)
+    monkeypatch.setattr(pool, "read_steps", read_steps)
     reg = Registry()
     with caplog.at_level("WARNING"):
         assert restore(reg, pool) == 3
@@ -268,3 +270,34 @@ def test_restore_lets_the_retry_of_a_call_that_failed_before_the_restart_go_on(t
     first_again = prefix_keys("a", [{"role": "user", "content": "q tr_first"}])
     assert reg.find_thread(first_again) is reg.open["tr_first"]
     assert reg.find_thread(prefix_keys("a", answered)) is reg.open["tr_later"]
+
+
+def test_restore_reads_each_journal_once_and_skips_live_writers_journals(tmp_path, monkeypatch):
+    """Restart cost must not grow with the records in journals: a dead writer's open
+    trajectories are read in one pass over their source, and a live writer's (another
+    proxy on the pool) are its own, left without reading its journal."""
+    from agentworld.pool import journal, reader
+
+    pool = Pool.create(tmp_path / "pool")
+    dead = pool.writer(name="dead")
+    for i in range(30):
+        dead.append(_threaded_step(f"tr_dead{i}", 0, None, "x"))
+    dead.close(seal=False)  # a crashed writer: its journal stays, unlocked
+    live = pool.writer(name="live")
+    for i in range(30):
+        live.append(_threaded_step(f"tr_live{i}", 0, None, "y"))
+    live.flush()
+    scans: list[str] = []
+    real_scan = journal.scan_journal
+
+    def counting(path, data=None):
+        scans.append(path.name)
+        return real_scan(path, data)
+
+    monkeypatch.setattr(reader, "scan_journal", counting)
+    pool.index()  # the index is built first (it reads each journal's new tail itself)
+    reg = Registry()
+    assert restore(reg, pool) == 30
+    assert set(reg.open) == {f"tr_dead{i}" for i in range(30)}
+    assert scans == [dead._journal.path.name]  # once, and never the live one
+    live.close()
