@@ -84,5 +84,11 @@ async def run_session(
             on_result=on_result,
         )
     ids = [r.trajectory for r in report.results if r.trajectory]
-    stats = pool_stats(opts.pool, ids)
+    # Those the proxy closed: their end records are on their way into the pool.
+    ended = [
+        r.trajectory
+        for r in report.results
+        if r.trajectory and (r.error or {}).get("type") != "proxy"
+    ]
+    stats = pool_stats(opts.pool, ids, ended=ended)
     return report, summarise(report, success_threshold=dataset.success_threshold, stats=stats)
