@@ -96,6 +96,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     from accelerate import Accelerator
 
     mp = cfg.mixed_precision
+    check_trackers(cfg.report_to)
     try:
         # None leaves the choice to `accelerate launch`, its config file or the environment.
         acc = Accelerator(
@@ -111,7 +112,6 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     if mp == "fp16" and acc.device.type == "cpu":
         # Accelerate would silently run fp32 (it has no fp16 autocast on CPU).
         raise ConfigError("train.mixed_precision: 'fp16' needs a GPU; on CPU use 'bf16' or 'no'")
-    check_trackers(acc, cfg.report_to)
     return acc
 
 

@@ -59,10 +59,15 @@ def tracker_config(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_trackers(accelerator: Any, wanted: tuple[str, ...]) -> None:
-    """Accelerate drops a tracker whose package is missing with only a debug log line: say so."""
-    got = {str(t) for t in accelerator.log_with}
-    missing = [name for name in wanted if name not in got and "all" not in wanted]
+def check_trackers(wanted: tuple[str, ...]) -> None:
+    """Before the Accelerator: one that is asked for a tracker whose package is missing
+    drops it with only a debug line (or a warning when none is left). Say so."""
+    if not wanted or "all" in wanted:
+        return
+    from accelerate.tracking import get_available_trackers
+
+    got = {str(t) for t in get_available_trackers()}
+    missing = [name for name in wanted if name not in got]
     if missing:
         raise ConfigError(
             f"train.report_to: {missing[0]!r} is not installed here "
