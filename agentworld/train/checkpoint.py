@@ -160,6 +160,27 @@ def advance_schedule(scheduler: Any, optimizer: Any, steps: int) -> None:
     scheduler._last_lr = lrs
 
 
+def load_training_state(
+    accelerator: Any, folder: Path, scheduler: Any, optimizer: Any, step: int
+) -> str | None:
+    """Resume the optimizer, scheduler and RNG for weights loaded from ``folder`` (at update
+    ``step``): from its own ``train_state/``, else the newest older one, the schedule moved
+    on to ``step``; else none (fresh moments). Returns a line to show when not its own."""
+    source = state_source(folder)
+    if source == folder:
+        accelerator.load_state(str(folder / STATE))
+        return None
+    if source is None:
+        return f"resume: weights of {folder.name}, no optimizer state before it (fresh)"
+    accelerator.load_state(str(source / STATE))
+    lag = step - int(read_meta(source).get("counts", {}).get("updates", 0))
+    if lag > 0:
+        advance_schedule(scheduler, optimizer, lag)
+    return (
+        f"resume: weights of {folder.name}, optimizer state of {source.name} ({lag} updates older)"
+    )
+
+
 @dataclass
 class Retention:
     """What ``prune_checkpoints`` kept and deleted, for the run's summary."""

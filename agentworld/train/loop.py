@@ -20,18 +20,16 @@ from agentworld.pool.reader import source_paths
 from agentworld.run_curves import PNG
 from agentworld.train.advantages import advantage_stats
 from agentworld.train.checkpoint import (
-    STATE,
     Retention,
     add_state,
-    advance_schedule,
     checkpoint_dir,
     has_state,
+    load_training_state,
     model_policy_version,
     prune_checkpoints,
     read_meta,
     resolve_resume,
     save_checkpoint,
-    state_source,
     weights_once,
 )
 from agentworld.train.config import TrainConfig
@@ -187,17 +185,9 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
         ref = acc.prepare_model(ref, evaluation_mode=True)
     weights_once(acc)  # the weights were just loaded from the checkpoint folder
     if resume_dir:
-        state_dir, lag = state_source(resume_dir), 0
-        if state_dir is not None:
-            acc.load_state(str(state_dir / STATE))
-            lag = start_step - int(read_meta(state_dir).get("counts", {}).get("updates", 0))
-            if lag:
-                advance_schedule(scheduler, optimizer, lag)
-        if main and state_dir != resume_dir:
-            console.print(
-                f"resume: weights of {resume_dir.name}, optimizer state of "
-                + (f"{state_dir.name} ({lag} updates older)" if state_dir else "none (fresh)")
-            )
+        note = load_training_state(acc, resume_dir, scheduler, optimizer, start_step)
+        if main and note:
+            console.print(note)
 
     # -- Data: a fixed plan over pinned shards and labels (offline), or groups as they land.
     dataset: PoolBatches | None = None
@@ -313,13 +303,14 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
             "(trained again from the checkpoint)"
         )
 
+    painter = CurvePainter(out_dir)
+
     def saved(folder: Path, *, upto: int) -> None:
-        """After a checkpoint: prune the older ones (main process), and draw the curves."""
+        """After a checkpoint: prune the older ones (main process), and redraw the curves."""
         if main:
             retention.add(prune_checkpoints(out_dir, cfg.keep_checkpoints, upto))
             painter.request()
 
-    painter = CurvePainter(out_dir)
     progress = Progress(
         TextColumn("[bold]train"),
         BarColumn(),
