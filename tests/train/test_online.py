@@ -236,13 +236,12 @@ def test_checkpoints_keep_the_last_k_weights_once_and_optimizer_state_every_n(
     assert sorted(p.name for p in out.glob("ckpt-*")) == [f"ckpt-00000{i}" for i in (3, 4, 5)]
     # The weights sit beside the tokenizer only: never again in train_state/.
     assert not list(out.glob("ckpt-*/train_state/*.safetensors"))
-    assert not list(out.glob("ckpt-*/train_state/*.bin")) or True
     assert not (out / "ckpt-000003" / "train_state").exists()  # update 3: weights only
     for kept in ("ckpt-000004", "ckpt-000005"):  # every 2nd, and the last of the run
         assert list((out / kept / "train_state").glob("optimizer*")), kept
-    assert s["checkpoints"] == (
+    assert s["checkpoints"].startswith(
         "kept ckpt-000003, ckpt-000004, ckpt-000005; optimizer state in ckpt-000005; "
-        f"deleted 2 older ({s['checkpoints'].split('(')[1]}"
+        "deleted 2 older ("
     )
     # Every update was still served: weights for the reload each time.
     assert [c[1]["version"] for c in calls if c[0] == "/aw/policy"] == [1, 2, 3, 4, 5]
