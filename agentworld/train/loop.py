@@ -13,11 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from agentworld.curves import PNG
 from agentworld.errors import ConfigError, PoolError
 from agentworld.model_folder import require_model_folder
 from agentworld.pool import Pool
 from agentworld.pool.reader import source_paths
-from agentworld.run_curves import PNG
 from agentworld.train.advantages import advantage_stats
 from agentworld.train.checkpoint import (
     Retention,

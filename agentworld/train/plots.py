@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from agentworld.run_curves import METRICS, PNG, charts, read_rows
+from agentworld.curves import METRICS, PNG, charts, read_rows
 
 
 def draw_curves(run_dir: Path) -> Path | None:

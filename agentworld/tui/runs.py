@@ -2,7 +2,7 @@
 
 The run folders are those `aw train` writes (``metrics.jsonl`` in each) under
 ``--runs`` (default ``runs``, where ``output_dir = runs/train`` puts them);
-the panels are the ones ``curves.png`` draws (``run_curves``). The table reads
+the panels are the ones ``curves.png`` draws (``agentworld.curves``). The table reads
 the pool: did the versions the trainer published earn more reward?
 """
 
@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from agentworld.run_curves import METRICS, Chart, charts, read_rows, run_folders
+from agentworld.curves import METRICS, Chart, charts, read_rows, run_folders
 from agentworld.tui.delivery import deliver
 
 if TYPE_CHECKING:

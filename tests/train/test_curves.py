@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agentworld.curves import charts, read_rows, run_folders
 from agentworld.errors import ConfigError
-from agentworld.run_curves import charts, read_rows, run_folders
 from agentworld.train.config import TrainConfig, load_config
 from agentworld.train.fidelity import report
 from agentworld.train.plots import CurvePainter, draw_curves

@@ -92,7 +92,7 @@ def test_reward_by_version_counts_ended_trajectories_and_label_overrides(tmp_pat
 def test_the_runs_screen_does_not_import_torch(pool_path: Path) -> None:
     code = (
         "import sys; from agentworld.tui.app import make_app; from agentworld.tui import runs; "
-        "import textual_plotext, agentworld.run_curves; "
+        "import textual_plotext, agentworld.curves; "
         "print(any(m in sys.modules for m in ('torch', 'transformers', 'matplotlib')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
