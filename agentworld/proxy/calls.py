@@ -16,7 +16,14 @@ from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.protocols import Injected
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
-from agentworld.proxy.upstream import Fault, policy_from, read_limited, relayed, upstream_headers
+from agentworld.proxy.upstream import (
+    POLICY_HEADER,
+    Fault,
+    policy_from,
+    read_limited,
+    relayed,
+    upstream_headers,
+)
 from agentworld.proxy.upstream_http import UpstreamConnectError, UpstreamResponse
 
 log = logging.getLogger("agentworld.proxy")
@@ -260,6 +267,9 @@ def stamp(st: State, call: Call, headers: Any) -> None:
         st.set_policy(pv)
         call.policy_version = pv
     call.trajectory.policy_version = call.policy_version
+    # The agent learns the version its step is recorded under, as `aw serve`'s own answers
+    # tell it: on every protocol, unary or streamed, since every recorded route relays this.
+    call.relay[POLICY_HEADER] = str(call.policy_version)
 
 
 async def record_fault(st: State, call: Call, fault: Fault, partial: Any = None) -> None:

@@ -5,6 +5,7 @@ Kept apart from the typer command so tests drive it directly with a fake proxy.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -84,5 +85,13 @@ async def run_session(
             on_result=on_result,
         )
     ids = [r.trajectory for r in report.results if r.trajectory]
-    stats = pool_stats(opts.pool, ids)
+    # Those the proxy closed: their end records are on their way into the pool.
+    ended = [
+        r.trajectory
+        for r in report.results
+        if r.trajectory and (r.error or {}).get("type") != "proxy"
+    ]
+    # Off the event loop: a proxy served from this loop (tests, embedders) may still be
+    # writing end records that waited for their calls.
+    stats = await asyncio.to_thread(pool_stats, opts.pool, ids, ended=ended)
     return report, summarise(report, success_threshold=dataset.success_threshold, stats=stats)

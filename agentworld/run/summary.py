@@ -7,8 +7,9 @@ without a readable pool they are shown as unknown.
 from __future__ import annotations
 
 import statistics
+import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,21 @@ class TrajectoryStats:
     completion_tokens: int
 
 
-def pool_stats(pool_path: Path, trajectory_ids: list[str]) -> dict[str, TrajectoryStats] | None:
-    """Step and token counts per trajectory from the pool's index; None when there is no pool."""
+def pool_stats(
+    pool_path: Path,
+    trajectory_ids: list[str],
+    *,
+    ended: Collection[str] = (),
+    wait_s: float = 10.0,
+    poll_s: float = 0.05,
+) -> dict[str, TrajectoryStats] | None:
+    """Step and token counts per trajectory from the pool's index; None when there is no pool.
+
+    A running `aw proxy` acknowledges an end record before its group commit writes it
+    out (``commit_interval_s``, batched durability), so the pool is read once the end
+    records of ``ended`` (the trajectories the proxy said it closed) are readable, or after
+    ``wait_s``: read at once, a run of one-step trajectories showed 0.5 turns each.
+    """
     from agentworld.errors import AgentWorldError
     from agentworld.pool import Pool
 
@@ -40,10 +54,16 @@ def pool_stats(pool_path: Path, trajectory_ids: list[str]) -> dict[str, Trajecto
     except AgentWorldError:
         return None
     try:
-        idx = pool.index()
+        deadline = time.monotonic() + wait_s
+        while True:
+            idx = pool.index()  # incremental: the journals' new tails only
+            rows = {tid: idx.trajectory(tid) for tid in trajectory_ids}
+            waiting = [t for t in ended if (rows.get(t) or {}).get("status", "open") == "open"]
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(poll_s)
         out = {}
-        for tid in trajectory_ids:
-            row = idx.trajectory(tid)
+        for tid, row in rows.items():
             if row is None:  # no step recorded: the agent never called the model
                 out[tid] = TrajectoryStats(0, 0, 0)
             else:

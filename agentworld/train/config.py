@@ -18,6 +18,11 @@ from agentworld.pool.selection import TRAJECTORY_STATUSES
 ALGOS = ("sft", "grpo", "ppo")
 NORMALISERS = ("grpo", "dr_grpo", "dapo")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
+# Accelerate's trackers (accelerate.utils.LoggerType); "none" logs to metrics.jsonl only.
+TRACKERS = (
+    "tensorboard", "wandb", "trackio", "mlflow", "comet_ml", "aim", "clearml", "dvclive",
+    "swanlab", "all",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,9 @@ class TrainConfig:
     # Checks and outputs.
     fidelity_tolerance: float = 1e-2
     save_every: int = 0  # 0: only at the end
+    keep_checkpoints: int = 3  # the newest this many (+ the newest with optimizer state); 0: all
     log_every: int = 1
+    report_to: tuple[str, ...] = ()  # Accelerate trackers, e.g. "tensorboard"; () or "none": none
     policy_version: int | None = None  # start version; default: the model's meta.json or 0
     resume: str | None = None
     progress: bool = True
@@ -79,6 +86,7 @@ class TrainConfig:
     group_size: int = 0
     groups_per_update: int = 1
     reload_every: int = 1
+    state_every: int = 10  # online: optimizer state with every Nth checkpoint (weights: every one)
     serve_url: str | None = None
     proxy_url: str | None = None
     poll_interval_s: float = 2.0
@@ -96,7 +104,19 @@ class TrainConfig:
                 f"train.mixed_precision: must be one of {list(MIXED_PRECISIONS)}, "
                 f"got {self.mixed_precision!r}"
             )
-        for key in ("max_seq_len", "batch_tokens", "buffer_trajectories", "grad_accum"):
+        if self.report_to == ("none",):
+            object.__setattr__(self, "report_to", ())
+        bad = [t for t in self.report_to if t not in TRACKERS]
+        if bad:
+            raise ConfigError(
+                f"train.report_to: unknown tracker {bad[0]!r}; known: {['none', *TRACKERS]}"
+            )
+        if self.keep_checkpoints < 0:
+            raise ConfigError("train.keep_checkpoints: must be 0 (keep all) or more")
+        for key in (
+            "max_seq_len", "batch_tokens", "buffer_trajectories", "grad_accum", "state_every",
+            "reload_every",
+        ):  # fmt: skip
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}: must be at least 1")
         if self.max_seq_len > self.batch_tokens:

@@ -163,6 +163,7 @@ def collate(rows: list[Row], pad_id: int) -> dict[str, Any]:
             "sampled_tokens": int(sum(sum(r.sampled) for r in rows)),
             "rows": b,
             "steps": sum(r.steps for r in rows),
+            "policy_versions": sorted({r.policy_version for r in rows} - {None}),
         },
     }
 
@@ -174,7 +175,11 @@ def dummy_batch(batch: dict[str, Any] | None, pad_id: int) -> dict[str, Any]:
             ids=[pad_id, pad_id], sampled=[0, 0], logprobs=[0.0, 0.0], trajectory="", group=""
         )
         batch = collate([row], pad_id)
-    meta = {k: 0 for k in batch["meta"]} | {"trajectories": [], "rewards": []}
+    meta = {k: 0 for k in batch["meta"]} | {
+        "trajectories": [],
+        "rewards": [],
+        "policy_versions": [],
+    }
     return {**batch, "weight": 0.0, "meta": meta}
 
 
@@ -263,9 +268,11 @@ class PoolBatches(IterableDataset):
                 max_seq_len=self.cfg.max_seq_len,
             )
             self.stats.add(stats)
+            version = t.summary()["policy_max"]
             for r in out:
                 r.advantage = self.plan.advantages[t.id]
                 r.reward = self.plan.rewards.get(t.id)
+                r.policy_version = version
             rows.extend(out)
         return rows
 

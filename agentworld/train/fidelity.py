@@ -2,7 +2,10 @@
 
 With the same weights, precision and tokens they agree to ~1e-4; a large gap
 means the token ids, the masks or the chat template are not what the policy
-saw, and every update after it would train on the wrong thing.
+saw, and every update after it would train on the wrong thing. Unless the
+weights are not the same: rollouts sampled by an older policy version than the
+trainer's (a resumed online run, one reload behind) differ by that lag, which
+is off-policy data, not a data error; the report says which of the two it is.
 """
 
 from __future__ import annotations
@@ -18,15 +21,39 @@ class FidelityReport:
     mean_abs: float
     max_abs: float
     tolerance: float
+    trainer_version: int | None = None  # the policy version of the trainer's weights
+    rollout_versions: tuple[int, ...] = ()  # the versions that sampled the batch checked
 
     @property
     def ok(self) -> bool:
         return self.tokens == 0 or self.mean_abs <= self.tolerance
 
+    @property
+    def lagging(self) -> tuple[int, ...]:
+        """Rollout versions other than the trainer's: their log-probs came from other weights."""
+        if self.trainer_version is None:
+            return ()
+        return tuple(v for v in self.rollout_versions if v != self.trainer_version)
+
+    @property
+    def style(self) -> str:
+        return "green" if self.ok else "yellow" if self.lagging else "bold red"
+
     def line(self) -> str:
         if self.tokens == 0:
             return "fidelity: no rollout log-probs in the first batch (rendered data); not checked"
-        verdict = "ok" if self.ok else "MISMATCH: tokens, masks or template differ from the rollout"
+        if self.ok:
+            verdict = "ok"
+        elif self.lagging:
+            versions = ", ".join(map(str, self.lagging))
+            verdict = (
+                f"policy lag: sampled by version {versions}, the trainer is at version "
+                f"{self.trainer_version}; an off-policy gap, not a token or template mismatch"
+            )
+        else:
+            verdict = "MISMATCH: tokens, masks or template differ from the rollout"
+            if self.trainer_version is not None and self.rollout_versions:
+                verdict += f" (same policy version {self.trainer_version})"
         return (
             f"fidelity: |trainer - rollout| log-prob over {self.tokens} tokens: "
             f"mean {self.mean_abs:.2e}, max {self.max_abs:.2e} ({verdict})"
@@ -44,5 +71,21 @@ def logprob_gap(
     return float(diff.sum()), float(diff.max()), int(diff.numel())
 
 
-def report(sum_abs: float, max_abs: float, count: int, tolerance: float) -> FidelityReport:
-    return FidelityReport(count, sum_abs / count if count else 0.0, max_abs, tolerance)
+def report(
+    sum_abs: float,
+    max_abs: float,
+    count: int,
+    tolerance: float,
+    *,
+    trainer_version: int | None = None,
+    rollout_versions: tuple[int, ...] = (),
+) -> FidelityReport:
+    """The check's verdict from the summed gap (all processes) and the versions involved."""
+    return FidelityReport(
+        count,
+        sum_abs / count if count else 0.0,
+        max_abs,
+        tolerance,
+        trainer_version,
+        tuple(sorted(set(rollout_versions))),
+    )

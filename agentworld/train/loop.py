@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,25 +13,33 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from agentworld.curves import PNG
 from agentworld.errors import ConfigError, PoolError
 from agentworld.model_folder import require_model_folder
 from agentworld.pool import Pool
 from agentworld.pool.reader import source_paths
 from agentworld.train.advantages import advantage_stats
 from agentworld.train.checkpoint import (
-    STATE,
+    Retention,
+    add_state,
     checkpoint_dir,
+    has_state,
+    load_training_state,
     model_policy_version,
+    prune_checkpoints,
     read_meta,
     resolve_resume,
     save_checkpoint,
+    weights_once,
 )
 from agentworld.train.config import TrainConfig
 from agentworld.train.data import PoolBatches, check_plan, dummy_batch, make_plan, selection_for
 from agentworld.train.fidelity import FidelityReport, logprob_gap, report
 from agentworld.train.losses import policy_loss, sft_loss, token_logprobs
-from agentworld.train.online import Cursor, CursorState, OnlineUpdates, publish
+from agentworld.train.online import Cursor, CursorState, OnlineUpdates, catch_up, publish
+from agentworld.train.plots import CurvePainter
 from agentworld.train.sequences import stop_ids_of
+from agentworld.train.tracking import MetricsLog, check_trackers
 
 
 def forward_loss(
@@ -87,9 +94,15 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     from accelerate import Accelerator
 
     mp = cfg.mixed_precision
+    check_trackers(cfg.report_to)
     try:
         # None leaves the choice to `accelerate launch`, its config file or the environment.
-        acc = Accelerator(gradient_accumulation_steps=cfg.grad_accum, mixed_precision=mp)
+        acc = Accelerator(
+            gradient_accumulation_steps=cfg.grad_accum,
+            mixed_precision=mp,
+            log_with=list(cfg.report_to) or None,
+            project_dir=cfg.output_dir,
+        )
     except ValueError as exc:
         if mp is None or "precision" not in str(exc):
             raise
@@ -170,8 +183,11 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     acc.register_for_checkpointing(scheduler)
     if ref is not None:
         ref = acc.prepare_model(ref, evaluation_mode=True)
+    weights_once(acc)  # the weights were just loaded from the checkpoint folder
     if resume_dir:
-        acc.load_state(str(resume_dir / STATE))
+        note = load_training_state(acc, resume_dir, scheduler, optimizer, start_step)
+        if main and note:
+            console.print(note)
 
     # -- Data: a fixed plan over pinned shards and labels (offline), or groups as they land.
     dataset: PoolBatches | None = None
@@ -179,6 +195,10 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     label_sizes: dict[str, int] = {}
     sources: list[tuple[str, Path]] = []
     if cfg.online:
+        if main and resume_dir is not None and cursor_state.checkpoint:
+            # Killed between its checkpoint and the reload: the server is a version behind.
+            for line in catch_up(resume_dir, version, cfg.serve_url, cfg.proxy_url):
+                console.print(line)
         online = OnlineUpdates(
             pool,
             cfg,
@@ -274,7 +294,23 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     fidelity: FidelityReport | None = None
     last_ckpt: Path | None = None
     losses: list[float] = []
-    metrics_file = open(out_dir / "metrics.jsonl", "a") if main else None  # noqa: SIM115
+    retention = Retention()
+    metrics = MetricsLog(out_dir, acc, start_step=start_step)
+    metrics.start(cfg.to_dict(), out_dir.name)
+    if main and metrics.dropped:
+        console.print(
+            f"metrics.jsonl: dropped {metrics.dropped} row(s) past update {start_step} "
+            "(trained again from the checkpoint)"
+        )
+
+    painter = CurvePainter(out_dir)
+
+    def saved(folder: Path, *, upto: int) -> None:
+        """After a checkpoint: prune the older ones (main process), and redraw the curves."""
+        if main:
+            retention.add(prune_checkpoints(out_dir, cfg.keep_checkpoints, upto))
+            painter.request()
+
     progress = Progress(
         TextColumn("[bold]train"),
         BarColumn(),
@@ -319,13 +355,19 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                         gap[1] = max(gap[1], m_)
                 sums = acc.reduce(gap[[0, 2]].clone(), "sum")
                 peak = acc.reduce(gap[1:2].clone(), "max")
+                sampled_by = gather_object(
+                    [v for mb in micro for v in mb["meta"]["policy_versions"]]
+                )
                 fidelity = report(
-                    float(sums[0]), float(peak[0]), int(sums[1]), cfg.fidelity_tolerance
+                    float(sums[0]),
+                    float(peak[0]),
+                    int(sums[1]),
+                    cfg.fidelity_tolerance,
+                    trainer_version=version,
+                    rollout_versions=tuple(sampled_by),
                 )
                 if main:
-                    console.print(
-                        Text(fidelity.line(), style="green" if fidelity.ok else "bold red")
-                    )
+                    console.print(Text(fidelity.line(), style=fidelity.style))
 
             model.train()
             t0 = time.perf_counter()
@@ -408,17 +450,23 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                 }
                 if online is not None:
                     row["groups"] = online.current
-                metrics_file.write(json.dumps(row) + "\n")  # type: ignore[union-attr]
-                metrics_file.flush()  # type: ignore[union-attr]
+                metrics.write(row)
                 loss_s = f"{row['loss']:.4f}" if row["loss"] is not None else "-"
                 progress.update(task, info=f"loss {loss_s}  {row['tokens_per_s'] or 0:,.0f} tok/s")
             progress.update(task, completed=step)
 
             if online is not None and (step % cfg.reload_every == 0 or step == cfg.max_steps):
                 # New weights -> a checkpoint -> the cursor commits the groups in it -> serve them.
+                # Weights every time (the server reloads them); optimizer state every
+                # state_every updates and at the last one.
                 version += 1
                 last_ckpt = save_checkpoint(
-                    acc, model, tokenizer, checkpoint_dir(out_dir, step), meta_for(step, version)
+                    acc,
+                    model,
+                    tokenizer,
+                    checkpoint_dir(out_dir, step),
+                    meta_for(step, version),
+                    with_state=step % cfg.state_every == 0 or step == cfg.max_steps,
                 )
                 if main:
                     cursor.save(  # type: ignore[union-attr]
@@ -426,6 +474,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     )
                     online.pending.clear()
                     publish(last_ckpt, version, cfg.serve_url, cfg.proxy_url)
+                saved(last_ckpt, upto=step)
                 acc.wait_for_everyone()
             elif online is None and cfg.save_every and step % cfg.save_every == 0:
                 last_ckpt = save_checkpoint(
@@ -435,6 +484,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     checkpoint_dir(out_dir, step),
                     meta_for(step, base_version + 1),
                 )
+                saved(last_ckpt, upto=step)
 
     # -- The end: a final checkpoint if the last update has none yet, then the summary.
     if step > start_step and (last_ckpt is None or last_ckpt != checkpoint_dir(out_dir, step)):
@@ -447,8 +497,18 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
         if online is not None and main:
             cursor.save(CursorState(set(online.consumed), str(last_ckpt.resolve()), version, step))  # type: ignore[union-attr]
             publish(last_ckpt, version, cfg.serve_url, cfg.proxy_url)
-    if metrics_file is not None:
-        metrics_file.close()
+        saved(last_ckpt, upto=step)
+    elif last_ckpt is not None and not has_state(last_ckpt):
+        # An online run that went idle: its last checkpoint gets the optimizer state, so a
+        # restart resumes exactly.
+        add_state(acc, last_ckpt)
+        if main:
+            retention.add(prune_checkpoints(out_dir, cfg.keep_checkpoints, step))
+    metrics.close()
+    if main:
+        painter.close(draw=step > start_step)
+        if painter.error is not None:  # matplotlib comes with the train extra
+            console.print(f"note: no {PNG} drawn: {painter.error}")
     elapsed = time.perf_counter() - t_run
     s = stats_now()
     summary = {
@@ -465,6 +525,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
         "rendered": s.rendered,
         "fidelity": fidelity,
         "checkpoint": str(last_ckpt) if last_ckpt else None,
+        "checkpoints": retention.line() if retention.kept else None,
         "policy_version": version if online is not None else base_version + 1,
         "device": str(acc.device),
         "mixed_precision": acc.mixed_precision,

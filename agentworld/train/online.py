@@ -168,8 +168,9 @@ class OnlineUpdates:
                     max_seq_len=cfg.max_seq_len,
                 )
                 self.stats.add(stats)
+                version = t.summary()["policy_max"]
                 for r in out:
-                    r.advantage, r.reward = adv, t.reward
+                    r.advantage, r.reward, r.policy_version = adv, t.reward, version
                 rows.extend(out)
         return rows
 
@@ -191,24 +192,34 @@ class OnlineUpdates:
 
 def post_json(url: str, body: dict[str, Any], timeout_s: float = 120.0) -> dict[str, Any]:
     """POST JSON to `aw serve` / the proxy; failures become one clear UpstreamError."""
+    return _call("POST", url, body, timeout_s)
+
+
+def get_json(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """GET JSON from `aw serve` / the proxy; failures become one clear UpstreamError."""
+    return _call("GET", url, None, timeout_s)
+
+
+def _call(method: str, url: str, body: dict[str, Any] | None, timeout_s: float) -> dict[str, Any]:
     req = urllib.request.Request(
         url,
-        data=json.dumps(body).encode(),
+        data=json.dumps(body).encode() if body is not None else None,
         headers={"Content-Type": "application/json"},
-        method="POST",
+        method=method,
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             data = resp.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:500].decode(errors="replace")
-        raise UpstreamError(f"POST {url}: HTTP {exc.code}: {detail}") from None
+        raise UpstreamError(f"{method} {url}: HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise UpstreamError(f"POST {url}: {exc}") from None
+        raise UpstreamError(f"{method} {url}: {exc}") from None
     try:
-        return json.loads(data) if data else {}
+        out = json.loads(data) if data else {}
     except ValueError:
         return {}
+    return out if isinstance(out, dict) else {}
 
 
 def publish(checkpoint: Path, version: int, serve_url: str | None, proxy_url: str | None) -> None:
@@ -217,3 +228,40 @@ def publish(checkpoint: Path, version: int, serve_url: str | None, proxy_url: st
         post_json(serve_url.rstrip("/") + "/aw/reload", {"path": str(checkpoint.resolve())})
     if proxy_url:
         post_json(proxy_url.rstrip("/") + "/aw/policy", {"version": version})
+
+
+def _version_at(url: str) -> int | None:
+    """The policy version a server or proxy says it is at; None when it cannot say (an engine
+    without `/aw/version`, or one not up yet: then the reload is sent anyway)."""
+    try:
+        v = get_json(url).get("policy_version")
+    except UpstreamError:
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def catch_up(
+    checkpoint: Path, version: int, serve_url: str | None, proxy_url: str | None
+) -> list[str]:
+    """On start, bring the server and the proxy to the trainer's checkpoint and version.
+
+    A trainer killed after its checkpoint (and cursor) but before ``publish`` left them a
+    version behind; one whose cursor commit was lost left them ahead, on weights it is
+    about to train again. Either way rollouts would be stamped with a version the
+    trainer's weights are not. Returns a line per correction made.
+    """
+    lines = []
+    if serve_url:
+        at = _version_at(serve_url.rstrip("/") + "/aw/version")
+        if at != version:
+            post_json(serve_url.rstrip("/") + "/aw/reload", {"path": str(checkpoint.resolve())})
+            lines.append(
+                f"catch-up: {serve_url} was at policy version {at if at is not None else '?'}; "
+                f"reloaded {checkpoint.name} (version {version})"
+            )
+    if proxy_url:
+        at = _version_at(proxy_url.rstrip("/") + "/aw/policy")
+        if at != version:
+            post_json(proxy_url.rstrip("/") + "/aw/policy", {"version": version})
+            lines.append(f"catch-up: {proxy_url} stamped version {at}; now {version}")
+    return lines

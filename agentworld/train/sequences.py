@@ -41,6 +41,7 @@ class Row:
     rendered: bool = False
     advantage: float = 0.0
     reward: float | None = None
+    policy_version: int | None = None  # the newest policy version that sampled its trajectory
 
     def __len__(self) -> int:
         return len(self.ids)

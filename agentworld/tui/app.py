@@ -20,6 +20,7 @@ from agentworld.tui.help import HelpScreen, bindings_of
 from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.monitor import MonitorScreen
+from agentworld.tui.runs import RunsScreen
 from agentworld.tui.tokens import Decoder, load_decoder
 from agentworld.tui.trajectories import TrajectoriesScreen
 
@@ -34,16 +35,22 @@ class AgentWorldApp(App[None]):
         Binding("m", "switch_mode('monitor')", "Monitor"),
         Binding("l", "switch_mode('trajectories')", "List"),
         Binding("r", "review", "Review"),
+        Binding("c", "switch_mode('runs')", "Runs"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
     ]
-    MODES: ClassVar[dict[str, Any]] = {"monitor": MonitorScreen, "trajectories": TrajectoriesScreen}
+    MODES: ClassVar[dict[str, Any]] = {
+        "monitor": MonitorScreen,
+        "trajectories": TrajectoriesScreen,
+        "runs": RunsScreen,
+    }
     HELP_SECTIONS = (
         ("everywhere", App),
         ("monitor", MonitorScreen),
         ("trajectories", TrajectoriesScreen),
         ("inspector and review queue", InspectorScreen),
         ("group view", GroupScreen),
+        ("training runs", RunsScreen),
         ("help", HelpScreen),
     )
 

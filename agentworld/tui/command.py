@@ -31,7 +31,12 @@ def tui(
     author: str | None = typer.Option(
         None, "--author", envvar="AW_AUTHOR", help="Label author (default: $USER)."
     ),
-    start: str = typer.Option("monitor", "--start", help="First screen: monitor or trajectories."),
+    start: str = typer.Option(
+        "monitor", "--start", help="First screen: monitor, trajectories or runs."
+    ),
+    runs: Path = typer.Option(
+        Path("runs"), "--runs", help="Folder of training runs (`aw train` output) to plot."
+    ),
     web: bool = typer.Option(False, "--web", help="Serve the app in a browser (textual-serve)."),
     host: str = typer.Option("127.0.0.1", "--host", help="With --web: address to bind."),
     port: int = typer.Option(8566, "--port", help="With --web: port."),
@@ -39,16 +44,18 @@ def tui(
     """Monitor, inspect and curate a pool in the terminal (keyboard first; ? for keys)."""
     from agentworld.errors import ConfigError
 
-    if start not in ("monitor", "trajectories"):
-        raise ConfigError(f"--start: expected monitor or trajectories, got {start!r}")
+    if start not in ("monitor", "trajectories", "runs"):
+        raise ConfigError(f"--start: expected monitor, trajectories or runs, got {start!r}")
     resolved = resolve_author(author)
     if web:
-        _serve_web(pool, proxy, tokenizer, resolved, start, host, port)
+        _serve_web(pool, proxy, tokenizer, resolved, start, host, port, runs)
         return
     from agentworld.tui.app import make_app
     from agentworld.tui.data import TuiConfig
 
-    config = TuiConfig(str(pool), resolved, proxy_url=proxy, tokenizer_path=tokenizer)
+    config = TuiConfig(
+        str(pool), resolved, proxy_url=proxy, tokenizer_path=tokenizer, runs_path=str(runs)
+    )
     make_app(config, start=start).run()
 
 
@@ -60,6 +67,7 @@ def _serve_web(
     start: str,
     host: str,
     port: int,
+    runs: Path = Path("runs"),
 ) -> None:
     from agentworld.errors import MissingExtraError
     from agentworld.tui.data import open_pool
@@ -79,6 +87,8 @@ def _serve_web(
         author,
         "--start",
         start,
+        "--runs",
+        str(runs.resolve()),
     ]
     if proxy:
         args += ["--proxy", proxy]

@@ -32,6 +32,7 @@ class TuiConfig:
     author: str
     proxy_url: str | None = None
     tokenizer_path: str | None = None
+    runs_path: str = "runs"  # training run folders (`aw train`'s output_dir is runs/train)
 
 
 def open_pool(path: str | Path) -> Pool:
@@ -133,6 +134,11 @@ class PoolData:
     def distinct(self, column: str) -> list[str]:
         with self._qlock:
             return queries.distinct(self._query.db, column)
+
+    def reward_by_version(self) -> list[dict[str, Any]]:
+        """Reward of ended trajectories per policy version (the runs screen's table)."""
+        with self._qlock:
+            return queries.reward_by_version(self._query.db)
 
     def next_unreviewed(self, sel: Selection, skip: Sequence[str] = ()) -> str | None:
         """The oldest trajectory matching ``sel`` with no label at all, not in ``skip``."""

@@ -93,6 +93,19 @@ def reward_histogram(db: sqlite3.Connection, bins: int = 10) -> list[tuple[float
     return [(lo + i * width, lo + (i + 1) * width, c) for i, c in enumerate(counts)]
 
 
+def reward_by_version(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    """Ended trajectories per policy version (the newest that sampled them): how many, how
+    many scored, their mean effective reward (label overrides win), how many failed."""
+    r = "COALESCE(l.reward, t.reward)"
+    q = (
+        f"SELECT t.policy_max AS version, COUNT(*) AS trajectories, COUNT({r}) AS scored, "
+        f"AVG({r}) AS reward_mean, SUM(t.status = 'failed' OR t.status = 'timeout') AS failed "
+        "FROM trajectories t LEFT JOIN tlabels l ON l.trajectory = t.id "
+        "WHERE t.status != 'open' GROUP BY t.policy_max ORDER BY t.policy_max"
+    )
+    return [dict(row) for row in db.execute(q)]
+
+
 def distinct(db: sqlite3.Connection, column: str, limit: int = 200) -> list[str]:
     """Distinct values of a trajectory column, for completing the filter line."""
     col = DISTINCT_COLUMNS[column]

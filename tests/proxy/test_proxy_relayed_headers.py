@@ -56,3 +56,34 @@ async def test_translated_anthropic_calls_relay_them_too(proxy, stream):
     got = err.value.response.headers
     assert got["retry-after"] == "7" and "x-engine-internal" not in got
     assert err.value.body["error"]["type"] == "rate_limit_error"
+
+
+BODIES = {
+    "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/completions": {"model": "m", "prompt": "Once upon"},
+    "/v1/messages": {
+        "model": "m",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}],
+    },
+    "/v1/responses": {"model": "m", "input": "hi"},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+@pytest.mark.parametrize("route", list(BODIES))
+async def test_answers_carry_the_policy_version_on_every_protocol(proxy, fake, pool, route, stream):
+    """The version the engine announces reaches the agent as the server's own answers carry it,
+    and is the version the step is recorded under."""
+    import aiohttp
+
+    fake[0].policy_version = 7
+    async with aiohttp.ClientSession() as http:
+        body = {**BODIES[route], "stream": stream}
+        async with http.post(proxy.url + route, json=body) as resp:
+            await resp.read()
+            assert resp.status == 200, await resp.text()
+            assert resp.headers["X-AW-Policy-Version"] == "7"
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["policy_version"] == 7

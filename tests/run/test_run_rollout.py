@@ -511,3 +511,44 @@ async def test_in_process_proxy_records_a_real_run(tmp_path):
     assert len(ends) == 6 and len(steps) == 6
     assert {(s["agent"], s["dataset"], s["split"]) for s in steps} == {("b", "arith", "test")}
     assert all(ends[s["trajectory"]]["group"] == s["group"] for s in steps)
+
+
+async def test_summary_counts_what_a_running_proxy_has_not_written_out_yet(tmp_path):
+    """A running `aw proxy` commits in batches: the summary waits until the run's end records
+    are readable, so turns and tokens are what the pool holds (no half counts)."""
+    pytest.importorskip("agentworld.proxy.server")
+    from aiohttp.test_utils import TestServer
+
+    from agentworld.proxy.config import ProxyConfig, UpstreamConfig
+    from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
+    from agentworld.proxy.server import ProxyServer
+
+    upstream = TestServer(
+        make_fake_app(FakeUpstream("u", reply="Final answer: 5")), host="127.0.0.1"
+    )
+    await upstream.start_server()
+    url = str(upstream.make_url("")).rstrip("/")
+    agents, datasets = _setup(
+        tmp_path,
+        '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'
+        'model = "fake-model"\n',
+    )
+    Pool.create(tmp_path / "pool").close()
+    # A long batch window: without waiting, the summary reads before anything is written.
+    config = ProxyConfig(default_upstream=UpstreamConfig.single(url), commit_interval_s=1.5)
+    try:
+        async with ProxyServer(config, tmp_path / "pool", host="127.0.0.1", port=0) as proxy:
+            opts = RunOptions(
+                agent="b", dataset="arith", agents_path=agents, datasets_path=datasets,
+                pool=tmp_path / "pool", n=2, proxy_url=proxy.url,
+            )  # fmt: skip
+            _, summary = await run_session(opts)
+    finally:
+        await upstream.close()
+    pool = Pool.open(tmp_path / "pool")
+    steps = [r for r in pool.iter_records() if r["kind"] == "step"]
+    pool.close()
+    assert len(steps) == 6 and summary["turns_mean"] == 1.0
+    usage = [s["response"]["usage"] for s in steps]
+    assert summary["prompt_tokens"] == sum(u["prompt_tokens"] for u in usage) > 0
+    assert summary["completion_tokens"] == sum(u["completion_tokens"] for u in usage) > 0

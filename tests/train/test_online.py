@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,18 +29,31 @@ def _fresh_accelerate_state() -> None:
 
 @pytest.fixture
 def upstream():
-    """A stand-in for `aw serve` and the proxy that records what it is told."""
+    """A stand-in for `aw serve` and the proxy that records what it is told, and answers
+    which policy version each is at (the served checkpoint's, the one last stamped)."""
     calls: list[tuple[str, dict[str, Any]]] = []
+    at = {"/aw/version": 0, "/aw/policy": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             calls.append((self.path, body))
+            if self.path == "/aw/reload":
+                meta = json.loads((Path(body["path"]) / "meta.json").read_text())
+                at["/aw/version"] = meta["policy_version"]
+            elif self.path == "/aw/policy":
+                at["/aw/policy"] = body["version"]
             code = 500 if self.path == "/broken/aw/reload" else 200
+            self._answer(code, {"ok": True})
+
+        def do_GET(self) -> None:
+            self._answer(200, {"policy_version": at[self.path]})
+
+        def _answer(self, code: int, body: dict[str, Any]) -> None:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
-            self.wfile.write(b'{"ok": true}')
+            self.wfile.write(json.dumps(body).encode())
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -81,7 +95,9 @@ def test_split_rows_gives_exactly_k_parts() -> None:
     assert [len(p) for p in split_rows(rows[:1], 3)] == [1, 0, 0]
 
 
-def run_online(builder, tiny_model: Path, out: Path, url: str, **kw: Any) -> dict[str, Any]:
+def run_online(
+    builder, tiny_model: Path, out: Path, url: str, console: Console | None = None, **kw: Any
+) -> dict[str, Any]:
     cfg = TrainConfig(
         model=str(tiny_model),
         pool=str(builder.pool.root),
@@ -101,7 +117,7 @@ def run_online(builder, tiny_model: Path, out: Path, url: str, **kw: Any) -> dic
         max_seq_len=128,
         **kw,
     )
-    return train(cfg, console=Console(file=open("/dev/null", "w")))
+    return train(cfg, console=console or Console(file=open("/dev/null", "w")))
 
 
 def trained_groups(out: Path) -> list[list[str]]:
@@ -159,6 +175,104 @@ def test_a_lost_cursor_commit_replays_from_the_checkpoint_it_names(
     s = run_online(builder, tiny_model, out, url, max_steps=5)
     assert s["step"] == 2 and s["updates"] == 1  # resumed at update 1, redid g2 only
     assert trained_groups(out)[-1] == [g2]
+    # The update that was lost and trained again is one row, not two.
+    assert [r["step"] for r in metrics_rows(out)] == [1, 2]
+
+
+def metrics_rows(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_resumed_run_drops_the_metrics_its_checkpoint_does_not_hold(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    url, _ = upstream
+    for _ in range(2):
+        builder.group([1.0, 0.0], turns=2)
+    out = tmp_path / "run"
+    run_online(builder, tiny_model, out, url, max_steps=1)
+    # Killed mid-update 2: its row written, no checkpoint, and a row torn by the kill.
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2, "loss": 9.0}) + "\n" + '{"step": 3, "lo')
+    log = Console(file=io.StringIO(), width=200)
+    run_online(builder, tiny_model, out, url, console=log, max_steps=5)
+    rows = metrics_rows(out)
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["loss"] != 9.0
+    assert "dropped 2 row(s) past update 1" in log.file.getvalue()
+
+
+def test_a_restart_brings_the_server_and_proxy_to_the_trainers_version(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    url, calls = upstream
+    for _ in range(2):
+        builder.group([1.0, 0.0], turns=2)
+    out = tmp_path / "run"
+    run_online(builder, tiny_model, out, url, max_steps=2)
+    # Killed after ckpt-000002 and its cursor commit, before the reload: both still at v1.
+    post_json(url + "/aw/reload", {"path": str(out / "ckpt-000001")})
+    post_json(url + "/aw/policy", {"version": 1})
+    del calls[:]
+    s = run_online(builder, tiny_model, out, url, max_steps=5)  # nothing new to train
+    assert s["updates"] == 0
+    assert calls == [
+        ("/aw/reload", {"path": str((out / "ckpt-000002").resolve())}),
+        ("/aw/policy", {"version": 2}),
+    ]
+    del calls[:]
+    run_online(builder, tiny_model, out, url, max_steps=5)  # already there: nothing sent
+    assert calls == []
+
+
+def test_checkpoints_keep_the_last_k_weights_once_and_optimizer_state_every_n(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    url, calls = upstream
+    for _ in range(5):
+        builder.group([1.0, 0.0], turns=2)
+    out = tmp_path / "run"
+    s = run_online(builder, tiny_model, out, url, max_steps=20, keep_checkpoints=3, state_every=2)
+    assert s["updates"] == 5
+    assert sorted(p.name for p in out.glob("ckpt-*")) == [f"ckpt-00000{i}" for i in (3, 4, 5)]
+    # The weights sit beside the tokenizer only: never again in train_state/.
+    assert not list(out.glob("ckpt-*/train_state/*.safetensors"))
+    assert not (out / "ckpt-000003" / "train_state").exists()  # update 3: weights only
+    for kept in ("ckpt-000004", "ckpt-000005"):  # every 2nd, and the last of the run
+        assert list((out / kept / "train_state").glob("optimizer*")), kept
+    assert s["checkpoints"].startswith(
+        "kept ckpt-000003, ckpt-000004, ckpt-000005; optimizer state in ckpt-000005; "
+        "deleted 2 older ("
+    )
+    # Every update was still served: weights for the reload each time.
+    assert [c[1]["version"] for c in calls if c[0] == "/aw/policy"] == [1, 2, 3, 4, 5]
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_resume_from_weights_without_optimizer_state_takes_the_newest_older_state(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    url, _ = upstream
+    groups = [builder.group([1.0, 0.0], turns=2)[0] for _ in range(4)]
+    out = tmp_path / "run"
+    run_online(builder, tiny_model, out, url, max_steps=3, keep_checkpoints=0, state_every=2)
+    assert not (out / "ckpt-000001" / "train_state").exists()
+    # Killed right after update 3's checkpoint would have been its last: no state in it yet.
+    import shutil
+
+    shutil.rmtree(out / "ckpt-000003" / "train_state")
+    meta = json.loads((out / "ckpt-000003" / "meta.json").read_text())
+    (out / "ckpt-000003" / "meta.json").write_text(json.dumps({**meta, "train_state": False}))
+    log = Console(file=io.StringIO(), width=200)
+    s = run_online(builder, tiny_model, out, url, console=log, max_steps=5)
+    assert s["step"] == 4 and trained_groups(out)[-1] == [groups[3]]
+    text = log.file.getvalue()
+    assert (
+        "resume: weights of ckpt-000003, optimizer state of ckpt-000002 (1 updates older)" in text
+    )
+    # The trainer is at version 3, the group was sampled by version 0: the fidelity check
+    # names the lag, not a template mismatch.
+    fid = s["fidelity"]
+    assert fid.trainer_version == 3 and fid.rollout_versions == (0,)
 
 
 def test_publish_failure_is_an_upstream_error(upstream) -> None:

@@ -136,5 +136,36 @@ def pool_path(tmp_path: Path) -> Path:
 
 
 def app_for(pool_path: Path, *, start: str = "trajectories", **kw) -> AgentWorldApp:
-    config = TuiConfig(str(pool_path), "tester", proxy_url=kw.pop("proxy_url", None))
+    config = TuiConfig(
+        str(pool_path),
+        "tester",
+        proxy_url=kw.pop("proxy_url", None),
+        runs_path=str(kw.pop("runs_path", pool_path.parent / "runs")),
+    )
     return make_app(config, start=start, clock=lambda: T0, **kw)
+
+
+def write_run(folder: Path, rows: list[dict]) -> Path:
+    """A training run folder as `aw train` leaves it: metrics.jsonl, one row per update."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def run_rows(n: int, **extra: float) -> list[dict]:
+    """``n`` updates of made-up but plausible numbers (fixed: snapshots stay stable)."""
+    return [
+        {
+            "step": s,
+            "loss": round(1.0 / s, 4),
+            "reward_mean": round(0.2 + 0.1 * s, 3),
+            "kl": round(0.001 * s, 4),
+            "clip_frac": round(0.05 * (s % 3), 3),
+            "tokens_per_s": 100.0 + 5 * s,
+            "policy_version": s,
+            **extra,
+        }
+        for s in range(1, n + 1)
+    ]

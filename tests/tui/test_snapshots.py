@@ -85,3 +85,21 @@ def test_help_snapshot(pool_path: Path, snap_compare) -> None:
         await pilot.pause(0.1)
 
     assert snap_compare(app_for(pool_path, refresh_s=0), terminal_size=SIZE, run_before=ready)
+
+
+def test_runs_snapshot(pool_path: Path, snap_compare) -> None:
+    from agentworld.tui.runs import RunsScreen
+
+    from .conftest import run_rows, write_run
+
+    write_run(pool_path.parent / "runs" / "train", run_rows(6))
+
+    async def ready(pilot: Pilot) -> None:
+        await settle(
+            pilot,
+            lambda a: isinstance(a.screen, RunsScreen) and a.screen.charts and a.screen.by_version,
+        )
+
+    assert snap_compare(
+        app_for(pool_path, start="runs", refresh_s=0), terminal_size=SIZE, run_before=ready
+    )
