@@ -24,6 +24,7 @@ from agentworld.proxy.body_check import check_body
 from agentworld.proxy.config import DEFAULT_AGENT, ProxyConfig, UpstreamConfig
 from agentworld.proxy.protocols import CHAT, COMPLETIONS, Adapter, BadRequest
 from agentworld.proxy.recorder import Recorder
+from agentworld.proxy.redact import KnownKeys
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import Registry, Trajectory, UnknownTrajectory
 from agentworld.proxy.upstream_http import UpstreamClient
@@ -61,6 +62,7 @@ class State:
     own_writer: bool = True
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     agent_conns: AgentConnections = field(default_factory=AgentConnections)
+    known_keys: KnownKeys = field(default_factory=KnownKeys)  # masked in every record
 
     def set_policy(self, version: int) -> None:
         self.policy_version = version
@@ -298,6 +300,7 @@ async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamRe
     st.agent_conns.add(request.protocol)  # for an agent that stops reading
     try:
         check_headers(request.headers)
+        st.known_keys.saw(request.headers)
     except BadRequest as exc:
         st.stats.error("bad_request")
         return refusal_for(request.path, exc)
@@ -384,6 +387,7 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         writer=writer,
         own_writer=writer is None,
         policy_version=config.policy_version,
+        known_keys=KnownKeys([config.auth_token, *config.api_keys.values()]),
     )
     app[STATE] = st
     app.cleanup_ctx.append(running.running)

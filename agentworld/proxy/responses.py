@@ -49,7 +49,7 @@ from agentworld.proxy.chat_form import (
     text_of,
 )
 from agentworld.proxy.protocols import BadRequest, check_tool_name
-from agentworld.proxy.redact import recorded_params, without_secrets
+from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "openai.responses"
 PATH = "/v1/responses"
@@ -431,7 +431,7 @@ def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
         elif t.get("type") == "custom" and isinstance(t.get("name"), str):
             out.append(custom_tool(t, f"tools[{i}]"))
         else:
-            out.append(without_secrets(t))  # a remote MCP server's headers, say
+            out.append(t)  # a remote MCP server: its headers are redacted as it is written
     return out or None
 
 
