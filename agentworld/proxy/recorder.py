@@ -279,7 +279,7 @@ class Recorder:
         """Write one record, the redaction rule applied: every record the proxy writes
         comes through here."""
         try:
-            redact_record(rec, self.known_keys.keys())
+            redact_record(rec, self.known_keys.listed())
             for attempt in range(4):
                 try:
                     await self.writer.append_async(rec)

@@ -167,7 +167,7 @@ class KnownKeys:
                     if len(self._seen) > self._max:
                         del self._seen[next(iter(self._seen))]
 
-    def keys(self) -> list[str]:
+    def listed(self) -> list[str]:
         return [*self._fixed, *self._seen]
 
 
