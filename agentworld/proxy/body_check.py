@@ -43,7 +43,9 @@ def check_body(body: dict[str, Any], raw: bytes) -> None:
     if len(raw) > MAX_STRING_BYTES:
         long = _find(
             body,
-            lambda v: type(v) is str and len(v) * 4 > MAX_STRING_BYTES and _utf8_len(v) > MAX_STRING_BYTES,
+            lambda v: (
+                type(v) is str and len(v) * 4 > MAX_STRING_BYTES and _utf8_len(v) > MAX_STRING_BYTES
+            ),
         )
         if long is not None:
             long = field_path(long)

@@ -122,7 +122,9 @@ async def quoting_upstream() -> Any:
     await server.close()
 
 
-async def test_an_upstream_error_quoting_the_agents_key_is_masked(make_proxy, pool, quoting_upstream):
+async def test_an_upstream_error_quoting_the_agents_key_is_masked(
+    make_proxy, pool, quoting_upstream
+):
     proxy = await make_proxy(UpstreamConfig.single(quoting_upstream))
     key = "sk-agent-very-secret-1234"
     async with (
