@@ -199,3 +199,55 @@ async def test_malformed_http_is_a_400_logged_in_one_line(proxy, caplog, data):
     shown = [r for r in caplog.records if r.levelno >= logging.INFO]
     assert all(r.exc_info is None and r.levelno < logging.ERROR for r in shown), shown
     await still_serves(proxy)
+
+
+# -- item 11: a stream of garbage is an error event, counted -------------------------------
+
+
+@pytest.fixture
+async def garbage_upstream() -> Any:
+    """An upstream answering every call 200 text/event-stream, with garbage before [DONE]
+    (the body is the request's model: ``json`` or ``bare``)."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    garbage = {"json": b"data: this is not json\n\n", "bare": b"<html>oops</html>\n\n"}
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(garbage[body["model"]] + b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+@pytest.mark.parametrize("model", ["json", "bare"])
+async def test_a_stream_of_garbage_ends_in_an_error_event_and_is_counted(
+    make_proxy, pool, garbage_upstream, model
+):
+    from agentworld.proxy.config import UpstreamConfig
+
+    proxy = await make_proxy(UpstreamConfig.single(garbage_upstream))
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
+            proxy.url + "/v1/chat/completions",
+            json={"model": model, "messages": USER, "stream": True},
+        ) as r,
+    ):
+        text = await r.text()
+        async with s.get(proxy.url + "/aw/stats") as st:
+            stats = await st.json()
+    assert '"error"' in text and "data: [DONE]" not in text, text
+    assert stats["errors"]["total"] >= 1
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "error" and step["error"]["type"] == "upstream_invalid"
