@@ -251,3 +251,13 @@ async def test_a_stream_of_garbage_ends_in_an_error_event_and_is_counted(
     await proxy.stop()
     (step,) = steps_of(pool)
     assert step["status"] == "error" and step["error"]["type"] == "upstream_invalid"
+
+
+# -- item 12: a rate limit is a rate limit on every route ---------------------------------
+
+
+async def test_an_upstream_429_on_the_responses_route_is_a_rate_limit_error(proxy, pool):
+    status, got = await post(proxy.url + "/v1/responses", {"model": "rate-limit", "input": "hi"})
+    assert status == 429
+    assert got["error"]["type"] == "rate_limit_error"
+    assert got["error"]["code"] == "rate_limit_exceeded"
