@@ -105,12 +105,16 @@ def test_show_is_literal_and_json(pool: Pool) -> None:
     assert "The answer is 41." in res.stdout
 
 
+# Bidirectional and zero-width format characters: text that reads other than it is.
+BIDI = "\u202e\u2066\u2067\u2068\u2069\u200b\u200e\u200f\u061c\u202a\u2060\ufeff"
+
+
 def test_show_and_ls_never_pass_terminal_escapes_through(pool: Pool) -> None:
     """Agents' tool output carries terminal codes (colours, a screen clear): shown, they
     would act on the reader's terminal. They are printed as visible ``\\xNN`` escapes."""
     from agentworld import records
 
-    evil = "\x1b[2J\x1b]0;pwned\x07done\x1b[31m"
+    evil = "\x1b[2J\x1b]0;pwned\x07done\x1b[31m\u202eexe.txt\u2066" + BIDI
     with pool.writer() as w:
         w.append(
             records.make_step(
@@ -145,8 +149,10 @@ def test_show_and_ls_never_pass_terminal_escapes_through(pool: Pool) -> None:
         res = runner.invoke(app, [*args, "--pool", str(pool.root)], terminal_width=200)
         assert res.exit_code == 0, res.output
         assert "\x1b" not in res.stdout and "\x07" not in res.stdout, args
+        assert not set(BIDI) & set(res.stdout), args  # nor text that reorders itself
         shown += res.stdout
     assert "\\x1b[2J" in shown and "\\x07done" in shown  # the text is all there, inert
+    assert "\\u202eexe.txt\\u2066" in shown
     assert "[red]math" in shown  # a name, not markup
 
 
