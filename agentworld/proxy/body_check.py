@@ -6,14 +6,13 @@ step is written (batched durability: after the agent got its 200), such a body c
 the step. So the body is checked as it arrives, and refused with a 400 naming the
 field (``BadRequest.param``, a JSON path such as ``metadata.a.a``).
 
-Cheap on the common body: big integers are looked for only when the raw bytes hold
-a run of 19 digits, long strings only in a body over the string limit; the depth
-walk visits containers only (tens of microseconds on an agent's 40-message call).
+Cheap on the common body: one walk looks at each value once (depth and integers;
+tens of microseconds on an agent's 40-message call), long strings are looked for only
+in a body over the string limit.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from agentworld.proxy.protocols import BadRequest
@@ -23,23 +22,15 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # A body's containers end up one level down in the record (``raw.request``, ``params``),
 # where containers deeper than 64 levels are refused: so at most 62 below the body.
 MAX_BODY_DEPTH = 62
-_LONG_NUMBER = re.compile(rb"\d{19}")  # 2**63 has 19 digits: nothing shorter is out of range
 
 
 def check_body(body: dict[str, Any], raw: bytes) -> None:
     """Raise BadRequest (400, naming the field) when ``body`` (parsed from ``raw``) holds
     what no record can keep."""
-    deep = _too_deep(body, 0)
-    if deep is not None:
-        deep = field_path(deep)
-        raise BadRequest(
-            f"{deep}: nested deeper than {MAX_BODY_DEPTH} levels (a step cannot record it)", deep
-        )
-    if _LONG_NUMBER.search(raw) is not None:
-        big = _find(body, lambda v: type(v) is int and not _INT64_MIN <= v <= _INT64_MAX)
-        if big is not None:
-            big = field_path(big)
-            raise BadRequest(f"{big}: integer outside 64 bits (a step cannot record it)", big)
+    bad = _walk(body, 0)
+    if bad is not None:
+        path, problem = field_path(bad[0]), bad[1]
+        raise BadRequest(f"{path}: {problem} (a step cannot record it)", path)
     if len(raw) > MAX_STRING_BYTES:
         long = _find(
             body,
@@ -58,16 +49,21 @@ def _utf8_len(s: str) -> int:
     return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
 
 
-def _too_deep(v: Any, depth: int) -> str | None:
-    """The path of a container nested deeper than MAX_BODY_DEPTH below ``v`` (at ``depth``)."""
+def _walk(v: Any, depth: int) -> tuple[str, str] | None:
+    """(path, problem) of the first container nested deeper than MAX_BODY_DEPTH below
+    ``v`` (at ``depth``), or integer outside 64 bits, within ``v``; None if there is none.
+    One loop over each container's items (every value is looked at once)."""
     items = v.items() if v.__class__ is dict else enumerate(v)
     for k, x in items:
-        if x.__class__ is dict or x.__class__ is list:
+        cls = x.__class__
+        if cls is dict or cls is list:
             if depth == MAX_BODY_DEPTH:
-                return _part(k)
-            below = _too_deep(x, depth + 1)
+                return _part(k), f"nested deeper than {MAX_BODY_DEPTH} levels"
+            below = _walk(x, depth + 1)
             if below is not None:
-                return _part(k) + below
+                return _part(k) + below[0], below[1]
+        elif cls is int and not _INT64_MIN <= x <= _INT64_MAX:
+            return _part(k), "integer outside 64 bits"
     return None
 
 
