@@ -116,8 +116,12 @@ def refusal_for(path: str, exc: BadRequest) -> web.Response:
     )
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
+def first_line(exc: BaseException) -> str:
+    """What an exception says, in one line (aiohttp's parser errors span several, and a
+    payload error's words are its cause's)."""
+    text = getattr(exc, "message", None) or getattr(exc.__cause__, "message", None) or str(exc)
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def check_headers(headers: Any) -> None:
@@ -142,7 +146,7 @@ async def read_json(request: web.Request, limit: int, timeout_s: float) -> dict[
     except web.HTTPRequestEntityTooLarge:
         raise BadRequest(f"request body over the {limit}-byte limit", None, 413) from None
     except web.RequestPayloadError as exc:  # a body its Content-Encoding does not decode
-        raise BadRequest(f"the request body could not be read: {_first_line(exc)}") from None
+        raise BadRequest(f"the request body could not be read: {first_line(exc)}") from None
     if not raw:
         raise BadRequest("the request body is empty; expected a JSON object")
     try:
@@ -341,7 +345,7 @@ class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
         if isinstance(exc, (HttpProcessingError, web.RequestPayloadError)):
-            self.logger.warning(f"{msg}: %s", *args, _first_line(exc))
+            self.logger.warning(f"{msg}: %s", *args, first_line(exc))
         else:
             self.logger.error(msg, *args, exc_info=exc_info, **kw)
 

@@ -19,6 +19,7 @@ from agentworld.proxy.app import (
     agent_for,
     bad_request,
     error_response,
+    first_line,
     get_trajectory,
     identify,
     upstream_of,
@@ -78,6 +79,12 @@ async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
         )
     except AgentTimeout as exc:
         return bad_request(exc)
+    except web.HTTPRequestEntityTooLarge:
+        return bad_request(
+            BadRequest(f"request body over the {st.config.max_body_bytes}-byte limit", None, 413)
+        )
+    except web.RequestPayloadError as exc:  # a body its Content-Encoding does not decode
+        return bad_request(BadRequest(f"the request body could not be read: {first_line(exc)}"))
     return await forward(request, st, up, url, api_key, data)
 
 
