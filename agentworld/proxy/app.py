@@ -344,7 +344,11 @@ class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        if isinstance(exc, (HttpProcessingError, web.RequestPayloadError)):
+        if isinstance(exc, web.RequestPayloadError):
+            # The handler has answered it (a 400, counted as bad_request); aiohttp meets
+            # the same error again reading past the body.
+            self.logger.debug(f"{msg}: %s", *args, first_line(exc))
+        elif isinstance(exc, HttpProcessingError):
             self.logger.warning(f"{msg}: %s", *args, first_line(exc))
         else:
             self.logger.error(msg, *args, exc_info=exc_info, **kw)
