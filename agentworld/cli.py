@@ -104,6 +104,12 @@ def main() -> None:
             raise
         typer.echo(f"aw: error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the system refused (a full disk, a read-only or gone folder)
+        if debug:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        typer.echo(f"aw: error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("aw: interrupted", err=True)
         sys.exit(130)

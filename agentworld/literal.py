@@ -9,15 +9,23 @@ from typing import Any
 from rich.text import Text
 
 # C0 controls except tab and newline, DEL, and C1 controls: a terminal would act on them.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# And the invisible format characters that change what text appears to say (Trojan
+# Source): bidirectional controls (U+061C, U+200E-200F, U+202A-202E, U+2066-2069) reorder
+# a line; zero-width space, word joiner and BOM (U+200B, U+2060, U+FEFF) hide inside one.
+# ZWJ and ZWNJ (U+200C-200D) are left as they are: emoji and several scripts need them.
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
+)
 
 
 def _visible(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def clean(value: Any) -> str:
-    """``str(value)`` with control characters shown as ``\\xNN`` escapes."""
+    """``str(value)`` with control characters shown as ``\\xNN`` escapes (``\\uNNNN`` for
+    the bidirectional and zero-width ones)."""
     s = value if isinstance(value, str) else ("" if value is None else str(value))
     return _CONTROL.sub(_visible, s)
 

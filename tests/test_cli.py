@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentworld.cli import app
-from agentworld.errors import ConfigError, NotFoundError, PoolError
+from agentworld.errors import ConfigError, NotFoundError, PoolError, RecordError
 from agentworld.pool import Pool
 from tests.synth import fill_pool
 
@@ -105,12 +105,16 @@ def test_show_is_literal_and_json(pool: Pool) -> None:
     assert "The answer is 41." in res.stdout
 
 
+# Bidirectional and zero-width format characters: text that reads other than it is.
+BIDI = "\u202e\u2066\u2067\u2068\u2069\u200b\u200e\u200f\u061c\u202a\u2060\ufeff"
+
+
 def test_show_and_ls_never_pass_terminal_escapes_through(pool: Pool) -> None:
     """Agents' tool output carries terminal codes (colours, a screen clear): shown, they
     would act on the reader's terminal. They are printed as visible ``\\xNN`` escapes."""
     from agentworld import records
 
-    evil = "\x1b[2J\x1b]0;pwned\x07done\x1b[31m"
+    evil = "\x1b[2J\x1b]0;pwned\x07done\x1b[31m\u202eexe.txt\u2066" + BIDI
     with pool.writer() as w:
         w.append(
             records.make_step(
@@ -145,8 +149,10 @@ def test_show_and_ls_never_pass_terminal_escapes_through(pool: Pool) -> None:
         res = runner.invoke(app, [*args, "--pool", str(pool.root)], terminal_width=200)
         assert res.exit_code == 0, res.output
         assert "\x1b" not in res.stdout and "\x07" not in res.stdout, args
+        assert not set(BIDI) & set(res.stdout), args  # nor text that reorders itself
         shown += res.stdout
     assert "\\x1b[2J" in shown and "\\x07done" in shown  # the text is all there, inert
+    assert "\\u202eexe.txt\\u2066" in shown
     assert "[red]math" in shown  # a name, not markup
 
 
@@ -301,3 +307,37 @@ def test_fsck_names_a_corrupt_shard_and_gc_runs(pool: Pool) -> None:
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["dry_run"] is True
     assert shard.exists()  # gc never deletes a live (even corrupt) shard
+
+
+@pytest.mark.parametrize("flag", ["--note", "--author", "--tags"])
+def test_label_text_that_is_not_utf8_is_one_error_and_writes_nothing(pool: Pool, flag: str) -> None:
+    fill_pool(pool, trajectories=1, steps=1)
+    args = ["pool", "label", "tr_0000", "--pool", str(pool.root), "--quality", "good", flag]
+    out = subprocess.run(
+        [sys.executable, "-m", "agentworld.cli", *args, b"a\xffb"],  # type: ignore[list-item]
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert out.returncode == RecordError.exit_code, out.stderr
+    assert out.stderr.count("\n") == 1 and "UTF-8" in out.stderr, out.stderr
+    assert not [p for p in pool.layout.labels.iterdir() if p.is_dir()]  # no empty author folder
+
+
+def test_seal_on_a_full_disk_is_one_error_line(pool: Pool, monkeypatch, capsys) -> None:
+    import errno
+
+    from agentworld import cli
+    from agentworld.pool import maintenance
+
+    def full(*_a: object, **_k: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(pool.root / "objects"))
+
+    monkeypatch.setattr(maintenance, "seal_idle", full)
+    monkeypatch.setattr(sys, "argv", ["aw", "pool", "seal", "--pool", str(pool.root)])
+    with pytest.raises(SystemExit) as done:
+        cli.main()
+    assert done.value.code == 1
+    err = capsys.readouterr().err
+    assert err == f"aw: error: No space left on device: {pool.root / 'objects'}\n"

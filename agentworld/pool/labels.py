@@ -50,10 +50,13 @@ def check_value(field: str, value: Any) -> Any:
     elif field == "tags":
         if not isinstance(value, list) or not all(isinstance(t, str) and t for t in value):
             raise RecordError(f"labels.{field}", "expected a list of non-empty strings")
+        for t in value:
+            _check_utf8(t, f"labels.{field}")
         value = sorted(set(value))
     elif field == "note":
         if not isinstance(value, str):
             raise RecordError(f"labels.{field}", "expected a string")
+        _check_utf8(value, f"labels.{field}")
     elif field == "reward":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise RecordError(f"labels.{field}", "expected a number")
@@ -63,6 +66,15 @@ def check_value(field: str, value: Any) -> Any:
     else:
         raise RecordError(f"labels.{field}", f"unknown label field; known: {list(FIELDS)}")
     return value
+
+
+def _check_utf8(text: str, path: str) -> None:
+    """RecordError unless ``text`` is UTF-8 text: a command-line argument with a byte that
+    is not (``--note "$(printf 'a\\xffb')"``) arrives holding a lone surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError(path, "not valid UTF-8 text (a byte that is not UTF-8)") from None
 
 
 def check_target(target: str) -> str:
@@ -215,8 +227,8 @@ class Labels:
             now = max(now, self._last_time + 1e-6)
             self._last_time = now
         day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
+        _check_utf8(author, "labels.author")  # before its folder is made
         d = self.layout.labels / safe_author(author)
-        d.mkdir(parents=True, exist_ok=True)
         lines = []
         for target in targets:
             entry = {
@@ -229,6 +241,7 @@ class Labels:
             lines.append(orjson.dumps(entry, option=orjson.OPT_SORT_KEYS) + b"\n")
         if not lines:
             return 0
+        d.mkdir(parents=True, exist_ok=True)  # once every line is made: no empty folder
         written = len(lines)
         with self._lock:
             fd = os.open(d / f"{day}.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)

@@ -41,7 +41,7 @@ from agentworld.proxy.chat_form import (
     text_of,
 )
 from agentworld.proxy.protocols import BadRequest, check_tool_name
-from agentworld.proxy.redact import recorded_params, without_secrets
+from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "anthropic.messages"
 PATH = "/v1/messages"
@@ -366,7 +366,7 @@ def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
                 )
             except BadRequest:
                 pass  # a shape the chat form will not take: kept as sent
-        out.append(without_secrets(tool) if tool is t else tool)
+        out.append(tool)  # an MCP server's credentials are redacted as it is written
     return out or None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,11 +16,15 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from agentworld.proxy.agent_conn import AgentConnections, read_body
+from agentworld.proxy.anthropic import error_body as anthropic_error_body
+from agentworld.proxy.body_check import check_body
 from agentworld.proxy.config import DEFAULT_AGENT, ProxyConfig, UpstreamConfig
 from agentworld.proxy.protocols import CHAT, COMPLETIONS, Adapter, BadRequest
 from agentworld.proxy.recorder import Recorder
+from agentworld.proxy.redact import KnownKeys
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import Registry, Trajectory, UnknownTrajectory
 from agentworld.proxy.upstream_http import UpstreamClient
@@ -57,6 +62,7 @@ class State:
     own_writer: bool = True
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     agent_conns: AgentConnections = field(default_factory=AgentConnections)
+    known_keys: KnownKeys = field(default_factory=KnownKeys)  # masked in every record
 
     def set_policy(self, version: int) -> None:
         self.policy_version = version
@@ -97,6 +103,39 @@ def bad_request(exc: BadRequest) -> web.Response:
     )
 
 
+def refusal_for(path: str, exc: BadRequest) -> web.Response:
+    """``bad_request`` in the protocol's shape of the route ``path`` names (Anthropic's for
+    its Messages routes): for a refusal made before any route's handler ran."""
+    if "/v1/messages" not in path:
+        return bad_request(exc)
+    return web.Response(
+        status=exc.status,
+        body=orjson.dumps(anthropic_error_body(exc.status, exc.message)),
+        content_type="application/json",
+        headers=refusal_headers(exc.status),
+    )
+
+
+def first_line(exc: BaseException) -> str:
+    """What an exception says, in one line (aiohttp's parser errors span several, and a
+    payload error's words are its cause's)."""
+    text = getattr(exc, "message", None) or getattr(exc.__cause__, "message", None) or str(exc)
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def check_headers(headers: Any) -> None:
+    """BadRequest naming the first header whose value is not UTF-8 (aiohttp hands such
+    bytes on as lone surrogates, which nothing downstream can encode: not the upstream
+    request, not a record)."""
+    for name, value in headers.items():
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadRequest(f"header {name}: its value is not valid UTF-8", name) from None
+
+
 async def read_json(request: web.Request, limit: int, timeout_s: float) -> dict[str, Any]:
     """The request body as a JSON object, or BadRequest naming the problem (413 when too
     big, 408 when it stops arriving for ``timeout_s``)."""
@@ -106,6 +145,8 @@ async def read_json(request: web.Request, limit: int, timeout_s: float) -> dict[
         raw = await read_body(request, limit, timeout_s)
     except web.HTTPRequestEntityTooLarge:
         raise BadRequest(f"request body over the {limit}-byte limit", None, 413) from None
+    except web.RequestPayloadError as exc:  # a body its Content-Encoding does not decode
+        raise BadRequest(f"the request body could not be read: {first_line(exc)}") from None
     if not raw:
         raise BadRequest("the request body is empty; expected a JSON object")
     try:
@@ -114,21 +155,33 @@ async def read_json(request: web.Request, limit: int, timeout_s: float) -> dict[
         raise BadRequest(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest(f"the request body must be a JSON object, got {type(body).__name__}")
+    check_body(body, raw)
     return body
 
 
+# Characters no name may hold: path separators, and what would end or escape a URL path
+# segment (a trajectory, group and agent name is one: /t/<trajectory>/g/<group>/a/<agent>).
+_UNSAFE = frozenset("/\\?#%") | frozenset(map(chr, range(32))) | {"\x7f"}
+
+
 def check_name(value: Any, what: str, *, max_chars: int = 200) -> str | None:
-    """An id-like field from a path, header, query or body (None when absent)."""
+    """An id-like field from a path, header, query or body (None when absent).
+
+    ``.`` and ``..`` are refused too: in a base URL (``/t/../v1``) an SDK resolves them
+    away, and the agent's calls would silently leave their trajectory.
+    """
     if value is None or value == "":
         return None
     if (
         not isinstance(value, str)
         or len(value) > max_chars
         or value.strip() != value
-        or any(c in value for c in "/\\\n\r\t\0")
+        or value in (".", "..")
+        or any(c in _UNSAFE for c in value)
     ):
         raise BadRequest(
-            f"{what}: must be a string of at most {max_chars} chars without slashes or whitespace",
+            f"{what}: must be a string of at most {max_chars} chars, not '.' or '..', without "
+            "slashes, whitespace, control characters or any of ?#%",
             what,
         )
     return value
@@ -250,6 +303,12 @@ async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamRe
     st = request.app[STATE]
     st.agent_conns.add(request.protocol)  # for an agent that stops reading
     try:
+        check_headers(request.headers)
+        st.known_keys.saw(request.headers)
+    except BadRequest as exc:
+        st.stats.error("bad_request")
+        return refusal_for(request.path, exc)
+    try:
         resp = await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -272,7 +331,27 @@ async def _errors_middleware(request: web.Request, handler: Any) -> web.StreamRe
     if resp.status == 408 and not request.content.is_eof():  # a stalled body (read_body)
         st.stats.error("agent_timeout")
         resp.force_close()  # its rest may still come: not another request
+    elif request.content.exception() is not None:  # a body that does not decode (gzip)
+        resp.force_close()  # its rest cannot be read past: nor can another request
     return resp
+
+
+class ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's own log for a connection (``handler_args={"logger": ...}``): a request
+    that is not HTTP (a bad request line, a header over 8 kB, a body that does not
+    decode) is the client's fault, answered with a 400 by aiohttp, and logged here in
+    one line; a fuzzing client made hundreds of full tracebacks at ERROR before."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, web.RequestPayloadError):
+            # The handler has answered it (a 400, counted as bad_request); aiohttp meets
+            # the same error again reading past the body.
+            self.logger.debug(f"{msg}: %s", *args, first_line(exc))
+        elif isinstance(exc, HttpProcessingError):
+            self.logger.warning(f"{msg}: %s", *args, first_line(exc))
+        else:
+            self.logger.error(msg, *args, exc_info=exc_info, **kw)
 
 
 @web.middleware
@@ -312,7 +391,11 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
     if config.auth_token:
         middlewares.append(_auth_middleware(config.auth_token, stats))
     middlewares.append(write_health.refuse_while_failing)  # after auth: no probing without it
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares)
+    app = web.Application(
+        client_max_size=config.max_body_bytes,
+        middlewares=middlewares,
+        handler_args={"logger": ServerLog(logging.getLogger("aiohttp.server"), {})},
+    )
     st = State(
         config=config,
         pool=pool,
@@ -321,6 +404,7 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         writer=writer,
         own_writer=writer is None,
         policy_version=config.policy_version,
+        known_keys=KnownKeys([config.auth_token, *config.api_keys.values()]),
     )
     app[STATE] = st
     app.cleanup_ctx.append(running.running)

@@ -265,7 +265,8 @@ async def _unary(
 
     async def fail(message: str) -> None:
         nonlocal out
-        out = error_response(adapter, 503, message)
+        out_headers.pop("Content-Type", None)
+        out = error_response(adapter, 503, message, headers=out_headers)  # names its step
 
     await deliver(ctx, recs, send, fail)
     return out

@@ -16,7 +16,6 @@ from agentworld.proxy.chat_form import name_calls
 from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left
-from agentworld.proxy.redact import without_secrets
 from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.upstream import Fault
@@ -95,7 +94,7 @@ def step(
         tokens=tokens,
         status=status,
         error=error,
-        raw={"request": without_secrets(ctx.body), "response": raw_response},
+        raw={"request": ctx.body, "response": raw_response},
     )
 
 

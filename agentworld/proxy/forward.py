@@ -149,6 +149,7 @@ async def _unary(
                 f"the step could not be recorded durably: {exc}",
                 "service_unavailable",
                 code=503,
+                headers=out_headers,  # names the step that failed, as every answer does
             )
         out_headers["Content-Type"] = ctype
         return web.Response(body=raw, headers=out_headers)

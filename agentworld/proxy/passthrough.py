@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
 from aiohttp import web
+from yarl import URL
 
 from agentworld.proxy import anthropic_models
 from agentworld.proxy.agent_conn import AgentTimeout, read_body
@@ -17,6 +19,7 @@ from agentworld.proxy.app import (
     agent_for,
     bad_request,
     error_response,
+    first_line,
     get_trajectory,
     identify,
     upstream_of,
@@ -43,13 +46,31 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     return await _pass(request, request.match_info["tail"])
 
 
+def confined(tail: str) -> str:
+    """``tail`` (decoded, from the route) as the path under the upstream's ``/v1/``,
+    percent-encoded again; BadRequest when it would leave ``/v1``.
+
+    aiohttp resolves the dot-segments of a path before routing, but not encoded ones:
+    ``/v1/%2e%2e/tokenize`` arrives as the tail ``../tokenize``, and the client would
+    resolve it to the upstream's ``/tokenize`` (with the proxy's upstream key). So no
+    segment may be ``.`` or ``..``, and what was encoded stays encoded (an encoded ``?``
+    or ``#`` is part of the path, not a query).
+    """
+    if any(part in (".", "..") for part in tail.replace("\\", "/").split("/")):
+        raise BadRequest(
+            f"path /v1/{tail}: a '.' or '..' segment would leave /v1 (only /v1/* is forwarded)",
+            "path",
+        )
+    return quote(tail, safe="/:@!$&'()*+,;=~")
+
+
 async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
     st = request.app[STATE]
     try:
         up, base, api_key = _target(st, request)
+        url = base + "/v1/" + confined(tail)
     except BadRequest as exc:
         return bad_request(exc)
-    url = base + "/v1/" + tail
     try:
         data = (
             await read_body(request, st.config.max_body_bytes, st.config.client_timeout_s)
@@ -58,6 +79,12 @@ async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
         )
     except AgentTimeout as exc:
         return bad_request(exc)
+    except web.HTTPRequestEntityTooLarge:
+        return bad_request(
+            BadRequest(f"request body over the {st.config.max_body_bytes}-byte limit", None, 413)
+        )
+    except web.RequestPayloadError as exc:  # a body its Content-Encoding does not decode
+        return bad_request(BadRequest(f"the request body could not be read: {first_line(exc)}"))
     return await forward(request, st, up, url, api_key, data)
 
 
@@ -76,8 +103,9 @@ async def forward(
     API takes it (``x-api-key``) for ``anthropic`` routes and for any request an Anthropic
     client sent (it carries ``anthropic-version``)."""
     assert st.session is not None
-    if request.query_string:
-        url += "?" + request.query_string
+    if request.rel_url.raw_query_string:
+        url += "?" + request.rel_url.raw_query_string
+    target = URL(url, encoded=True)  # as built: encoded once, never resolved again
     headers = upstream_headers(
         request.headers, api_key, forward_client_auth=not st.config.auth_token
     )
@@ -90,7 +118,7 @@ async def forward(
     try:
         async with st.session.request(
             request.method,
-            url,
+            target,
             data=data,
             headers=headers,
             allow_redirects=False,

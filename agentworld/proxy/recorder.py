@@ -17,6 +17,7 @@ from typing import Any
 from agentworld import records
 from agentworld.errors import AgentWorldError, RecordError
 from agentworld.proxy.protocols import Adapter, Injected
+from agentworld.proxy.redact import KnownKeys, redact_record
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 
@@ -225,12 +226,19 @@ class Recorder:
     """Writes records through the pool writer; counts and logs failures."""
 
     def __init__(
-        self, writer: Any, stats: ProxyStats, *, strict: bool, instance: str | None = None
+        self,
+        writer: Any,
+        stats: ProxyStats,
+        *,
+        strict: bool,
+        instance: str | None = None,
+        known_keys: KnownKeys | None = None,
     ) -> None:
         self.writer = writer
         self.stats = stats
         self.strict = strict
         self.instance = instance  # stamped on every step as metadata.proxy
+        self.known_keys = known_keys if known_keys is not None else KnownKeys()
         self._background: set[asyncio.Task[None]] = set()
 
     async def steps(self, t: Trajectory, recs: list[dict[str, Any]]) -> None:
@@ -268,7 +276,10 @@ class Recorder:
         await self._append(rec)
 
     async def _append(self, rec: dict[str, Any]) -> None:
+        """Write one record, the redaction rule applied: every record the proxy writes
+        comes through here."""
         try:
+            redact_record(rec, self.known_keys.listed())
             for attempt in range(4):
                 try:
                     await self.writer.append_async(rec)

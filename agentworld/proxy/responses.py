@@ -49,7 +49,7 @@ from agentworld.proxy.chat_form import (
     text_of,
 )
 from agentworld.proxy.protocols import BadRequest, check_tool_name
-from agentworld.proxy.redact import recorded_params, without_secrets
+from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "openai.responses"
 PATH = "/v1/responses"
@@ -431,7 +431,7 @@ def record_tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
         elif t.get("type") == "custom" and isinstance(t.get("name"), str):
             out.append(custom_tool(t, f"tools[{i}]"))
         else:
-            out.append(without_secrets(t))  # a remote MCP server's headers, say
+            out.append(t)  # a remote MCP server: its headers are redacted as it is written
     return out or None
 
 
@@ -772,19 +772,30 @@ def response_record(resp: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# OpenAI's error type for an HTTP status (SDKs pick their exception by the status; agents
+# that log or branch on the type must not read a rate limit as a bad request).
+ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+# OpenAI's error code where the status says it (what SDKs and agents back off on).
+ERROR_CODES = {429: "rate_limit_exceeded"}
+
+
 def error_body(
     status: int, message: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
-    """An error in OpenAI's shape."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    if status == 404:
-        kind = "not_found_error"
+    """An error in OpenAI's shape, its type (and code, if none is given) by the HTTP status."""
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    code = code if code is not None else ERROR_CODES.get(status)
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def stream_error(status: int, message: str) -> dict[str, Any]:
     """The fields of a Responses stream's ``error`` event (its code by the HTTP status)."""
-    code = "server_error" if status >= 500 else "invalid_request_error"
+    code = ERROR_CODES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"code": code, "message": message, "param": None}
 
 

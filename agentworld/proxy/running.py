@@ -97,6 +97,7 @@ async def running(app: web.Application) -> AsyncIterator[None]:
         st.stats,
         strict=st.config.durability == "strict",
         instance=st.config.instance,
+        known_keys=st.known_keys,
     )
     if st.config.restore:
         try:

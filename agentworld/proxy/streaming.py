@@ -174,7 +174,11 @@ async def _pump(
                     try:
                         obj = loads(payload)
                     except orjson.JSONDecodeError:
-                        parts.append(ev + b"\n\n")
+                        # Not an event of this protocol: the agent gets the protocol's error
+                        # event (not garbage and [DONE]), and the step its error.
+                        msg = f"upstream {url} sent an event that is not JSON: {payload[:80]!r}"
+                        fault = Fault(502, "upstream_invalid", msg)
+                        return done, False, fault, b"".join([*held, *parts])
                     else:
                         try:
                             add(obj)
@@ -208,6 +212,9 @@ async def _pump(
         return done, False, fault, b"".join(held)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return done, False, classify(exc, url), b"".join(held)
+    if done and asm.error is None and not asm.chunks:  # [DONE] after nothing of the protocol's
+        msg = f"upstream {url} sent [DONE] without any chat event before it"
+        return done, False, Fault(502, "upstream_invalid", msg), b"".join(held)
     if not done and asm.error is None:
         return (
             done,

@@ -67,6 +67,7 @@ class _Conn(asyncio.Protocol):
         # event, and arming and cancelling a timer for each wait cost more than the read.
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # when ``_timer`` fires
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -107,7 +108,13 @@ class _Conn(asyncio.Protocol):
         fut = self.waiter = loop.create_future()
         if timeout_s:
             self._deadline = loop.time() + timeout_s
+            if self._timer is not None and self._deadline < self._timer_at:
+                # An earlier deadline than the timer's: a reused connection whose last call
+                # had a longer timeout (each call's own deadline is in charge).
+                self._timer.cancel()
+                self._timer = None
             if self._timer is None:
+                self._timer_at = self._deadline
                 self._timer = loop.call_at(self._deadline, self._on_timer)
         else:
             self._deadline = 0.0
@@ -126,6 +133,7 @@ class _Conn(asyncio.Protocol):
         if loop.time() >= self._deadline:
             w.set_exception(TimeoutError("no bytes from the upstream in time"))
         else:
+            self._timer_at = self._deadline
             self._timer = loop.call_at(self._deadline, self._on_timer)
 
     @property

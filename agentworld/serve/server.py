@@ -374,7 +374,12 @@ def make_app(
                 n_out = sum(len(c.events) for c in gen.choices)
                 await resp.write(chunk([], usage=P.usage(n_prompt, n_out)))
             await resp.write(b"data: [DONE]\n\n")
-        except (ConnectionResetError, asyncio.CancelledError):
+        except ConnectionResetError:
+            # The client hung up mid-stream (its own choice, every day): generation stops,
+            # and the handler ends quietly, not as an aiohttp "Error handling request".
+            gen.cancel()
+            return resp
+        except asyncio.CancelledError:
             gen.cancel()
             raise
         finally:

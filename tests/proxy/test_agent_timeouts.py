@@ -272,3 +272,28 @@ def test_a_watched_connection_is_stalled_only_when_paused_at_every_check():
 def test_client_timeout_must_be_positive():
     with pytest.raises(ConfigError, match="--client-timeout-s"):
         ProxyConfig(default_upstream=UpstreamConfig.single("http://x:1"), client_timeout_s=0)
+
+
+async def test_each_call_arms_its_own_upstream_deadline_on_a_reused_connection(make_proxy, fake):
+    """Agent ``slow`` (600 s) leaves an idle connection whose read timer is far off; agent
+    ``quick`` (0.3 s) reuses it for a call the upstream hangs on: its 504 comes in its own
+    0.3 s, not when the earlier call's timer would have fired."""
+    fake[0].hang_s = 30.0
+    proxy = await make_proxy(
+        agents={
+            "slow": UpstreamConfig(urls=(fake[1],), timeout_s=600.0),
+            "quick": UpstreamConfig(urls=(fake[1],), timeout_s=TIMEOUT_S),
+        }
+    )
+    c = openai.AsyncOpenAI(base_url=proxy.url + "/a/slow/v1", api_key="k", max_retries=0)
+    await c.chat.completions.create(model="m", messages=USER)
+    await c.close()
+    assert proxy.state.upstream is not None and sum(map(len, proxy.state.upstream._idle.values()))
+    c = openai.AsyncOpenAI(base_url=proxy.url + "/a/quick/v1", api_key="k", max_retries=0)
+    t0 = time.perf_counter()
+    with pytest.raises(openai.APIStatusError) as err:
+        async with asyncio.timeout(10):
+            await c.chat.completions.create(model="hang", messages=USER)
+    await c.close()
+    assert err.value.status_code == 504
+    assert time.perf_counter() - t0 < 5

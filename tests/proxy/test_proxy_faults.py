@@ -433,10 +433,22 @@ async def test_strict_recording_failure_is_503(pool, fake):
         with pytest.raises(openai.APIStatusError) as info:
             await c.chat.completions.create(model="m", messages=USER)
         assert info.value.status_code == 503 and "recorded" in info.value.message
+        # every answer names its step, a refused one too
+        assert info.value.response.headers["X-AW-Step"] == "0"
+        assert info.value.response.headers["X-AW-Trajectory"].startswith("tr_")
         with pytest.raises(openai.APIError, match="recorded"):
             stream = await c.chat.completions.create(model="m", messages=USER, stream=True)
             [ch async for ch in stream]
         await c.close()
+        body = {"model": "m", "max_tokens": 5, "messages": USER}
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(proxy.url + "/v1/messages", json=body) as r,
+        ):
+            assert r.status == 503 and (await r.json())["type"] == "error"
+            assert r.headers["X-AW-Step"].isdigit() and r.headers["X-AW-Trajectory"].startswith(
+                "tr_"
+            )
 
 
 class DiskFullOnce:

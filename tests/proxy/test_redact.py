@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from agentworld.proxy import responses as rs
-from agentworld.proxy.redact import MAX_DEPTH, is_secret, recorded_params, without_secrets
+from agentworld.proxy.redact import (
+    MAX_DEPTH,
+    is_secret,
+    recorded_params,
+    redact_record,
+    without_secrets,
+)
 
 CREDENTIALS = [
     "api_key",
@@ -158,6 +164,15 @@ def test_credentials_of_tools_and_mcp_servers_are_left_out_their_schemas_kept():
         "headers": {"X-Region": "eu"},
     }
     assert got["mcp_servers"] == [{"type": "url", "url": "https://x.example"}]
-    assert recorded_params(body, frozenset({"model", "tools"}))["mcp_servers"] == got["mcp_servers"]
-    assert rs.record_tools(body)[1] == got["tools"][1]
+    # Where records are written, the same rule: on the params and tools of a request record.
+    rec = {
+        "kind": "step",
+        "request": {
+            "params": recorded_params(body, frozenset({"model", "tools"})),
+            "tools": rs.record_tools(body),
+        },
+    }
+    redact_record(rec)
+    assert rec["request"]["params"]["mcp_servers"] == got["mcp_servers"]
+    assert rec["request"]["tools"][1] == got["tools"][1]
     assert body["tools"][1]["authorization"] == "sk-mcp"  # the agent's body is not changed

@@ -269,9 +269,14 @@ async def test_bad_reload_path_is_a_400(client: Any, tmp_path: Path):
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_client_disconnect_cancels_generation(
-    aiohttp_client: Any, fresh_engine: Engine, stream: bool, monkeypatch: pytest.MonkeyPatch
+    aiohttp_client: Any,
+    fresh_engine: Engine,
+    stream: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ):
     import asyncio
+    import logging
 
     submitted = []
     real_submit = fresh_engine.submit
@@ -299,6 +304,49 @@ async def test_client_disconnect_cancels_generation(
     (req,) = submitted
     assert req.done and req.cancelled.is_set()
     assert len(req.output_ids) < 1000  # stopped early, not run to max_tokens
+    await asyncio.sleep(0.2)  # the handler has seen the disconnect
+    # an agent hanging up is routine: no traceback in the server's log
+    loud = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not loud, [r.getMessage() for r in loud]
+
+
+async def test_a_client_hanging_up_mid_stream_logs_no_traceback(
+    fresh_engine: Engine, caplog: pytest.LogCaptureFixture
+):
+    """The socket closes while tokens are being written: the next write fails, and that
+    is the end of the stream, not an error of the server's. Served as ``aw serve`` serves
+    (``run_app``: handlers are not cancelled on a disconnect, unlike the test server's)."""
+    import asyncio
+    import logging
+
+    from aiohttp import web
+
+    runner = web.AppRunner(make_app(fresh_engine), handler_cancellation=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    body = orjson.dumps(
+        {"prompt": [5, 6, 7], "max_tokens": 1000, "ignore_eos": True, "stream": True}
+    )
+    try:
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body) + body
+            )
+            assert (await reader.read(12)).startswith(b"HTTP/1.1 200")
+            writer.close()
+            await asyncio.sleep(0.3)
+        for _ in range(100):
+            if not fresh_engine.running:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await runner.cleanup()
+    loud = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not loud, [r.getMessage() for r in loud]
 
 
 async def test_default_alias_is_served_like_the_model_name(client: Any):

@@ -148,6 +148,9 @@ def test_literal_keeps_markup_and_neutralises_escapes() -> None:
     assert "[bold]not bold[/bold]" in t.plain and "[link=http://x]" in t.plain
     assert "\x1b" not in t.plain and "\\x1b[31m" in t.plain
     assert not t.spans  # nothing was interpreted as style
+    # bidirectional and zero-width controls are shown, not obeyed; ZWJ (emoji) stays
+    t = literal("a\u202eb\u2066c\u2069\u200bd \U0001f468\u200d\U0001f469")
+    assert t.plain == "a\\u202eb\\u2066c\\u2069\\u200bd \U0001f468\u200d\U0001f469"
     assert "\n" not in one_line("a\nb").plain
     msg = message_text(
         {
