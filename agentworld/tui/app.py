@@ -16,7 +16,7 @@ from agentworld.errors import AgentWorldError
 from agentworld.pool import Selection
 from agentworld.tui.data import PoolData, TuiConfig, open_pool
 from agentworld.tui.group import GroupScreen
-from agentworld.tui.help import HelpScreen, bindings_of
+from agentworld.tui.help import HelpScreen, bindings_of, key_name, what_it_does
 from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.monitor import MonitorScreen
@@ -31,21 +31,15 @@ class AgentWorldApp(App[None]):
     """Monitor, list, inspect and curate one pool."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("m", "switch_mode('monitor')", "Monitor"),
-        Binding("l", "switch_mode('trajectories')", "List"),
-        Binding("r", "review", "Review"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
+        Binding("m", "go('monitor')", "Monitor", show=False, tooltip="Go to the monitor"),
+        Binding("l", "go('trajectories')", "List", show=False, tooltip="Go to the trajectory list"),
+        Binding(
+            "r", "review", "Review", show=False, tooltip="Review unlabelled trajectories one by one"
+        ),
+        Binding("question_mark", "help", "Help", key_display="?", tooltip="Keys of this screen"),
+        Binding("q", "quit", "Quit", show=False, tooltip="Quit aw tui"),
     ]
     MODES: ClassVar[dict[str, Any]] = {"monitor": MonitorScreen, "trajectories": TrajectoriesScreen}
-    HELP_SECTIONS = (
-        ("everywhere", App),
-        ("monitor", MonitorScreen),
-        ("trajectories", TrajectoriesScreen),
-        ("inspector and review queue", InspectorScreen),
-        ("group view", GroupScreen),
-        ("help", HelpScreen),
-    )
 
     def __init__(self, data: PoolData, *, start: str = "monitor", refresh_s: float = REFRESH_S):
         super().__init__()
@@ -137,10 +131,20 @@ class AgentWorldApp(App[None]):
     def action_review(self) -> None:
         self.push_screen(InspectorScreen(None, review=True, selection=self.selection))
 
+    async def action_go(self, mode: str) -> None:
+        """Show a mode's own screen: the list or the monitor, whatever was opened on it."""
+        if self.current_mode != mode:
+            await self.switch_mode(mode)
+        while len(self.screen_stack) > 1:
+            await self.pop_screen()
+
     def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            sections = [("everywhere", type(self)), *self.HELP_SECTIONS[1:]]
-            self.push_screen(HelpScreen(sections))
+        """The keys of the screen on top, then the ones that work everywhere."""
+        screen = self.screen
+        if isinstance(screen, HelpScreen):
+            return
+        sections = [(screen.sub_title or "this screen", type(screen)), ("everywhere", type(self))]
+        self.push_screen(HelpScreen(sections, filter_line=isinstance(screen, TrajectoriesScreen)))
 
     def on_trajectory_labelled(self, event: TrajectoryLabelled) -> None:
         # The other screens (the list beneath the inspector) reload; the one that labelled
@@ -152,18 +156,20 @@ class AgentWorldApp(App[None]):
     # -- command palette ----------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """Every key's action, app-wide and of the current screen, as a palette entry."""
-        yield from super().get_system_commands(screen)
-        seen: set[str] = set()
+        """Textual's commands, then every key of ours (app-wide and of the current
+        screen) as what it does, with its key."""
+        titles: set[str] = set()
+        for command in super().get_system_commands(screen):
+            titles.add(command.title)
+            yield command
         for owner, cls in ((self, type(self)), (screen, type(screen))):
             for b in bindings_of(cls):
-                if b.action in seen or cls is App:
+                title = what_it_does(b)
+                if title in titles:
                     continue
-                seen.add(b.action)
+                titles.add(title)
                 yield SystemCommand(
-                    b.description or b.action,
-                    f"key {b.key_display or b.key} · {b.action}",
-                    partial(owner.run_action, b.action),
+                    title, f"key {key_name(b)}", partial(owner.run_action, b.action)
                 )
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import sqlite3
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
@@ -147,6 +148,13 @@ class MonitorScreen(Screen[None]):
     MonitorScreen #side { width: 1fr; height: auto; padding: 0 1; }
     """
 
+    # The app's keys, shown in this footer (the other screens' footers have no room).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("l", "app.go('trajectories')", "List", tooltip="Go to the trajectory list"),
+        Binding("r", "app.review", "Review", tooltip="Review unlabelled trajectories one by one"),
+        Binding("q", "app.quit", "Quit", tooltip="Quit aw tui"),
+    ]
+
     def __init__(self) -> None:
         super().__init__()
         self.snapshot: MonitorSnapshot | None = None
@@ -166,7 +174,7 @@ class MonitorScreen(Screen[None]):
             with Horizontal(id="tables"):
                 yield DataTable(id="per-agent", cursor_type="row", zebra_stripes=True)
                 yield Static(Text(""), id="side")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "monitor"
