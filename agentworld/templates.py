@@ -35,13 +35,26 @@ AGENTS_TOML = """\
 kind = "python"
 description = "GSM8K-style solver with a calculator tool (OpenAI tool calls)"
 function = "agentworld.run.agents.math_agent:solve"
-max_turns = 8
+max_turns = 4
 concurrency = 8
-episode_timeout_s = 300
+episode_timeout_s = 900
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
 engine = "vllm"
-params = { temperature = 0.8, max_tokens = 512 }
+params = { temperature = 0.8, max_tokens = 256 }
+
+# Calls that name no agent (no X-AW-Agent header, no trajectory: the README's first
+# curl, any SDK pointed at `aw proxy --config agents.toml`) are recorded as agent
+# "default" and go to its upstream. Rolled out with `aw run`, it answers in one call.
+[agents.default]
+kind = "python"
+description = "calls that name no agent; as a rollout, one model call"
+function = "agentworld.run.agents.baseline:solve"
+max_turns = 1
+upstream = "http://127.0.0.1:8000/v1"
+model = "default"
+engine = "vllm"
+params = { temperature = 0.8, max_tokens = 256 }
 
 # The same task in one model call, no tools: the baseline to beat.
 [agents.baseline]
@@ -51,7 +64,7 @@ function = "agentworld.run.agents.baseline:solve"
 max_turns = 1
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
-params = { temperature = 0.8, max_tokens = 512 }
+params = { temperature = 0.8, max_tokens = 256 }
 
 # A black-box agent: any program, one process per episode. It gets the proxy's
 # trajectory URL in OPENAI_BASE_URL / ANTHROPIC_BASE_URL (OPENAI_API_KEY is a
@@ -69,7 +82,7 @@ command = ["{python}", "-m", "agentworld.run.agents.cli_agent"]
 episode_timeout_s = 120
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
-params = { temperature = 0.8, max_tokens = 512 }
+params = { temperature = 0.8, max_tokens = 256 }
 """
 
 DATASETS_TOML = """\

@@ -121,9 +121,12 @@ class AgentWorldApp(App[None]):
 
     # -- navigation (called by screens) ------------------------------------------------------
 
-    def inspect(self, trajectory_id: str, step: int | None = None) -> None:
-        """Open a trajectory in the inspector (at the step of that index, when given)."""
-        self.push_screen(InspectorScreen(trajectory_id, step=step))
+    def inspect(
+        self, trajectory_id: str, step: int | None = None, highlight: str | None = None
+    ) -> None:
+        """Open a trajectory in the inspector (at the step of that index, when given;
+        ``highlight``: the words the list was searched for, marked where they occur)."""
+        self.push_screen(InspectorScreen(trajectory_id, step=step, highlight=highlight))
 
     def show_group(self, group: str, focus: str | None = None) -> None:
         self.push_screen(GroupScreen(group, focus))

@@ -189,8 +189,10 @@ class InspectorScreen(CuratingScreen):
         review: bool = False,
         selection: Selection | None = None,
         step: int | None = None,
+        highlight: str | None = None,
     ) -> None:
         super().__init__()
+        self.highlight = highlight or None  # searched-for words, marked in the transcript
         self.trajectory_id = trajectory_id
         self.review = review
         self.selection = selection or Selection()
@@ -348,7 +350,10 @@ class InspectorScreen(CuratingScreen):
         """The step's tokens, or its transcript with long texts clipped."""
         if self.show_tokens:
             return token_view(step, prev, decode=self.decoder())
-        return self.transcript(step, prev, CLIP)
+        text = self.transcript(step, prev, CLIP)
+        if self.highlight:
+            text.highlight_words([self.highlight], "bold black on yellow", case_sensitive=False)
+        return text
 
     def transcript(
         self, step: dict[str, Any], prev: dict[str, Any] | None, clip: Clip | None

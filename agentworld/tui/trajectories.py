@@ -263,7 +263,7 @@ class TrajectoriesScreen(CuratingScreen):
     def action_inspect(self) -> None:
         tid = self.current_id()
         if tid:
-            self.aw.inspect(tid)
+            self.aw.inspect(tid, highlight=self.selection.text)
 
     def action_group(self) -> None:
         tid = self.current_id()
