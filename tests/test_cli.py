@@ -195,6 +195,7 @@ def test_label_by_id_and_by_filter(pool: Pool) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
+    assert res.stderr.strip().endswith("as bob: trainable=false")  # not {'trainable': False}
     eff = pool.labels.effective()
     assert eff["trajectory:tr_0000"]["quality"].value == "good"
     assert eff["trajectory:tr_0000"]["trainable"].value is False

@@ -85,6 +85,7 @@ class RefreshReport:
     shards: int = 0
     journals: int = 0
     records: int = 0
+    labels: bool = False  # the label files changed and were read again
     seconds: float = 0.0
     corrupt: list[str] = field(default_factory=list)
 
@@ -316,7 +317,7 @@ class Index(IndexQueries):
                 report.journals += 1
             # Step labels attach to trajectories through the steps table, so new
             # rows can change the label summary even when no label file changed.
-            self._refresh_labels(force=bool(report.records or gone))
+            report.labels = self._refresh_labels(force=bool(report.records or gone))
             self.db.execute(
                 "DELETE FROM trajectories WHERE id IN (SELECT id FROM touched) "
                 "AND id NOT IN (SELECT trajectory FROM steps) "
@@ -462,12 +463,13 @@ class Index(IndexQueries):
             self.db.rollback()
             raise
 
-    def _refresh_labels(self, *, force: bool = False) -> None:
+    def _refresh_labels(self, *, force: bool = False) -> bool:
+        """Read the label files again if they changed (or ``force``); whether it did."""
         files = self.labels.files()
         sig = ";".join(f"{self._rel(p)}:{p.stat().st_size}" for p in files)
         row = self.db.execute("SELECT value FROM meta WHERE key='labels_sig'").fetchone()
         if row is not None and row[0] == sig and not (force and files):
-            return
+            return False
         eff = self.labels.effective()
         self.db.execute("DELETE FROM labels")
         self.db.executemany(
@@ -500,6 +502,7 @@ class Index(IndexQueries):
             ((t, *r) for t, r in rows.items()),
         )
         self.db.execute("INSERT OR REPLACE INTO meta VALUES ('labels_sig', ?)", (sig,))
+        return True
 
 
 def _read_superseded(layout: Layout) -> set[str]:

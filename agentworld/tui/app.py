@@ -50,6 +50,9 @@ class AgentWorldApp(App[None]):
         self._decoder: Decoder | None = None
         self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
         self.refresh_problem: str | None = None  # why the last refresh failed, while it fails
+        # Until the first refresh is done, the index may be cold (being built from every
+        # shard): screens say "indexing", not "0 steps". (shards done, shards to index)
+        self.indexing: tuple[int, int] | None = (0, 0)
         self.title = f"AgentWorld · {data.pool.root.name}"
 
     def on_mount(self) -> None:
@@ -78,7 +81,7 @@ class AgentWorldApp(App[None]):
     def refresh_pool(self) -> None:
         """Take new records and labels into the index; tell the screen if anything came."""
         try:
-            report = self.data.refresh()
+            report = self.data.refresh(self._indexing_progress if self.indexing else None)
         except AgentWorldError as exc:
             # Another writer left a bad label line, say: the refresh rolled back, so the
             # screens keep the last good view, and the app says why nothing updates.
@@ -86,10 +89,14 @@ class AgentWorldApp(App[None]):
             return
         if self.refresh_problem is not None:
             self.call_from_thread(self._refresh_ok)
-        if report.records or report.shards:
-            self.call_from_thread(self._refreshed, report.records)
+        if self.indexing is not None or report.records or report.shards or report.labels:
+            self.call_from_thread(self._refreshed, report.records)  # labels: `aw pool label`
+
+    def _indexing_progress(self, done: int, total: int) -> None:
+        self.indexing = (done, total)
 
     def _refreshed(self, records: int) -> None:
+        self.indexing = None
         self.screen.post_message(PoolRefreshed(records))
 
     def _refresh_failed(self, problem: str) -> None:

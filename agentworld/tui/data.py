@@ -104,12 +104,13 @@ class PoolData:
 
     # -- refresh ------------------------------------------------------------------
 
-    def refresh(self) -> RefreshReport:
-        """Bring the index up to date (new shards, journal tails, labels)."""
+    def refresh(self, progress: Callable[[int, int], None] | None = None) -> RefreshReport:
+        """Bring the index up to date (new shards, journal tails, labels); ``progress``
+        is told (shards done, shards new) as a cold index is built."""
         with self._rlock:
             if self._refresher is None:
                 self._refresher = Index(self.pool.layout, self.pool.labels)
-            return self._refresher.refresh()
+            return self._refresher.refresh(progress)
 
     # -- lists ------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from agentworld.errors import AgentWorldError
 from agentworld.literal import literal
 from agentworld.pool import Selection, Trajectory
+from agentworld.pool.labels import label_text
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.delivery import deliver
 from agentworld.tui.fulltext import FullTextScreen
@@ -66,7 +67,7 @@ def label_line(target: str, labels: dict[str, Any]) -> Text:
     out.append(" (. switches)  ", style="dim")
     out.append("labels ", style="dim")
     if labels:
-        out.append(literal(" ".join(f"{k}={v}" for k, v in labels.items()), style="bold"))
+        out.append(literal(label_text(labels), style="bold"))
     else:
         out.append("none")
     return out

@@ -10,6 +10,7 @@ from typing import Any
 from rich.text import Text
 
 from agentworld.literal import clean, literal
+from agentworld.pool.labels import label_text
 
 ROLE_STYLES = {
     "system": "bold magenta",
@@ -248,7 +249,7 @@ def step_summary(step: dict[str, Any], mark: str = "") -> Text:
         parts.append(f"{ended - started:.2f} s")
     parts.append(f"pv {step.get('policy_version')}")
     if step.get("_labels"):
-        parts.append("labels " + " ".join(f"{k}={v}" for k, v in step["_labels"].items()))
+        parts.append("labels " + label_text(step["_labels"]))
     out = Text(mark)
     out.append(literal(" · ".join(parts), style="bold" if step.get("status") != "ok" else ""))
     meta = step.get("metadata") if isinstance(step.get("metadata"), dict) else {}
@@ -310,7 +311,7 @@ def step_metadata(step: dict[str, Any]) -> Text:
             )
         )
     if step.get("_labels"):
-        rows.append(("labels", " ".join(f"{k}={v}" for k, v in step["_labels"].items())))
+        rows.append(("labels", label_text(step["_labels"])))
     out = Text()
     for k, v in rows:
         out.append(f"{k:>12} ", style="bold")
