@@ -27,6 +27,11 @@ AGENTS_TOML = """\
 #   timeout_s          longest wait for the upstream, per call
 #   params             sampling defaults, e.g. { temperature = 0.7, max_tokens = 512 }
 
+# The defaults are sized for the embedded model (`aw serve` with no arguments:
+# SmolLM2-135M on a CPU): short answers, few turns, four episodes at once, so a
+# first `aw run --agent math --dataset mini-gsm -n 4` finishes on two cores. On a
+# GPU server raise max_tokens, max_turns and concurrency.
+#
 # A multi-turn, tool-using math agent. `module:function` is called as
 # function(task, client, settings): `client` is an openai.AsyncOpenAI already
 # bound to the episode's trajectory (a plain `def` gets an openai.OpenAI);
@@ -36,7 +41,7 @@ kind = "python"
 description = "GSM8K-style solver with a calculator tool (OpenAI tool calls)"
 function = "agentworld.run.agents.math_agent:solve"
 max_turns = 4
-concurrency = 8
+concurrency = 4
 episode_timeout_s = 900
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
@@ -79,7 +84,7 @@ description = "a standalone script using the official openai SDK, unmodified"
 command = ["{python}", "-m", "agentworld.run.agents.cli_agent"]
 # env = { MY_SETTING = "1" }   # extra environment for the program
 # cwd = "."                    # working folder, relative to this file
-episode_timeout_s = 120
+episode_timeout_s = 300
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
 params = { temperature = 0.8, max_tokens = 256 }
