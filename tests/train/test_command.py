@@ -149,3 +149,11 @@ def test_no_model_trains_the_embedded_default_as_aw_serve_serves(
     config = (out / "config.toml").read_text()
     assert f'model = "{home / "models" / DEFAULT_MODEL_NAME}"' in config
     assert (out / "ckpt-000001" / "meta.json").exists()
+    # The README's second line: a run's saved config is the recipe of the next.
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    more = tmp_path / "more"
+    args = ["train", "--recipe", str(out / "config.toml"), "-o", str(more), "--max-steps", "1"]
+    result = CliRunner().invoke(make_app(), args)
+    assert result.exit_code == 0, result.output
+    assert (more / "ckpt-000001" / "meta.json").exists()
