@@ -20,7 +20,7 @@ from agentworld.tui.help import HelpScreen, bindings_of, key_name, what_it_does
 from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.monitor import MonitorScreen
-from agentworld.tui.tokens import Decoder, load_decoder
+from agentworld.tui.tokens import Decoder, find_tokenizer, load_decoder
 from agentworld.tui.trajectories import TrajectoriesScreen
 
 REFRESH_S = 1.0
@@ -48,6 +48,7 @@ class AgentWorldApp(App[None]):
         self.refresh_s = refresh_s
         self.selection = Selection()
         self._decoder: Decoder | None = None
+        self._tokenizer_sought = False  # looked for one without --tokenizer (once)
         self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
         self.refresh_problem: str | None = None  # why the last refresh failed, while it fails
         # Until the first refresh is done, the index may be cold (being built from every
@@ -120,11 +121,32 @@ class AgentWorldApp(App[None]):
             self.call_from_thread(self.notify, f"tokenizer {path}: {exc}", severity="error")
             return
         self._decoder = decoder
-        self.call_from_thread(self.notify, "tokenizer loaded: tokens are shown as text", timeout=2)
+        self.call_from_thread(self._decoder_loaded, path)
+
+    def _decoder_loaded(self, path: str) -> None:
+        self.notify(f"tokenizer {path} loaded: tokens are shown as text", timeout=2)
+        for screen in self.screen_stack:  # an open token view shows text now, not ids
+            if isinstance(screen, InspectorScreen):
+                screen.render_step()
 
     def decoder(self) -> Decoder | None:
-        """Token-id → text, once a configured tokenizer has loaded; ids otherwise."""
+        """Token-id → text, once a tokenizer has loaded; ids otherwise."""
         return self._decoder
+
+    def want_decoder(self, step: dict[str, Any]) -> None:
+        """The token view opened on ``step``: without --tokenizer, find one once (the
+        model folder the step names, or the embedded default) and load it."""
+        if self._decoder is not None or self._tokenizer_sought or self.data.config.tokenizer_path:
+            return
+        self._tokenizer_sought = True
+        path = find_tokenizer(step, self.data.config.models_dir)
+        if path is None:
+            self.notify(
+                "token ids shown: no tokenizer found for this model (aw tui --tokenizer PATH)",
+                timeout=4,
+            )
+            return
+        self._load_tokenizer(path)
 
     # -- navigation (called by screens) ------------------------------------------------------
 

@@ -45,10 +45,17 @@ def tui(
     if web:
         _serve_web(pool, proxy, tokenizer, resolved, start, host, port)
         return
+    from agentworld.serve.model_files import default_aw_home
     from agentworld.tui.app import make_app
     from agentworld.tui.data import TuiConfig
 
-    config = TuiConfig(str(pool), resolved, proxy_url=proxy, tokenizer_path=tokenizer)
+    config = TuiConfig(
+        str(pool),
+        resolved,
+        proxy_url=proxy,
+        tokenizer_path=tokenizer,
+        models_dir=str(default_aw_home() / "models"),
+    )
     make_app(config, start=start).run()
 
 

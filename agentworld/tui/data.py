@@ -32,6 +32,9 @@ class TuiConfig:
     author: str
     proxy_url: str | None = None
     tokenizer_path: str | None = None
+    # Where `aw serve` keeps its models (AW_HOME/models): without --tokenizer, the token
+    # view looks there for the model a step names (and the embedded default).
+    models_dir: str | None = None
 
 
 def open_pool(path: str | Path) -> Pool:

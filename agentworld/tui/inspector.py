@@ -402,6 +402,9 @@ class InspectorScreen(CuratingScreen):
 
     def action_toggle_tokens(self) -> None:
         self.show_tokens = not self.show_tokens
+        t = self.trajectory
+        if self.show_tokens and t is not None and t.steps:
+            self.aw.want_decoder(t.steps[self.step_i])
         self.render_step()
 
     def action_toggle_details(self) -> None:
