@@ -6,10 +6,13 @@ import getpass
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from agentworld.pool.command import POOL_OPTION
+
+WEB_TEMPLATES = Path(__file__).parent / "web"
 
 
 def resolve_author(author: str | None) -> str:
@@ -68,6 +71,19 @@ def _serve_web(
     host: str,
     port: int,
 ) -> None:
+    web_server(pool, proxy, tokenizer, author, start, host, port).serve()
+
+
+def web_server(
+    pool: Path,
+    proxy: str | None,
+    tokenizer: str | None,
+    author: str,
+    start: str,
+    host: str,
+    port: int,
+) -> Any:
+    """The textual-serve server `aw tui --web` runs: one `aw tui` process per browser tab."""
     from agentworld.errors import MissingExtraError
     from agentworld.tui.data import open_pool
 
@@ -91,4 +107,12 @@ def _serve_web(
         args += ["--proxy", proxy]
     if tokenizer:
         args += ["--tokenizer", tokenizer]
-    Server(shlex.join(args), host=host, port=port, title="AgentWorld").serve()
+    return Server(
+        shlex.join(args),
+        host=host,
+        port=port,
+        title="AgentWorld",
+        # Our page: no Google Fonts (nothing leaves the machine), a terminal that fills
+        # the window, a start-up line instead of a bare splash.
+        templates_path=WEB_TEMPLATES,
+    )
