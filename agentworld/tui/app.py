@@ -41,10 +41,18 @@ class AgentWorldApp(App[None]):
     ]
     MODES: ClassVar[dict[str, Any]] = {"monitor": MonitorScreen, "trajectories": TrajectoriesScreen}
 
-    def __init__(self, data: PoolData, *, start: str = "monitor", refresh_s: float = REFRESH_S):
+    def __init__(
+        self,
+        data: PoolData,
+        *,
+        start: str = "monitor",
+        refresh_s: float = REFRESH_S,
+        open_trajectory: str | None = None,
+    ):
         super().__init__()
         self.data = data
         self.start_mode = start
+        self.open_trajectory = open_trajectory  # `aw tui --open tr_…`: inspect it at once
         self.refresh_s = refresh_s
         self.selection = Selection()
         self._decoder: Decoder | None = None
@@ -58,6 +66,8 @@ class AgentWorldApp(App[None]):
 
     def on_mount(self) -> None:
         self.switch_mode(self.start_mode)
+        if self.open_trajectory:
+            self.call_after_refresh(self.inspect, self.open_trajectory)
         if self.refresh_s > 0:
             self.set_interval(self.refresh_s, self.refresh_pool)
         self.refresh_pool()
@@ -211,10 +221,16 @@ def make_app(
     start: str = "monitor",
     clock: Callable[[], float] = time.time,
     refresh_s: float = REFRESH_S,
+    open_trajectory: str | None = None,
 ) -> AgentWorldApp:
     """Open the pool and build the app; the CLI, textual-serve and tests all start here.
 
     A pool the app cannot read (a bad label line) fails here, before the app starts.
     """
     pool = open_pool(config.pool_path)
-    return AgentWorldApp(PoolData(pool, config, clock=clock), start=start, refresh_s=refresh_s)
+    return AgentWorldApp(
+        PoolData(pool, config, clock=clock),
+        start=start,
+        refresh_s=refresh_s,
+        open_trajectory=open_trajectory,
+    )

@@ -35,6 +35,9 @@ def tui(
         None, "--author", envvar="AW_AUTHOR", help="Label author (default: $USER)."
     ),
     start: str = typer.Option("monitor", "--start", help="First screen: monitor or trajectories."),
+    open_id: str | None = typer.Option(
+        None, "--open", help="Open this trajectory in the inspector (a link to it: tr_…)."
+    ),
     web: bool = typer.Option(False, "--web", help="Serve the app in a browser (textual-serve)."),
     host: str = typer.Option("127.0.0.1", "--host", help="With --web: address to bind."),
     port: int = typer.Option(8566, "--port", help="With --web: port."),
@@ -46,7 +49,7 @@ def tui(
         raise ConfigError(f"--start: expected monitor or trajectories, got {start!r}")
     resolved = resolve_author(author)
     if web:
-        _serve_web(pool, proxy, tokenizer, resolved, start, host, port)
+        _serve_web(pool, proxy, tokenizer, resolved, start, host, port, open_id)
         return
     from agentworld.serve.model_files import default_aw_home
     from agentworld.tui.app import make_app
@@ -59,7 +62,7 @@ def tui(
         tokenizer_path=tokenizer,
         models_dir=str(default_aw_home() / "models"),
     )
-    make_app(config, start=start).run()
+    make_app(config, start="trajectories" if open_id else start, open_trajectory=open_id).run()
 
 
 def _serve_web(
@@ -70,8 +73,9 @@ def _serve_web(
     start: str,
     host: str,
     port: int,
+    open_id: str | None = None,
 ) -> None:
-    web_server(pool, proxy, tokenizer, author, start, host, port).serve()
+    web_server(pool, proxy, tokenizer, author, start, host, port, open_id).serve()
 
 
 def web_server(
@@ -82,6 +86,7 @@ def web_server(
     start: str,
     host: str,
     port: int,
+    open_id: str | None = None,
 ) -> Any:
     """The textual-serve server `aw tui --web` runs: one `aw tui` process per browser tab."""
     from agentworld.errors import MissingExtraError
@@ -107,6 +112,8 @@ def web_server(
         args += ["--proxy", proxy]
     if tokenizer:
         args += ["--tokenizer", tokenizer]
+    if open_id:
+        args += ["--open", open_id]
     return Server(
         shlex.join(args),
         host=host,
