@@ -112,6 +112,7 @@ class AgentWorldApp(App[None]):
 
     def _refresh_failed(self, problem: str) -> None:
         """Tell the user once per problem (the refresh retries every tick)."""
+        self.indexing = None  # what is indexed is shown; the notice says why no more
         if problem != self.refresh_problem:
             self.refresh_problem = problem
             self.notify(

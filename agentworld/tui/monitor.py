@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from agentworld.literal import literal, one_line
 from agentworld.tui.data import MonitorSnapshot
 from agentworld.tui.delivery import deliver
+from agentworld.tui.messages import PoolRefreshed
 from agentworld.tui.proxy_panel import proxy_panel
 
 if TYPE_CHECKING:
@@ -180,6 +181,7 @@ class MonitorScreen(Screen[None]):
         self.snapshot: MonitorSnapshot | None = None
         self._heavy_running = False
         self._per_agent_shown: list[dict[str, Any]] = []
+        self.shown_indexing: tuple[int, int] | None = (0, 0)  # what the summary says
 
     @property
     def aw(self) -> AgentWorldApp:
@@ -204,13 +206,21 @@ class MonitorScreen(Screen[None]):
         self.set_interval(TICK_S, self.tick)
         self.call_after_refresh(self.tick, shown=True)
 
+    def on_pool_refreshed(self, event: PoolRefreshed) -> None:
+        self.tick()  # the first refresh ends "indexing": say so now, not a tick later
+
     def on_screen_resume(self) -> None:
         self.tick(shown=True)  # at once when shown, not at the next interval
 
     @property
     def ready(self) -> bool:
-        """Whether both the cheap numbers and the whole-pool aggregates are on screen."""
-        return self.snapshot is not None and self.snapshot.heavy is not None
+        """Whether both the cheap numbers and the whole-pool aggregates are on screen,
+        the index built."""
+        return (
+            self.snapshot is not None
+            and self.snapshot.heavy is not None
+            and self.shown_indexing is None
+        )
 
     def tick(self, *, shown: bool = False) -> None:
         if not (shown or self.is_current):
@@ -245,7 +255,8 @@ class MonitorScreen(Screen[None]):
     def show(self, snap: MonitorSnapshot) -> None:
         """Put one snapshot on screen (UI thread)."""
         self.snapshot = snap
-        self.query_one("#summary", Static).update(summary_text(snap, self.aw.indexing))
+        self.shown_indexing = self.aw.indexing
+        self.query_one("#summary", Static).update(summary_text(snap, self.shown_indexing))
         self.query_one("#rate", Sparkline).data = snap.rate or [0.0]
         self.query_one("#side", Static).update(side_text(snap))
         table = self.query_one("#per-agent", DataTable)
