@@ -118,7 +118,8 @@ async def test_the_web_view_renders_and_takes_keys_in_headless_chromium(
         active = Path(profile) / "DevToolsActivePort"
 
         async def devtools_port() -> str | None:
-            return active.read_text().split()[0] if active.exists() else None
+            lines = active.read_text().split() if active.exists() else []
+            return lines[0] if lines else None  # the file is written, then filled
 
         debug_port = await until(devtools_port, 60)
         async with aiohttp.ClientSession() as http:
