@@ -28,9 +28,10 @@ AGENTS_TOML = """\
 #   params             sampling defaults, e.g. { temperature = 0.7, max_tokens = 512 }
 
 # The defaults are sized for the embedded model (`aw serve` with no arguments:
-# SmolLM2-135M on a CPU): short answers, few turns, four episodes at once, so a
-# first `aw run --agent math --dataset mini-gsm -n 4` finishes on two cores. On a
-# GPU server raise max_tokens, max_turns and concurrency.
+# SmolLM2-135M on a CPU, ~0.1 s of one core a token): short answers, few turns,
+# four episodes at once, and a timeout that catches a hung agent, not a slow CPU, so
+# a first `aw run --agent math --dataset mini-gsm -n 4` finishes on two shared
+# cores. On a GPU server raise max_tokens, max_turns and concurrency.
 #
 # A multi-turn, tool-using math agent. `module:function` is called as
 # function(task, client, settings): `client` is an openai.AsyncOpenAI already
@@ -42,7 +43,7 @@ description = "GSM8K-style solver with a calculator tool (OpenAI tool calls)"
 function = "agentworld.run.agents.math_agent:solve"
 max_turns = 4
 concurrency = 4
-episode_timeout_s = 900
+episode_timeout_s = 1800
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
 engine = "vllm"
