@@ -302,3 +302,18 @@ def test_fsck_names_a_corrupt_shard_and_gc_runs(pool: Pool) -> None:
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["dry_run"] is True
     assert shard.exists()  # gc never deletes a live (even corrupt) shard
+
+
+def test_pool_diff_prints_label_values_as_json_not_python(tmp_path: Path) -> None:
+    import shutil
+
+    a = Pool.create(tmp_path / "a")
+    fill_pool(a, trajectories=1, steps=1)
+    a.close()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    b = Pool.open(tmp_path / "b")
+    b.labels.set(["trajectory:tr_0000"], {"trainable": False}, author="ann")
+    b.close()
+    res = runner.invoke(app, ["pool", "diff", str(tmp_path / "b"), "--pool", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "trajectory:tr_0000 trainable: false -> null" in res.stdout  # not False -> None
