@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 
-.PHONY: venv install install-base demo test lint bench clean
+.PHONY: venv install install-base browser demo test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ install: $(VENV)/.installed
 install-base:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -e .
+
+# Optional: Debian's Chromium, for the `aw tui --web` test in a real headless browser
+# (tests/tui/test_web.py; skipped, with the reason, where it is absent).
+browser:
+	apt-get update && apt-get install -y chromium
 
 demo: install
 	$(VENV)/bin/aw demo

@@ -27,6 +27,12 @@ AGENTS_TOML = """\
 #   timeout_s          longest wait for the upstream, per call
 #   params             sampling defaults, e.g. { temperature = 0.7, max_tokens = 512 }
 
+# The defaults are sized for the embedded model (`aw serve` with no arguments:
+# SmolLM2-135M on a CPU, ~0.1 s of one core a token): short answers, few turns,
+# four episodes at once, and a timeout that catches a hung agent, not a slow CPU, so
+# a first `aw run --agent math --dataset mini-gsm -n 4` finishes on two shared
+# cores. On a GPU server raise max_tokens, max_turns and concurrency.
+#
 # A multi-turn, tool-using math agent. `module:function` is called as
 # function(task, client, settings): `client` is an openai.AsyncOpenAI already
 # bound to the episode's trajectory (a plain `def` gets an openai.OpenAI);
@@ -35,13 +41,26 @@ AGENTS_TOML = """\
 kind = "python"
 description = "GSM8K-style solver with a calculator tool (OpenAI tool calls)"
 function = "agentworld.run.agents.math_agent:solve"
-max_turns = 8
-concurrency = 8
-episode_timeout_s = 300
+max_turns = 4
+concurrency = 4
+episode_timeout_s = 1800
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
 engine = "vllm"
-params = { temperature = 0.8, max_tokens = 512 }
+params = { temperature = 0.8, max_tokens = 256 }
+
+# Calls that name no agent (no X-AW-Agent header, no trajectory: the README's first
+# curl, any SDK pointed at `aw proxy --config agents.toml`) are recorded as agent
+# "default" and go to its upstream. Rolled out with `aw run`, it answers in one call.
+[agents.default]
+kind = "python"
+description = "calls that name no agent; as a rollout, one model call"
+function = "agentworld.run.agents.baseline:solve"
+max_turns = 1
+upstream = "http://127.0.0.1:8000/v1"
+model = "default"
+engine = "vllm"
+params = { temperature = 0.8, max_tokens = 256 }
 
 # The same task in one model call, no tools: the baseline to beat.
 [agents.baseline]
@@ -51,7 +70,7 @@ function = "agentworld.run.agents.baseline:solve"
 max_turns = 1
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
-params = { temperature = 0.8, max_tokens = 512 }
+params = { temperature = 0.8, max_tokens = 256 }
 
 # A black-box agent: any program, one process per episode. It gets the proxy's
 # trajectory URL in OPENAI_BASE_URL / ANTHROPIC_BASE_URL (OPENAI_API_KEY is a
@@ -66,10 +85,10 @@ description = "a standalone script using the official openai SDK, unmodified"
 command = ["{python}", "-m", "agentworld.run.agents.cli_agent"]
 # env = { MY_SETTING = "1" }   # extra environment for the program
 # cwd = "."                    # working folder, relative to this file
-episode_timeout_s = 120
+episode_timeout_s = 300
 upstream = "http://127.0.0.1:8000/v1"
 model = "default"
-params = { temperature = 0.8, max_tokens = 512 }
+params = { temperature = 0.8, max_tokens = 256 }
 """
 
 DATASETS_TOML = """\

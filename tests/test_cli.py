@@ -201,6 +201,7 @@ def test_label_by_id_and_by_filter(pool: Pool) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
+    assert res.stderr.strip().endswith("as bob: trainable=false")  # not {'trainable': False}
     eff = pool.labels.effective()
     assert eff["trajectory:tr_0000"]["quality"].value == "good"
     assert eff["trajectory:tr_0000"]["trainable"].value is False
@@ -341,3 +342,18 @@ def test_seal_on_a_full_disk_is_one_error_line(pool: Pool, monkeypatch, capsys) 
     assert done.value.code == 1
     err = capsys.readouterr().err
     assert err == f"aw: error: No space left on device: {pool.root / 'objects'}\n"
+
+
+def test_pool_diff_prints_label_values_as_json_not_python(tmp_path: Path) -> None:
+    import shutil
+
+    a = Pool.create(tmp_path / "a")
+    fill_pool(a, trajectories=1, steps=1)
+    a.close()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    b = Pool.open(tmp_path / "b")
+    b.labels.set(["trajectory:tr_0000"], {"trainable": False}, author="ann")
+    b.close()
+    res = runner.invoke(app, ["pool", "diff", str(tmp_path / "b"), "--pool", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "trajectory:tr_0000 trainable: false -> null" in res.stdout  # not False -> None

@@ -357,6 +357,7 @@ def label(
 ) -> None:
     """Set curation labels on steps or trajectories (append-only; last writer wins)."""
     from agentworld.errors import ConfigError
+    from agentworld.pool.labels import label_text
 
     fields: dict[str, Any] = {}
     if trainable is not None:
@@ -397,7 +398,8 @@ def label(
         resolved = [f"trajectory:{t}" for t in idx.trajectory_ids(sel)]
     who = author or getpass.getuser()
     n = pool.labels.set(resolved, fields, author=who)
-    typer.echo(f"labelled {n} target(s) as {who}: {fields}", err=True)
+    what = "target" if n == 1 else "targets"
+    typer.echo(f"labelled {n} {what} as {who}: {label_text(fields)}", err=True)
 
 
 def _check_not_set(field: str, fields: dict[str, Any]) -> None:

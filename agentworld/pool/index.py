@@ -28,8 +28,10 @@ from agentworld.pool.shards import iter_shard_lines
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 4  # 4: sources.mtime_ns (a shard changed since it was read)
+INDEX_VERSION = 5  # 4: sources.mtime_ns (a shard changed since it was read); 5: a step's
+# search text holds every role it added, not one message
 PREVIEW_CHARS = 240
+SEARCH_CHARS = 1_000  # of each message a step's search text takes
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -85,28 +87,41 @@ class RefreshReport:
     shards: int = 0
     journals: int = 0
     records: int = 0
+    labels: bool = False  # the label files changed and were read again
     seconds: float = 0.0
     corrupt: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)  # shards whose size or mtime moved
 
 
+def _content_str(c: Any) -> str:
+    return c if isinstance(c, str) else orjson.dumps(c).decode() if c else ""
+
+
 def _text_of(step: dict[str, Any]) -> str:
-    """A short searchable text: the last prompt message and the response."""
+    """A step's searchable text, every role: it leads with the last prompt message and
+    the response (the list's preview is its start), then the other messages: all of
+    them on a trajectory's first step (the system prompt, the task, any history it
+    came with), later only those since the last assistant turn (tool results). The
+    earlier ones were taken with the step that answered them; taking them again
+    would grow the index with the square of the turns."""
     parts = []
     req = step.get("request") or {}
-    msgs = req.get("messages") or []
+    msgs = [m for m in req.get("messages") or () if isinstance(m, dict)]
     if msgs:
-        c = msgs[-1].get("content")
-        parts.append(c if isinstance(c, str) else orjson.dumps(c).decode() if c else "")
+        parts.append(_content_str(msgs[-1].get("content"))[:SEARCH_CHARS])
     elif req.get("prompt"):
         parts.append(req["prompt"][-PREVIEW_CHARS:])
     resp = step.get("response") or {}
     msg = resp.get("message") or {}
     c = msg.get("content")
-    parts.append(c if isinstance(c, str) else resp.get("text") or "")
+    parts.append((c if isinstance(c, str) else resp.get("text") or "")[:SEARCH_CHARS])
     for call in msg.get("tool_calls") or ():
         parts.append(f"{call.get('name')}({call.get('arguments', '')[:80]})")
-    return " | ".join(p for p in parts if p)[: PREVIEW_CHARS * 2]
+    turns = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
+    start = turns[-1] + 1 if turns and step.get("index") != 0 else 0
+    for m in msgs[start:-1]:
+        parts.append(_content_str(m.get("content"))[:SEARCH_CHARS])
+    return " | ".join(p for p in parts if p)[: SEARCH_CHARS * 3]
 
 
 def _count(reported: Any, ids: Any) -> int | None:
@@ -334,7 +349,7 @@ class Index(IndexQueries):
                 report.journals += 1
             # Step labels attach to trajectories through the steps table, so new
             # rows can change the label summary even when no label file changed.
-            self._refresh_labels(force=bool(report.records or gone))
+            report.labels = self._refresh_labels(force=bool(report.records or gone))
             self.db.execute(
                 "DELETE FROM trajectories WHERE id IN (SELECT id FROM touched) "
                 "AND id NOT IN (SELECT trajectory FROM steps) "
@@ -481,12 +496,13 @@ class Index(IndexQueries):
             self.db.rollback()
             raise
 
-    def _refresh_labels(self, *, force: bool = False) -> None:
+    def _refresh_labels(self, *, force: bool = False) -> bool:
+        """Read the label files again if they changed (or ``force``); whether it did."""
         files = self.labels.files()
         sig = ";".join(f"{self._rel(p)}:{p.stat().st_size}" for p in files)
         row = self.db.execute("SELECT value FROM meta WHERE key='labels_sig'").fetchone()
         if row is not None and row[0] == sig and not (force and files):
-            return
+            return False
         eff = self.labels.effective()
         self.db.execute("DELETE FROM labels")
         self.db.executemany(
@@ -519,6 +535,7 @@ class Index(IndexQueries):
             ((t, *r) for t, r in rows.items()),
         )
         self.db.execute("INSERT OR REPLACE INTO meta VALUES ('labels_sig', ?)", (sig,))
+        return True
 
 
 def _read_superseded(layout: Layout) -> set[str]:

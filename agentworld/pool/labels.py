@@ -77,6 +77,24 @@ def _check_utf8(text: str, path: str) -> None:
         raise RecordError(path, "not valid UTF-8 text (a byte that is not UTF-8)") from None
 
 
+def label_text(fields: Mapping[str, Any]) -> str:
+    """Label fields as people write them: ``trainable=false quality=good tags=a,b``
+    (a cleared field is ``note=(cleared)``), for the CLI and the TUI alike."""
+
+    def value(v: Any) -> str:
+        if v is None:
+            return "(cleared)"
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list | tuple):
+            return ",".join(map(str, v))
+        if isinstance(v, float):
+            return f"{v:g}"
+        return str(v)
+
+    return " ".join(f"{k}={value(v)}" for k, v in fields.items())
+
+
 def check_target(target: str) -> str:
     kind, _, ident = target.partition(":")
     if kind not in ("step", "trajectory") or not ident:

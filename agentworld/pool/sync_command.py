@@ -75,7 +75,8 @@ def diff(
     out += [f"  + {t}" for t in d.added_trajectories[:limit]]
     out += [f"  - {t}" for t in d.removed_trajectories[:limit]]
     for c in d.label_changes[:limit]:
-        out.append(f"  {c['target']} {c['field']}: {c['old']!r} -> {c['new']!r} ({c['author']})")
+        old, new = json.dumps(c["old"]), json.dumps(c["new"])  # false, "good": not Python's
+        out.append(f"  {c['target']} {c['field']}: {old} -> {new} ({c['author']})")
     sys.stdout.write("\n".join(out) + "\n")
 
 

@@ -243,7 +243,13 @@ def upstream_of(st: State, agent: str) -> tuple[UpstreamConfig, str | None]:
     found = st.config.upstream_for(agent)
     if found is None:
         raise BadRequest(
-            f"no upstream for agent {agent!r}; configured agents: {sorted(st.config.agents)}",
+            f"no upstream for agent {agent!r}; configured agents: {sorted(st.config.agents)}"
+            + (
+                " (name one with X-AW-Agent or as the model, or give the proxy --upstream"
+                " or an [agents.default])"
+                if agent == DEFAULT_AGENT
+                else ""
+            ),
             "agent",
         )
     return found

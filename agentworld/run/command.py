@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -34,20 +35,19 @@ def run(
         Path("datasets.toml"), "--datasets", envvar="AW_DATASETS", help="datasets.toml to read."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    progress_s: float = typer.Option(
+        10.0,
+        "--progress-s",
+        min=0.01,
+        help="Off a terminal: seconds between progress lines on stderr.",
+    ),
 ) -> None:
     """Roll an agent out over a dataset's tasks, score each trajectory, and summarise."""
     import asyncio
 
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
-    from agentworld.run.rollout import EpisodeResult
+    from agentworld.run.progress import RunProgress
     from agentworld.run.session import RunOptions, run_session
     from agentworld.run.summary import render
 
@@ -66,32 +66,10 @@ def run(
         environ=dict(os.environ),
     )
     err = Console(stderr=True)
-    progress = Progress(
-        TextColumn("rollouts"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("reward {task.fields[reward]}  errors {task.fields[errors]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    )
-    bar = progress.add_task("rollouts", total=None, reward="-", errors=0)
-    rewards: list[float] = []
-    errors = [0]
-
-    def on_start(total: int) -> None:
-        progress.update(bar, total=total)
-
-    def on_result(result: EpisodeResult) -> None:
-        if result.reward is not None:
-            rewards.append(result.reward)
-        if result.status != "done":
-            errors[0] += 1
-        mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
-        progress.update(bar, advance=1, reward=mean, errors=errors[0])
-
-    with progress:
-        report, summary = asyncio.run(run_session(opts, on_start=on_start, on_result=on_result))
+    with RunProgress(sys.stderr, interval_s=progress_s) as progress:
+        report, summary = asyncio.run(
+            run_session(opts, on_start=progress.on_start, on_result=progress.on_result)
+        )
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:

@@ -12,7 +12,12 @@ _DEFAULT_POOL = Path("pool")
 
 
 def train(
-    model: str = typer.Option(None, "--model", "-m", help="Model folder (HF format) to train."),
+    model: str = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help="Model folder (HF format) to train. Default: SmolLM2-135M-Instruct, as `aw serve`.",
+    ),
     agent: str = typer.Option(None, "--agent", help="Train on this agent's trajectories."),
     dataset: str = typer.Option(None, "--dataset", help="Train on this dataset's trajectories."),
     split: str = typer.Option(None, "--split", help="Dataset split."),
@@ -32,6 +37,7 @@ def train(
     pool: Path = POOL_OPTION,
 ) -> None:
     """Train a policy from the pool (SFT, GRPO, PPO) with Accelerate; CPU or `accelerate launch`."""
+    from agentworld.serve.model_files import default_aw_home, resolve_model
     from agentworld.train.config import load_config
 
     flags = {
@@ -49,7 +55,13 @@ def train(
         # The option always has a value; a recipe's `pool` wins over the bare default.
         "pool": None if pool == _DEFAULT_POOL else str(pool),
     }
-    cfg = load_config(recipe, flags, sets)
+    cfg = load_config(
+        recipe,
+        flags,
+        sets,
+        # The embedded model `aw serve` and `aw demo` use, so a first run needs no --model.
+        default_model=lambda: str(resolve_model(None, default_aw_home() / "models")),
+    )
     try:
         import accelerate  # noqa: F401
         import torch  # noqa: F401

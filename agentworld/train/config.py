@@ -6,7 +6,7 @@ import dataclasses
 import tomllib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -264,8 +264,11 @@ def load_config(
     recipe: Path | None = None,
     flags: Mapping[str, Any] | None = None,
     sets: Sequence[str] = (),
+    default_model: Callable[[], str] | None = None,
 ) -> TrainConfig:
-    """Resolve defaults, then the recipe, then CLI flags (None = not given), then --set."""
+    """Resolve defaults, then the recipe, then CLI flags (None = not given), then --set;
+    ``default_model`` names the model when none of them does (called only then: it may
+    convert the embedded model on first use)."""
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     values: dict[str, Any] = {}
     layers: list[tuple[str, Mapping[str, Any]]] = []
@@ -279,6 +282,8 @@ def load_config(
                 raise ConfigError(f"{where}: unknown key {key!r}")
             values[key] = _coerce(key, value, where)
     cfg = TrainConfig(**values)
+    if not cfg.model and default_model is not None:
+        cfg = dataclasses.replace(cfg, model=default_model())
     if not cfg.model:
         raise ConfigError("train.model: required (--model PATH or model = ... in the recipe)")
     return cfg

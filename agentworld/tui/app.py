@@ -16,12 +16,12 @@ from agentworld.errors import AgentWorldError
 from agentworld.pool import Selection
 from agentworld.tui.data import PoolData, TuiConfig, open_pool
 from agentworld.tui.group import GroupScreen
-from agentworld.tui.help import HelpScreen, bindings_of
+from agentworld.tui.help import HelpScreen, bindings_of, key_name, what_it_does
 from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.monitor import MonitorScreen
 from agentworld.tui.runs import RunsScreen
-from agentworld.tui.tokens import Decoder, load_decoder
+from agentworld.tui.tokens import Decoder, find_tokenizer, load_decoder
 from agentworld.tui.trajectories import TrajectoriesScreen
 
 REFRESH_S = 1.0
@@ -32,41 +32,48 @@ class AgentWorldApp(App[None]):
     """Monitor, list, inspect and curate one pool."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("m", "switch_mode('monitor')", "Monitor"),
-        Binding("l", "switch_mode('trajectories')", "List"),
-        Binding("r", "review", "Review"),
-        Binding("c", "switch_mode('runs')", "Runs"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit", "Quit"),
+        Binding("m", "go('monitor')", "Monitor", show=False, tooltip="Go to the monitor"),
+        Binding("l", "go('trajectories')", "List", show=False, tooltip="Go to the trajectory list"),
+        Binding(
+            "r", "review", "Review", show=False, tooltip="Review unlabelled trajectories one by one"
+        ),
+        Binding("c", "go('runs')", "Runs", show=False, tooltip="Go to the training runs"),
+        Binding("question_mark", "help", "Help", key_display="?", tooltip="Keys of this screen"),
+        Binding("q", "quit", "Quit", show=False, tooltip="Quit aw tui"),
     ]
     MODES: ClassVar[dict[str, Any]] = {
         "monitor": MonitorScreen,
         "trajectories": TrajectoriesScreen,
         "runs": RunsScreen,
     }
-    HELP_SECTIONS = (
-        ("everywhere", App),
-        ("monitor", MonitorScreen),
-        ("trajectories", TrajectoriesScreen),
-        ("inspector and review queue", InspectorScreen),
-        ("group view", GroupScreen),
-        ("training runs", RunsScreen),
-        ("help", HelpScreen),
-    )
 
-    def __init__(self, data: PoolData, *, start: str = "monitor", refresh_s: float = REFRESH_S):
+    def __init__(
+        self,
+        data: PoolData,
+        *,
+        start: str = "monitor",
+        refresh_s: float = REFRESH_S,
+        open_trajectory: str | None = None,
+    ):
         super().__init__()
         self.data = data
         self.start_mode = start
+        self.open_trajectory = open_trajectory  # `aw tui --open tr_…`: inspect it at once
         self.refresh_s = refresh_s
         self.selection = Selection()
         self._decoder: Decoder | None = None
+        self._tokenizer_sought = False  # looked for one without --tokenizer (once)
         self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
         self.refresh_problem: str | None = None  # why the last refresh failed, while it fails
+        # Until the first refresh is done, the index may be cold (being built from every
+        # shard): screens say "indexing", not "0 steps". (shards done, shards to index)
+        self.indexing: tuple[int, int] | None = (0, 0)
         self.title = f"AgentWorld · {data.pool.root.name}"
 
     def on_mount(self) -> None:
         self.switch_mode(self.start_mode)
+        if self.open_trajectory:
+            self.call_after_refresh(self.inspect, self.open_trajectory)
         if self.refresh_s > 0:
             self.set_interval(self.refresh_s, self.refresh_pool)
         self.refresh_pool()
@@ -91,7 +98,7 @@ class AgentWorldApp(App[None]):
     def refresh_pool(self) -> None:
         """Take new records and labels into the index; tell the screen if anything came."""
         try:
-            report = self.data.refresh()
+            report = self.data.refresh(self._indexing_progress if self.indexing else None)
         except AgentWorldError as exc:
             # Another writer left a bad label line, say: the refresh rolled back, so the
             # screens keep the last good view, and the app says why nothing updates.
@@ -102,8 +109,17 @@ class AgentWorldApp(App[None]):
         damaged = [c for c in report.corrupt if c.split(":", 1)[0] in report.changed]
         if damaged:  # said once: the refresh that found the shard changed
             self.call_from_thread(self._shards_damaged, damaged)
-        if report.records or report.shards or report.changed:
-            self.call_from_thread(self._refreshed, report.records)
+        if (
+            self.indexing is not None
+            or report.records
+            or report.shards
+            or report.changed
+            or report.labels
+        ):
+            self.call_from_thread(self._refreshed, report.records)  # labels: `aw pool label`
+
+    def _indexing_progress(self, done: int, total: int) -> None:
+        self.indexing = (done, total)
 
     def _shards_damaged(self, problems: list[str]) -> None:
         self.notify(
@@ -113,10 +129,12 @@ class AgentWorldApp(App[None]):
         )
 
     def _refreshed(self, records: int) -> None:
+        self.indexing = None
         self.screen.post_message(PoolRefreshed(records))
 
     def _refresh_failed(self, problem: str) -> None:
         """Tell the user once per problem (the refresh retries every tick)."""
+        self.indexing = None  # what is indexed is shown; the notice says why no more
         if problem != self.refresh_problem:
             self.refresh_problem = problem
             self.notify(
@@ -136,17 +154,41 @@ class AgentWorldApp(App[None]):
             self.call_from_thread(self.notify, f"tokenizer {path}: {exc}", severity="error")
             return
         self._decoder = decoder
-        self.call_from_thread(self.notify, "tokenizer loaded: tokens are shown as text", timeout=2)
+        self.call_from_thread(self._decoder_loaded, path)
+
+    def _decoder_loaded(self, path: str) -> None:
+        self.notify(f"tokenizer {path} loaded: tokens are shown as text", timeout=2)
+        for screen in self.screen_stack:  # an open token view shows text now, not ids
+            if isinstance(screen, InspectorScreen):
+                screen.render_step()
 
     def decoder(self) -> Decoder | None:
-        """Token-id → text, once a configured tokenizer has loaded; ids otherwise."""
+        """Token-id → text, once a tokenizer has loaded; ids otherwise."""
         return self._decoder
+
+    def want_decoder(self, step: dict[str, Any]) -> None:
+        """The token view opened on ``step``: without --tokenizer, find one once (the
+        model folder the step names, or the embedded default) and load it."""
+        if self._decoder is not None or self._tokenizer_sought or self.data.config.tokenizer_path:
+            return
+        self._tokenizer_sought = True
+        path = find_tokenizer(step, self.data.config.models_dir)
+        if path is None:
+            self.notify(
+                "token ids shown: no tokenizer found for this model (aw tui --tokenizer PATH)",
+                timeout=4,
+            )
+            return
+        self._load_tokenizer(path)
 
     # -- navigation (called by screens) ------------------------------------------------------
 
-    def inspect(self, trajectory_id: str, step: int | None = None) -> None:
-        """Open a trajectory in the inspector (at the step of that index, when given)."""
-        self.push_screen(InspectorScreen(trajectory_id, step=step))
+    def inspect(
+        self, trajectory_id: str, step: int | None = None, highlight: str | None = None
+    ) -> None:
+        """Open a trajectory in the inspector (at the step of that index, when given;
+        ``highlight``: the words the list was searched for, marked where they occur)."""
+        self.push_screen(InspectorScreen(trajectory_id, step=step, highlight=highlight))
 
     def show_group(self, group: str, focus: str | None = None) -> None:
         self.push_screen(GroupScreen(group, focus))
@@ -154,10 +196,20 @@ class AgentWorldApp(App[None]):
     def action_review(self) -> None:
         self.push_screen(InspectorScreen(None, review=True, selection=self.selection))
 
+    async def action_go(self, mode: str) -> None:
+        """Show a mode's own screen: the list or the monitor, whatever was opened on it."""
+        if self.current_mode != mode:
+            await self.switch_mode(mode)
+        while len(self.screen_stack) > 1:
+            await self.pop_screen()
+
     def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            sections = [("everywhere", type(self)), *self.HELP_SECTIONS[1:]]
-            self.push_screen(HelpScreen(sections))
+        """The keys of the screen on top, then the ones that work everywhere."""
+        screen = self.screen
+        if isinstance(screen, HelpScreen):
+            return
+        sections = [(screen.sub_title or "this screen", type(screen)), ("everywhere", type(self))]
+        self.push_screen(HelpScreen(sections, filter_line=isinstance(screen, TrajectoriesScreen)))
 
     def on_trajectory_labelled(self, event: TrajectoryLabelled) -> None:
         # The other screens (the list beneath the inspector) reload; the one that labelled
@@ -169,18 +221,20 @@ class AgentWorldApp(App[None]):
     # -- command palette ----------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """Every key's action, app-wide and of the current screen, as a palette entry."""
-        yield from super().get_system_commands(screen)
-        seen: set[str] = set()
+        """Textual's commands, then every key of ours (app-wide and of the current
+        screen) as what it does, with its key."""
+        titles: set[str] = set()
+        for command in super().get_system_commands(screen):
+            titles.add(command.title)
+            yield command
         for owner, cls in ((self, type(self)), (screen, type(screen))):
             for b in bindings_of(cls):
-                if b.action in seen or cls is App:
+                title = what_it_does(b)
+                if title in titles:
                     continue
-                seen.add(b.action)
+                titles.add(title)
                 yield SystemCommand(
-                    b.description or b.action,
-                    f"key {b.key_display or b.key} · {b.action}",
-                    partial(owner.run_action, b.action),
+                    title, f"key {key_name(b)}", partial(owner.run_action, b.action)
                 )
 
 
@@ -190,10 +244,16 @@ def make_app(
     start: str = "monitor",
     clock: Callable[[], float] = time.time,
     refresh_s: float = REFRESH_S,
+    open_trajectory: str | None = None,
 ) -> AgentWorldApp:
     """Open the pool and build the app; the CLI, textual-serve and tests all start here.
 
     A pool the app cannot read (a bad label line) fails here, before the app starts.
     """
     pool = open_pool(config.pool_path)
-    return AgentWorldApp(PoolData(pool, config, clock=clock), start=start, refresh_s=refresh_s)
+    return AgentWorldApp(
+        PoolData(pool, config, clock=clock),
+        start=start,
+        refresh_s=refresh_s,
+        open_trajectory=open_trajectory,
+    )

@@ -6,10 +6,13 @@ import getpass
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from agentworld.pool.command import POOL_OPTION
+
+WEB_TEMPLATES = Path(__file__).parent / "web"
 
 
 def resolve_author(author: str | None) -> str:
@@ -37,6 +40,9 @@ def tui(
     runs: Path = typer.Option(
         Path("runs"), "--runs", help="Folder of training runs (`aw train` output) to plot."
     ),
+    open_id: str | None = typer.Option(
+        None, "--open", help="Open this trajectory in the inspector (a link to it: tr_…)."
+    ),
     web: bool = typer.Option(False, "--web", help="Serve the app in a browser (textual-serve)."),
     host: str = typer.Option("127.0.0.1", "--host", help="With --web: address to bind."),
     port: int = typer.Option(8566, "--port", help="With --web: port."),
@@ -48,15 +54,21 @@ def tui(
         raise ConfigError(f"--start: expected monitor, trajectories or runs, got {start!r}")
     resolved = resolve_author(author)
     if web:
-        _serve_web(pool, proxy, tokenizer, resolved, start, host, port, runs)
+        _serve_web(pool, proxy, tokenizer, resolved, start, host, port, runs, open_id)
         return
+    from agentworld.serve.model_files import default_aw_home
     from agentworld.tui.app import make_app
     from agentworld.tui.data import TuiConfig
 
     config = TuiConfig(
-        str(pool), resolved, proxy_url=proxy, tokenizer_path=tokenizer, runs_path=str(runs)
+        str(pool),
+        resolved,
+        proxy_url=proxy,
+        tokenizer_path=tokenizer,
+        runs_path=str(runs),
+        models_dir=str(default_aw_home() / "models"),
     )
-    make_app(config, start=start).run()
+    make_app(config, start="trajectories" if open_id else start, open_trajectory=open_id).run()
 
 
 def _serve_web(
@@ -68,7 +80,23 @@ def _serve_web(
     host: str,
     port: int,
     runs: Path = Path("runs"),
+    open_id: str | None = None,
 ) -> None:
+    web_server(pool, proxy, tokenizer, author, start, host, port, runs, open_id).serve()
+
+
+def web_server(
+    pool: Path,
+    proxy: str | None,
+    tokenizer: str | None,
+    author: str,
+    start: str,
+    host: str,
+    port: int,
+    runs: Path = Path("runs"),
+    open_id: str | None = None,
+) -> Any:
+    """The textual-serve server `aw tui --web` runs: one `aw tui` process per browser tab."""
     from agentworld.errors import MissingExtraError
     from agentworld.tui.data import open_pool
 
@@ -94,4 +122,14 @@ def _serve_web(
         args += ["--proxy", proxy]
     if tokenizer:
         args += ["--tokenizer", tokenizer]
-    Server(shlex.join(args), host=host, port=port, title="AgentWorld").serve()
+    if open_id:
+        args += ["--open", open_id]
+    return Server(
+        shlex.join(args),
+        host=host,
+        port=port,
+        title="AgentWorld",
+        # Our page: no Google Fonts (nothing leaves the machine), a terminal that fills
+        # the window, a start-up line instead of a bare splash.
+        templates_path=WEB_TEMPLATES,
+    )

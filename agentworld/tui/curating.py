@@ -18,15 +18,17 @@ if TYPE_CHECKING:
     from agentworld.tui.app import AgentWorldApp
 
 CURATION_BINDINGS = [
-    Binding("y", "label_trainable(True)", "Trainable"),
-    Binding("x", "label_trainable(False)", "Not trainable"),
-    Binding("1", "label_quality('good')", "Good"),
-    Binding("2", "label_quality('bad')", "Bad"),
-    Binding("3", "label_quality('unsure')", "Unsure"),
-    Binding("number_sign", "edit_tags", "Tags", key_display="#", show=False),
-    Binding("n", "edit_note", "Note", show=False),
-    Binding("o", "edit_reward", "Reward override", show=False),
-    Binding("u", "undo", "Undo label"),
+    Binding("y", "label_trainable(True)", "Train", tooltip="Label trainable"),
+    Binding("x", "label_trainable(False)", "No train", tooltip="Label not trainable"),
+    Binding("1", "label_quality('good')", "Good", tooltip="Label quality good"),
+    Binding("2", "label_quality('bad')", "Bad", tooltip="Label quality bad"),
+    Binding("3", "label_quality('unsure')", "Unsure", tooltip="Label quality unsure"),
+    Binding(
+        "number_sign", "edit_tags", "Tags", key_display="#", show=False, tooltip="Edit the tags"
+    ),
+    Binding("n", "edit_note", "Note", show=False, tooltip="Write a note"),
+    Binding("o", "edit_reward", "Reward override", show=False, tooltip="Override the reward"),
+    Binding("u", "undo", "Undo", tooltip="Undo the last label"),
 ]
 
 

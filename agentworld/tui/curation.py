@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentworld.pool.labels import Labels
+from agentworld.pool.labels import Labels, label_text
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class LabelAction:
     previous: Mapping[str, Mapping[str, Any]]
 
     def describe(self) -> str:
-        what = ", ".join(f"{k}={v}" for k, v in self.fields.items())
+        what = label_text(self.fields)
         n = len(self.targets)
         return f"{what} on {self.targets[0] if n == 1 else f'{n} targets'}"
 

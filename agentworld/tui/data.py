@@ -33,6 +33,9 @@ class TuiConfig:
     proxy_url: str | None = None
     tokenizer_path: str | None = None
     runs_path: str = "runs"  # training run folders (`aw train`'s output_dir is runs/train)
+    # Where `aw serve` keeps its models (AW_HOME/models): without --tokenizer, the token
+    # view looks there for the model a step names (and the embedded default).
+    models_dir: str | None = None
 
 
 def open_pool(path: str | Path) -> Pool:
@@ -105,12 +108,13 @@ class PoolData:
 
     # -- refresh ------------------------------------------------------------------
 
-    def refresh(self) -> RefreshReport:
-        """Bring the index up to date (new shards, journal tails, labels)."""
+    def refresh(self, progress: Callable[[int, int], None] | None = None) -> RefreshReport:
+        """Bring the index up to date (new shards, journal tails, labels); ``progress``
+        is told (shards done, shards new) as a cold index is built."""
         with self._rlock:
             if self._refresher is None:
                 self._refresher = Index(self.pool.layout, self.pool.labels)
-            return self._refresher.refresh()
+            return self._refresher.refresh(progress)
 
     # -- lists ------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ class FullTextScreen(Screen[None]):
         yield TextArea(
             self.text, read_only=True, soft_wrap=False, show_line_numbers=True, id="text"
         )
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = self.what

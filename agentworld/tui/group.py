@@ -56,8 +56,8 @@ class GroupScreen(CuratingScreen):
     GroupScreen .card { width: 38; height: auto; padding: 0 1; border-right: vkey $primary-darken-2; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back"),
-        Binding("enter", "inspect", "Inspect", show=False),
+        Binding("escape", "back", "Back", tooltip="Back to where the group was opened"),
+        Binding("enter", "inspect", "Inspect", show=False, tooltip="Open the trajectory"),
         *CURATION_BINDINGS,
     ]
 
@@ -73,7 +73,7 @@ class GroupScreen(CuratingScreen):
         yield Static(Text("loading…"), id="ginfo")
         yield DataTable(id="members", cursor_type="row", zebra_stripes=True)
         yield HorizontalScroll(id="side")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "group"

@@ -18,39 +18,58 @@ from textual.widgets import DataTable, Footer, Header, Static
 from agentworld.errors import AgentWorldError
 from agentworld.literal import literal
 from agentworld.pool import Selection, Trajectory
+from agentworld.pool.labels import label_text
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.delivery import deliver
 from agentworld.tui.fulltext import FullTextScreen
 from agentworld.tui.messages import TrajectoryLabelled
 from agentworld.tui.tokens import Decoder, token_view
-from agentworld.tui.transcript import Clip, new_from, step_metadata, step_transcript
+from agentworld.tui.transcript import (
+    Clip,
+    new_from,
+    step_metadata,
+    step_summary,
+    step_transcript,
+)
 
 EARLIER_NOTE = " (the step before sent them too; h: show)"
 CLIP = Clip(note=" · v: the whole text")
 
 
-def info_text(t: Trajectory, target: str, review: bool) -> Text:
+def info_text(t: Trajectory, review: bool) -> Text:
+    """One line: the trajectory, where it came from, its status and reward."""
     first = t.steps[0] if t.steps else t.end or {}
-    out = Text()
+    out = Text(no_wrap=True, overflow="ellipsis")
     if review:
         out.append(" REVIEW ", style="bold reverse magenta")
         out.append(" ")
     out.append(literal(t.id, style="bold"))
     out.append("  ")
-    for key in ("agent", "dataset", "group", "task"):
-        if first.get(key) is not None:
-            out.append(f"{key} ", style="dim")
-            out.append(literal(first[key]))
-            out.append("  ")
     out.append(
         f"{t.status}",
         style="green" if t.status == "done" else "red" if t.status != "open" else "cyan",
     )
-    out.append(f"  reward {'-' if t.reward is None else f'{t.reward:.3f}'}")
-    out.append("\nlabels ", style="dim")
-    out.append(literal(" ".join(f"{k}={v}" for k, v in t.labels.items()) or "none"))
-    out.append("   labelling ", style="dim")
-    out.append(target, style="bold reverse")
+    out.append(f"  reward {'-' if t.reward is None else f'{t.reward:.3f}'}  ")
+    for key in ("agent", "dataset", "task", "group"):
+        if first.get(key) is not None:
+            out.append(f"{key} ", style="dim")
+            out.append(literal(first[key]))
+            out.append("  ")
+    return out
+
+
+def label_line(target: str, labels: dict[str, Any]) -> Text:
+    """What a label key labels now and the labels it has: a line of its own, so no
+    header however long pushes it off a narrow terminal."""
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append(" labelling ", style="dim")
+    out.append(f" {target} ", style="bold reverse")
+    out.append(" (. switches)  ", style="dim")
+    out.append("labels ", style="dim")
+    if labels:
+        out.append(literal(label_text(labels), style="bold"))
+    else:
+        out.append("none")
     return out
 
 
@@ -63,23 +82,104 @@ class InspectorScreen(CuratingScreen):
     """Transcript, metadata and tokens of one trajectory, step by step."""
 
     DEFAULT_CSS = """
-    InspectorScreen #info { height: 2; padding: 0 1; background: $boost; }
-    InspectorScreen #steps { width: 26; height: 1fr; }
+    InspectorScreen #info { height: 1; padding: 0 1; background: $boost; }
+    InspectorScreen #labelbar { height: 1; background: $boost; }
+    InspectorScreen .line { text-wrap: nowrap; text-overflow: ellipsis; }
+    InspectorScreen #steps { width: 28; height: 1fr; }
     InspectorScreen #detail { width: 1fr; height: 1fr; padding: 0 1; }
-    InspectorScreen #meta { height: auto; margin-bottom: 1; }
+    InspectorScreen #meta { height: auto; margin-bottom: 1; color: $text-muted; }
     InspectorScreen #body { height: auto; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back"),
-        Binding("t", "toggle_tokens", "Tokens"),
-        Binding("h", "toggle_history", "History", show=False),  # the transcript says so
-        Binding("v", "full_text", "Whole text", show=False),  # so does a clipped text
-        Binding("full_stop", "toggle_target", "Step/traj", key_display="."),
-        Binding("j", "step(1)", "Next step", show=False),
-        Binding("k", "step(-1)", "Prev step", show=False),
-        Binding("g", "group", "Group", show=False),
-        Binding("f", "forked_from", "Forked from", show=False),
-        Binding("space", "skip", "Skip (review)", show=False),
+        Binding("escape", "back", "Back", tooltip="Back to where the inspector was opened"),
+        Binding("t", "toggle_tokens", "Tokens", tooltip="Tokens of the step / its conversation"),
+        Binding(
+            "full_stop",
+            "toggle_target",
+            "Step/traj",
+            key_display=".",
+            tooltip="Label keys label the step / the trajectory",
+        ),
+        Binding("i", "toggle_details", "Details", tooltip="The step's metadata in full / folded"),
+        Binding(
+            "h",
+            "toggle_history",
+            "History",
+            show=False,
+            tooltip="All the step sent / only what it added",
+        ),
+        Binding(
+            "v",
+            "full_text",
+            "Whole text",
+            show=False,
+            tooltip="The step's texts unclipped, in a view that scrolls",
+        ),
+        Binding("j", "step(1)", "Next step", show=False, tooltip="Next step (also ↓)"),
+        Binding("k", "step(-1)", "Prev step", show=False, tooltip="Previous step (also ↑)"),
+        # The step table holds the focus (arrows pick a step); these scroll the
+        # conversation beside it wherever the focus is, so no Tab is needed.
+        Binding(
+            "pagedown",
+            "scroll_body('page_down')",
+            "Scroll down",
+            show=False,
+            priority=True,
+            tooltip="Scroll the conversation a page down",
+        ),
+        Binding(
+            "pageup",
+            "scroll_body('page_up')",
+            "Scroll up",
+            show=False,
+            priority=True,
+            tooltip="Scroll the conversation a page up",
+        ),
+        Binding(
+            "J",
+            "scroll_body('down')",
+            "Line down",
+            show=False,
+            tooltip="Scroll the conversation a line down",
+        ),
+        Binding(
+            "K",
+            "scroll_body('up')",
+            "Line up",
+            show=False,
+            tooltip="Scroll the conversation a line up",
+        ),
+        Binding(
+            "home",
+            "scroll_body('home')",
+            "Top",
+            show=False,
+            priority=True,
+            tooltip="Top of the conversation",
+        ),
+        Binding(
+            "end",
+            "scroll_body('end')",
+            "End",
+            show=False,
+            priority=True,
+            tooltip="End of the conversation",
+        ),
+        Binding("g", "group", "Group", show=False, tooltip="The trajectory's group, side by side"),
+        Binding(
+            "f",
+            "forked_from",
+            "Forked from",
+            show=False,
+            tooltip="Open the trajectory this one branched off",
+        ),
+        Binding(
+            "space",
+            "skip",
+            "Skip (review)",
+            show=False,
+            tooltip="Review queue: skip this one, unlabelled",
+        ),
         *CURATION_BINDINGS,
     ]
 
@@ -90,8 +190,10 @@ class InspectorScreen(CuratingScreen):
         review: bool = False,
         selection: Selection | None = None,
         step: int | None = None,
+        highlight: str | None = None,
     ) -> None:
         super().__init__()
+        self.highlight = highlight or None  # searched-for words, marked in the transcript
         self.trajectory_id = trajectory_id
         self.review = review
         self.selection = selection or Selection()
@@ -103,18 +205,20 @@ class InspectorScreen(CuratingScreen):
         # session's history is hundreds of kilobytes of text: slow to lay out on every step).
         self.full_history = False
         self.target_step = False
+        self.details = False  # the step's metadata in full (else one summary line)
         self.skipped: list[str] = []
         self.body_shown: tuple[Any, ...] | None = None  # what #body shows (see body_key)
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(Text("loading…"), id="info")
+        yield Static(Text("loading…"), id="info", classes="line")
+        yield Static(Text(""), id="labelbar", classes="line")
         with Horizontal():
             yield DataTable(id="steps", cursor_type="row")
             with VerticalScroll(id="detail"):
                 yield Static(Text(""), id="meta")
                 yield Static(Text(""), id="body")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "review queue" if self.review else "inspector"
@@ -167,6 +271,7 @@ class InspectorScreen(CuratingScreen):
         self.query_one("#info", Static).update(
             Text(" REVIEW  queue empty: every matching trajectory has a label", style="bold")
         )
+        self.query_one("#labelbar", Static).update(Text(""))
         self.query_one("#meta", Static).update(Text(""))
         self.show_body(None, Text(""))
         self.query_one("#steps", DataTable).clear()
@@ -217,14 +322,19 @@ class InspectorScreen(CuratingScreen):
         t = self.trajectory
         if t is None:
             return
-        self.query_one("#info", Static).update(info_text(t, self.target_name(), self.review))
+        self.query_one("#info", Static).update(info_text(t, self.review))
+        self.query_one("#labelbar", Static).update(
+            label_line(self.target_name(), self.current_labels())
+        )
         if not t.steps:
             self.query_one("#meta", Static).update(Text("no steps"))
             self.show_body(None, Text(""))
             return
         step = t.steps[self.step_i]
         prev = t.steps[self.step_i - 1] if self.step_i > 0 else None
-        self.query_one("#meta", Static).update(step_metadata(step))
+        meta = self.query_one("#meta", Static)
+        meta.set_class(not self.details, "line")
+        meta.update(step_metadata(step) if self.details else step_summary(step, "▸ "))
         key = self.body_key(step, prev)
         if key != self.body_shown:
             self.show_body(key, self.body(step, prev))
@@ -241,7 +351,10 @@ class InspectorScreen(CuratingScreen):
         """The step's tokens, or its transcript with long texts clipped."""
         if self.show_tokens:
             return token_view(step, prev, decode=self.decoder())
-        return self.transcript(step, prev, CLIP)
+        text = self.transcript(step, prev, CLIP)
+        if self.highlight:
+            text.highlight_words([self.highlight], "bold black on yellow", case_sensitive=False)
+        return text
 
     def transcript(
         self, step: dict[str, Any], prev: dict[str, Any] | None, clip: Clip | None
@@ -289,7 +402,18 @@ class InspectorScreen(CuratingScreen):
 
     def action_toggle_tokens(self) -> None:
         self.show_tokens = not self.show_tokens
+        t = self.trajectory
+        if self.show_tokens and t is not None and t.steps:
+            self.aw.want_decoder(t.steps[self.step_i])
         self.render_step()
+
+    def action_toggle_details(self) -> None:
+        self.details = not self.details
+        self.render_step()
+
+    def action_scroll_body(self, how: str) -> None:
+        """Scroll the step's conversation (``page_down``, ``up``, ``home``…)."""
+        getattr(self.query_one("#detail", VerticalScroll), f"scroll_{how}")(animate=False)
 
     def action_toggle_history(self) -> None:
         self.full_history = not self.full_history

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import sqlite3
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
@@ -17,6 +18,8 @@ from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from agentworld.literal import literal, one_line
 from agentworld.tui.data import MonitorSnapshot
 from agentworld.tui.delivery import deliver
+from agentworld.tui.messages import PoolRefreshed
+from agentworld.tui.proxy_panel import proxy_panel
 
 if TYPE_CHECKING:
     from agentworld.tui.app import AgentWorldApp
@@ -50,10 +53,22 @@ def _n(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) else "-" if x is None else f"{x:.3g}"
 
 
-def summary_text(s: MonitorSnapshot) -> Text:
+def plural(n: Any, one: str, many: str) -> str:
+    """``1 trajectory``, ``2 trajectories``, ``- trajectories`` (unknown)."""
+    return f"{_n(n)} {one if n == 1 else many}"
+
+
+def summary_text(s: MonitorSnapshot, indexing: tuple[int, int] | None = None) -> Text:
+    """The counts at the top; while the index is first built, a line saying so (its
+    counts grow as it goes: they are not the pool's yet)."""
     st = (s.heavy or {}).get("stats") or {}
     by = s.by_status
     out = Text()
+    if indexing is not None:
+        done, total = indexing
+        out.append(" indexing the pool… ", style="bold reverse yellow")
+        out.append(f" {done:,}/{total:,} shards" if total else "", style="yellow")
+        out.append("  (a first open reads every shard; the counts are not all in yet)\n")
     out.append("steps ", style="bold")
     out.append(f"{s.steps:,}")
     out.append(
@@ -84,7 +99,7 @@ def summary_text(s: MonitorSnapshot) -> Text:
             f" · engine ids on {100 * (st.get('engine_token_steps') or 0) / st['steps']:.0f}% of steps"
         )
     out.append("\nlabelled ", style="bold")
-    out.append(f"{_n(st.get('labelled_trajectories'))} trajectories")
+    out.append(plural(st.get("labelled_trajectories"), "trajectory", "trajectories"))
     versions = st.get("policy_versions") or {}
     out.append("   policy versions ", style="bold")
     out.append(
@@ -97,15 +112,28 @@ def summary_text(s: MonitorSnapshot) -> Text:
     return out
 
 
+def bin_digits(bins: list[tuple[float, float]]) -> int:
+    """Decimals that tell every bin's bounds apart (rewards of 0.008…0.012 in ten bins
+    need four; two printed ``0.01…0.01`` over and over)."""
+    for digits in range(2, 7):
+        labels = [f"{lo:.{digits}f}…{hi:.{digits}f}" for lo, hi in bins]
+        if len(set(labels)) == len(labels) and all(
+            f"{lo:.{digits}f}" != f"{hi:.{digits}f}" for lo, hi in bins
+        ):
+            return digits
+    return 6
+
+
 def side_text(s: MonitorSnapshot) -> Text:
     heavy = s.heavy or {}
     out = Text()
     out.append("reward distribution\n", style="bold underline")
     hist = heavy.get("histogram") or []
     top = max((c for _, _, c in hist), default=0)
+    digits = bin_digits([(lo, hi) for lo, hi, _ in hist])
     for lo, hi, c in hist:
         bar = "█" * (round(20 * c / top) if top else 0)
-        out.append(f"{lo:6.2f}…{hi:<6.2f} ")
+        out.append(f"{lo:6.{digits}f}…{hi:<6.{digits}f} ")
         out.append(bar, style="green")
         out.append(f" {c:,}\n")
     if not hist:
@@ -124,14 +152,8 @@ def side_text(s: MonitorSnapshot) -> Text:
     out.append("\ndisk ", style="bold underline")
     out.append("  ".join(f"{name.strip('.')} {human_bytes(n)}" for name, n in disk.items()) + "\n")
     if s.proxy is not None:
-        out.append("\nproxy /aw/stats\n", style="bold underline")
-        if isinstance(s.proxy, str):
-            out.append(literal(s.proxy, style="red"))
-        else:
-            for k, v in list(s.proxy.items())[:20]:
-                out.append(f"{k}: ", style="bold")
-                out.append(one_line(v, 60))
-                out.append("\n")
+        out.append("\n")
+        out.append(proxy_panel(s.proxy))
     return out
 
 
@@ -147,11 +169,19 @@ class MonitorScreen(Screen[None]):
     MonitorScreen #side { width: 1fr; height: auto; padding: 0 1; }
     """
 
+    # The app's keys, shown in this footer (the other screens' footers have no room).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("l", "app.go('trajectories')", "List", tooltip="Go to the trajectory list"),
+        Binding("r", "app.review", "Review", tooltip="Review unlabelled trajectories one by one"),
+        Binding("q", "app.quit", "Quit", tooltip="Quit aw tui"),
+    ]
+
     def __init__(self) -> None:
         super().__init__()
         self.snapshot: MonitorSnapshot | None = None
         self._heavy_running = False
         self._per_agent_shown: list[dict[str, Any]] = []
+        self.shown_indexing: tuple[int, int] | None = (0, 0)  # what the summary says
 
     @property
     def aw(self) -> AgentWorldApp:
@@ -166,7 +196,7 @@ class MonitorScreen(Screen[None]):
             with Horizontal(id="tables"):
                 yield DataTable(id="per-agent", cursor_type="row", zebra_stripes=True)
                 yield Static(Text(""), id="side")
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "monitor"
@@ -176,13 +206,21 @@ class MonitorScreen(Screen[None]):
         self.set_interval(TICK_S, self.tick)
         self.call_after_refresh(self.tick, shown=True)
 
+    def on_pool_refreshed(self, event: PoolRefreshed) -> None:
+        self.tick()  # the first refresh ends "indexing": say so now, not a tick later
+
     def on_screen_resume(self) -> None:
         self.tick(shown=True)  # at once when shown, not at the next interval
 
     @property
     def ready(self) -> bool:
-        """Whether both the cheap numbers and the whole-pool aggregates are on screen."""
-        return self.snapshot is not None and self.snapshot.heavy is not None
+        """Whether both the cheap numbers and the whole-pool aggregates are on screen,
+        the index built."""
+        return (
+            self.snapshot is not None
+            and self.snapshot.heavy is not None
+            and self.shown_indexing is None
+        )
 
     def tick(self, *, shown: bool = False) -> None:
         if not (shown or self.is_current):
@@ -217,7 +255,8 @@ class MonitorScreen(Screen[None]):
     def show(self, snap: MonitorSnapshot) -> None:
         """Put one snapshot on screen (UI thread)."""
         self.snapshot = snap
-        self.query_one("#summary", Static).update(summary_text(snap))
+        self.shown_indexing = self.aw.indexing
+        self.query_one("#summary", Static).update(summary_text(snap, self.shown_indexing))
         self.query_one("#rate", Sparkline).data = snap.rate or [0.0]
         self.query_one("#side", Static).update(side_text(snap))
         table = self.query_one("#per-agent", DataTable)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -33,6 +34,32 @@ def load_decoder(tokenizer_path: str) -> Decoder:
         return s
 
     return decode
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+EMBEDDED_MODEL = "smollm2-135m-instruct"  # the folder `aw serve` converts its default into
+
+
+def find_tokenizer(step: dict[str, Any], models_dir: str | None) -> str | None:
+    """A local tokenizer for a step's ids, without being told: the model folder the step
+    names (a path, or a model `aw serve` keeps under ``models_dir``), else the embedded
+    default `aw serve` serves as ``default``. Only folders already on disk: nothing is
+    downloaded or converted."""
+    model = (step.get("request") or {}).get("model")
+    candidates: list[Path] = []
+    if isinstance(model, str) and model:
+        candidates.append(Path(model).expanduser())
+        if models_dir and "/" not in model and model not in (".", ".."):
+            candidates.append(Path(models_dir) / model.lower())
+    if models_dir:
+        candidates.append(Path(models_dir) / EMBEDDED_MODEL)
+    for folder in candidates:
+        try:
+            if any((folder / name).is_file() for name in TOKENIZER_FILES):
+                return str(folder)
+        except OSError:  # a model name that is no valid path
+            continue
+    return None
 
 
 def prefix_break(prev: dict[str, Any] | None, step: dict[str, Any]) -> int | None:

@@ -109,15 +109,17 @@ class TrajectoriesScreen(CuratingScreen):
     TrajectoriesScreen #list { height: 1fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "focus_filter", "Filter", key_display="/"),
-        Binding("escape", "focus_list", "List", show=False),
-        Binding("enter", "inspect", "Inspect", show=False),
-        Binding("g", "group", "Group"),
-        Binding("s", "sort", "Sort"),
-        Binding("S", "reverse", "Reverse", show=False),
-        Binding("right_square_bracket", "next_page", "Next page", key_display="]"),
-        Binding("left_square_bracket", "prev_page", "Prev page", key_display="["),
-        Binding("a", "arm_all", "All matching"),
+        Binding("slash", "focus_filter", "Filter", key_display="/", tooltip="Edit the filter line"),
+        Binding(
+            "escape", "focus_list", "Back to list", show=False, tooltip="Leave the filter line"
+        ),
+        Binding("enter", "inspect", "Inspect", show=False, tooltip="Open the trajectory"),
+        Binding("g", "group", "Group", tooltip="The trajectory's group, side by side"),
+        Binding("s", "sort", "Sort", tooltip="Sort by the next column"),
+        Binding("S", "reverse", "Reverse", show=False, tooltip="Reverse the order"),
+        Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
+        Binding("left_square_bracket", "prev_page", "Prev page", key_display="[", show=False),
+        Binding("a", "arm_all", "All matching", tooltip="The next label applies to every match"),
         *CURATION_BINDINGS,
     ]
 
@@ -139,7 +141,7 @@ class TrajectoriesScreen(CuratingScreen):
         yield Input(placeholder="filter: " + FILTER_HELP, id="filter", suggester=self.suggester)
         yield Static(Text("loading…"), id="status")
         yield DataTable(id="list", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "trajectories"
@@ -261,7 +263,7 @@ class TrajectoriesScreen(CuratingScreen):
     def action_inspect(self) -> None:
         tid = self.current_id()
         if tid:
-            self.aw.inspect(tid)
+            self.aw.inspect(tid, highlight=self.selection.text)
 
     def action_group(self) -> None:
         tid = self.current_id()

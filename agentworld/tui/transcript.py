@@ -10,6 +10,7 @@ from typing import Any
 from rich.text import Text
 
 from agentworld.literal import clean, literal
+from agentworld.pool.labels import label_text
 
 ROLE_STYLES = {
     "system": "bold magenta",
@@ -206,6 +207,62 @@ def _ts(t: Any) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
+def usage_text(usage: Any) -> str:
+    """``usage`` as ``key=value`` pairs, leaving out what the upstream sent empty
+    (OpenAI's ``prompt_tokens_details=None`` says nothing)."""
+    if not isinstance(usage, dict):
+        return ""
+    return " ".join(f"{k}={v}" for k, v in usage.items() if v not in (None, {}, []))
+
+
+def _problems(step: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The rows a reader must see even with the metadata folded: the step's error,
+    what the proxy left out of it, and the trajectory it branched off."""
+    rows: list[tuple[str, Any]] = []
+    if step.get("error"):
+        e = step["error"]
+        rows.append(("error", f"{e.get('type')}: {e.get('message')}"))
+    meta = step.get("metadata") if isinstance(step.get("metadata"), dict) else {}
+    invalid = meta.get("upstream_invalid")
+    if isinstance(invalid, dict) and invalid:  # what the proxy left out of the step, and why
+        rows.append(("left out", "; ".join(f"{k}: {v}" for k, v in invalid.items())))
+    return rows
+
+
+def step_summary(step: dict[str, Any], mark: str = "") -> Text:
+    """The step's metadata folded to one line (status, finish, tokens, time, policy,
+    labels), plus its error and fork lines when it has them; ``mark`` starts the line."""
+    t = step.get("timings") or {}
+    resp = step.get("response") or {}
+    usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
+    tokens = step.get("tokens") or {}
+    started, ended = t.get("started_at"), t.get("ended_at")
+    prompt_n = usage.get("prompt_tokens") or len(tokens.get("prompt_ids") or ())
+    completion_n = usage.get("completion_tokens") or len(tokens.get("completion_ids") or ())
+    parts = [
+        f"step {step.get('index')}",
+        str(step.get("status")),
+        f"finish {resp.get('finish_reason') or '-'}",
+        f"{prompt_n}+{completion_n} tok ({tokens.get('source', 'no ids')})",
+    ]
+    if isinstance(ended, int | float) and isinstance(started, int | float):
+        parts.append(f"{ended - started:.2f} s")
+    parts.append(f"pv {step.get('policy_version')}")
+    if step.get("_labels"):
+        parts.append("labels " + label_text(step["_labels"]))
+    out = Text(mark)
+    out.append(literal(" · ".join(parts), style="bold" if step.get("status") != "ok" else ""))
+    meta = step.get("metadata") if isinstance(step.get("metadata"), dict) else {}
+    fork = meta.get("forked_from")
+    rows = _problems(step)
+    if isinstance(fork, dict):
+        rows.append(("forked from", f"{fork.get('trajectory')} step {fork.get('step')} (f: open)"))
+    for k, v in rows:
+        out.append(f"\n{k} ", style="bold")
+        out.append(literal(v, style="red" if k != "forked from" else ""))
+    return out
+
+
 def step_metadata(step: dict[str, Any]) -> Text:
     """Timings, usage, finish reason, policy version, token source, error and labels."""
     t = step.get("timings") or {}
@@ -237,19 +294,14 @@ def step_metadata(step: dict[str, Any]) -> Text:
         ),
         ("upstream", f"{t['upstream_s']:.3f} s" if t.get("upstream_s") is not None else "-"),
         ("finish", resp.get("finish_reason")),
-        ("usage", " ".join(f"{k}={v}" for k, v in (resp.get("usage") or {}).items()) or "-"),
+        ("usage", usage_text(resp.get("usage")) or "-"),
         (
             "tokens",
             f"{tokens.get('source', 'none')}: {len(tokens.get('prompt_ids') or ())} prompt + {len(tokens.get('completion_ids') or ())} completion",
         ),
     ]
-    if step.get("error"):
-        e = step["error"]
-        rows.append(("error", f"{e.get('type')}: {e.get('message')}"))
+    rows.extend(_problems(step))
     meta = step.get("metadata") if isinstance(step.get("metadata"), dict) else {}
-    invalid = meta.get("upstream_invalid")
-    if isinstance(invalid, dict) and invalid:  # what the proxy left out of the step, and why
-        rows.append(("left out", "; ".join(f"{k}: {v}" for k, v in invalid.items())))
     rest = [(k, v) for k, v in meta.items() if k != "upstream_invalid"]
     if rest:
         rows.append(
@@ -259,7 +311,7 @@ def step_metadata(step: dict[str, Any]) -> Text:
             )
         )
     if step.get("_labels"):
-        rows.append(("labels", " ".join(f"{k}={v}" for k, v in step["_labels"].items())))
+        rows.append(("labels", label_text(step["_labels"])))
     out = Text()
     for k, v in rows:
         out.append(f"{k:>12} ", style="bold")

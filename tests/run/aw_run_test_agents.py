@@ -78,3 +78,9 @@ def score_text(answer, task):
 
 
 NOT_CALLABLE = 3
+
+
+async def slow(task, client, settings):
+    """An episode that takes a while (progress lines come meanwhile)."""
+    await asyncio.sleep(0.6)
+    return task.answer

@@ -36,7 +36,10 @@ def test_shipped_examples_load_and_match_the_templates(tmp_path):
     assert {"math", "baseline", "cli"} <= set(agents)
     assert agents["math"].kind == "python" and agents["cli"].kind == "command"
     assert agents["math"].upstream["upstream"] == "http://127.0.0.1:8000/v1"
-    assert agents["math"].sampling == {"temperature": 0.8, "max_tokens": 512}
+    assert agents["math"].sampling == {"temperature": 0.8, "max_tokens": 256}
+    # Sized for the embedded SmolLM2 on a CPU (issue 27): few turns, a few at once.
+    assert (agents["math"].max_turns, agents["math"].concurrency) == (4, 4)
+    assert agents["default"].upstream["upstream"] == "http://127.0.0.1:8000/v1"
     assert {"mini-gsm", "arithmetic"} <= set(datasets)
     assert (REPO / "agents.toml").read_text() == AGENTS_TOML
     assert (REPO / "datasets.toml").read_text() == DATASETS_TOML

@@ -122,3 +122,38 @@ def test_a_reference_model_is_checked_too(builder, tiny_model: Path, tmp_path: P
     result = CliRunner().invoke(make_app(), args)
     assert isinstance(result.exception, ConfigError)
     assert str(result.exception).startswith("train.ref_model: 'Org/ref' is not a local model")
+
+
+def test_no_model_trains_the_embedded_default_as_aw_serve_serves(
+    builder, tiny_model: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Without --model, the model `aw serve` would serve: the embedded default under
+    AW_HOME (a tiny stand-in here, where the converted SmolLM2 would be)."""
+    import shutil
+
+    from accelerate.state import AcceleratorState, GradientState
+
+    from agentworld.serve.model_files import DEFAULT_MODEL_NAME
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    home = tmp_path / "home"
+    shutil.copytree(tiny_model, home / "models" / DEFAULT_MODEL_NAME)
+    monkeypatch.setenv("AW_HOME", str(home))
+    builder.group([1.0, 0.0], agent="bot", dataset="math")
+    out = tmp_path / "out"
+    args = ["train", "--agent", "bot", "--pool", str(builder.pool.root), "-o", str(out)]
+    args += ["--max-steps", "1", "--set", "progress=false"]
+    result = CliRunner().invoke(make_app(), args)
+    assert result.exit_code == 0, result.output
+    config = (out / "config.toml").read_text()
+    assert f'model = "{home / "models" / DEFAULT_MODEL_NAME}"' in config
+    assert (out / "ckpt-000001" / "meta.json").exists()
+    # The README's second line: a run's saved config is the recipe of the next.
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    more = tmp_path / "more"
+    args = ["train", "--recipe", str(out / "config.toml"), "-o", str(more), "--max-steps", "1"]
+    result = CliRunner().invoke(make_app(), args)
+    assert result.exit_code == 0, result.output
+    assert (more / "ckpt-000001" / "meta.json").exists()

@@ -178,7 +178,9 @@ async def test_inspector_transcript_metadata_tokens_and_step_labels(pool_path: P
         body = lambda: str(ins.query_one("#body", Static).render())  # noqa: E731
         meta = lambda: str(ins.query_one("#meta", Static).render())  # noqa: E731
         assert "── system" in body() and "→ tool call calc" in body() and "reasoning" in body()
-        assert "first token 0.100 s" in meta() and "finish stop" in meta()
+        assert "finish stop" in meta() and "first token" not in meta()  # folded to a line
+        await pilot.press("i")
+        await until(pilot, lambda: "first token 0.100 s" in meta())
         await pilot.press("j", "t")
         await until(pilot, lambda: "BREAK at prompt token 3" in body())
         assert "source: engine" in body()
@@ -317,7 +319,7 @@ async def test_inspector_opens_the_trajectory_a_fork_branched_off(tmp_path: Path
         pilot.app.inspect("tr_fork")
         fork = await shown_inspector(pilot)
         meta = str(fork.query_one("#meta", Static).render())
-        assert "forked_from=" in meta and "tr_main" in meta
+        assert "forked from tr_main step 1" in meta  # shown folded too: f opens it
         await pilot.press("f")
         await until(pilot, lambda: pilot.app.screen is not fork and pilot.app.screen.trajectory)
         main = pilot.app.screen
@@ -469,29 +471,49 @@ async def test_help_lists_every_key_and_palette_has_every_action(pool_path: Path
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
         text = str(pilot.app.screen.query_one("#help", Static).render())
-        for key in ("/", "#", "]", "[", ".", "y", "x", "u", "a", "t", "g", "s", "S", "r", "m", "l"):
+        for key in ("/", "#", "]", "[", "y", "x", "u", "a", "g", "s", "S", "r", "m", "l", "?"):
             assert f"  {key}  " in text, key
+        # Contextual: the list's keys, not the inspector's, and none of Textual's internals.
+        assert "Tokens" not in text and "filter line" in text
+        for internal in ("help_quit", "question_mark", "ctrl+c", "Close", "focus_next"):
+            assert internal not in text, internal
+        await pilot.press("escape")
+        await until(pilot, lambda: pilot.app.screen is screen)
+        await pilot.press("enter")
+        ins = await shown_inspector(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+        text = str(pilot.app.screen.query_one("#help", Static).render())
+        assert text.startswith("inspector") and "filter line" not in text
+        for key in (".", "t", "i", "h", "v", "j", "k", "PgDn", "PgUp", "esc", "l", "?"):
+            assert f"  {key}  " in text, key
+        await pilot.press("escape")
+        await until(pilot, lambda: pilot.app.screen is ins)
+        commands = {c.title: c.help for c in app.get_system_commands(ins)}
+        for title, text in commands.items():  # names, not actions: no label_quality('bad')
+            assert "('" not in title + text and "_" not in title + text, (title, text)
+        assert commands["Label quality bad"] == "key 2"
         await pilot.press("escape")
         await until(pilot, lambda: pilot.app.screen is screen)
         titles = {c.title for c in app.get_system_commands(screen)}
         for title in (
-            "Trainable",
-            "Not trainable",
-            "Good",
-            "Bad",
-            "Unsure",
-            "Tags",
-            "Note",
-            "Reward override",
-            "Undo label",
-            "All matching",
-            "Filter",
-            "Sort",
-            "Monitor",
-            "List",
-            "Review",
-            "Help",
-            "Group",
+            "Label trainable",
+            "Label not trainable",
+            "Label quality good",
+            "Label quality bad",
+            "Label quality unsure",
+            "Edit the tags",
+            "Write a note",
+            "Override the reward",
+            "Undo the last label",
+            "The next label applies to every match",
+            "Edit the filter line",
+            "Sort by the next column",
+            "Go to the monitor",
+            "Go to the trajectory list",
+            "Review unlabelled trajectories one by one",
+            "Keys of this screen",
+            "The trajectory's group, side by side",
             "Next page",
         ):
             assert title in titles, title
@@ -501,7 +523,7 @@ async def test_palette_entry_runs_its_action(pool_path: Path) -> None:
     app = app_for(pool_path)
     async with app.run_test(size=SIZE) as pilot:
         screen = await loaded_list(pilot)
-        cmd = next(c for c in app.get_system_commands(screen) if c.title == "Not trainable")
+        cmd = next(c for c in app.get_system_commands(screen) if c.title == "Label not trainable")
         await cmd.callback()
         tid = screen.current_id()
         await until(

@@ -65,3 +65,27 @@ def test_without_tokenizer_transformers_is_not_imported(pool_path: Path) -> None
     subprocess.run(
         [sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2]
     )
+
+
+@pytest.mark.slow
+async def test_token_view_finds_the_tokenizer_of_the_model_a_step_names(
+    pool_path: Path, tmp_path: Path
+) -> None:
+    """No --tokenizer: the steps name model "tiny", which `aw serve` would keep under
+    AW_HOME/models/tiny; pressing t once shows ids, then text as soon as it loads."""
+    tiny_tokenizer(tmp_path / "models" / "tiny")
+    config = TuiConfig(str(pool_path), "tester", models_dir=str(tmp_path / "models"))
+    app = make_app(config, start="trajectories", clock=lambda: T0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.inspect("tr_grp-a_1")
+        for _ in range(200):
+            if isinstance(app.screen, InspectorScreen) and app.screen.trajectory:
+                break
+            await pilot.pause(0.02)
+        await pilot.press("t")
+        body = lambda: str(app.screen.query_one("#body", Static).render())  # noqa: E731
+        for _ in range(1500):  # no second key: the open view changes once it has loaded
+            if "w11 w12 w13" in body():
+                break
+            await pilot.pause(0.02)
+        assert "decoded" in body() and "w11 w12 w13" in body()
