@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "model_folder": 1,
     "templates": 1,
     "cli_options": 1,
+    "group_advantage": 1,
     "pool": 2,
     "proxy": 3,
     "serve": 3,
