@@ -264,3 +264,19 @@ def test_help_proxy_and_tui_paths_import_nothing_heavy() -> None:
     assert "agentworld.proxy.passthrough" in reached  # the handlers make_app imports
     assert "agentworld.tui.app" in reached
     assert sorted(m for m in reached if m.split(".")[0] in HEAVY) == []
+
+
+def _is_command_module(module: str) -> bool:
+    return module.rpartition(".")[2].endswith("command")
+
+
+def test_no_command_module_imports_another_commands_module() -> None:
+    """Shared options live in agentworld/cli_options.py; only `cli` gathers the commands."""
+    wrong = [
+        f"{imp.importer}:{imp.line} imports {imp.target}"
+        for imp in IMPORTS
+        if _is_command_module(imp.importer)
+        and _is_command_module(imp.target)
+        and imp.importer != imp.target
+    ]
+    assert wrong == []

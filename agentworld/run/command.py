@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION
+from agentworld.cli_options import DATASETS_FILE_OPTION, POOL_OPTION
 
 
 def run(
@@ -30,9 +30,7 @@ def run(
     agents_path: Path = typer.Option(
         Path("agents.toml"), "--agents", envvar="AW_AGENTS", help="agents.toml to read."
     ),
-    datasets_path: Path = typer.Option(
-        Path("datasets.toml"), "--datasets", envvar="AW_DATASETS", help="datasets.toml to read."
-    ),
+    datasets_path: Path = DATASETS_FILE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Roll an agent out over a dataset's tasks, score each trajectory, and summarise."""

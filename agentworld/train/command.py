@@ -6,16 +6,16 @@ from pathlib import Path
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION
+from agentworld.cli_options import AGENT_FILTER, DATASET_FILTER, POOL_OPTION, SPLIT_FILTER
 
 _DEFAULT_POOL = Path("pool")
 
 
 def train(
     model: str = typer.Option(None, "--model", "-m", help="Model folder (HF format) to train."),
-    agent: str = typer.Option(None, "--agent", help="Train on this agent's trajectories."),
-    dataset: str = typer.Option(None, "--dataset", help="Train on this dataset's trajectories."),
-    split: str = typer.Option(None, "--split", help="Dataset split."),
+    agent: str = AGENT_FILTER,
+    dataset: str = DATASET_FILTER,
+    split: str = SPLIT_FILTER,
     algo: str = typer.Option(None, "--algo", help="sft, grpo or ppo."),
     recipe: Path = typer.Option(None, "--recipe", "-r", help="TOML file with a \\[train] table."),
     sets: list[str] = typer.Option(

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import getpass
 import shlex
 import sys
 from pathlib import Path
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION
-
-
-def resolve_author(author: str | None) -> str:
-    """The label author: --author / AW_AUTHOR, else the login name ($USER)."""
-    if author:
-        return author
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "anonymous"
+from agentworld.cli_options import AUTHOR_OPTION, POOL_OPTION, resolve_author
 
 
 def tui(
@@ -28,9 +17,7 @@ def tui(
     tokenizer: str | None = typer.Option(
         None, "--tokenizer", help="Tokenizer path: show token text instead of ids."
     ),
-    author: str | None = typer.Option(
-        None, "--author", envvar="AW_AUTHOR", help="Label author (default: $USER)."
-    ),
+    author: str | None = AUTHOR_OPTION,
     start: str = typer.Option("monitor", "--start", help="First screen: monitor or trajectories."),
     web: bool = typer.Option(False, "--web", help="Serve the app in a browser (textual-serve)."),
     host: str = typer.Option("127.0.0.1", "--host", help="With --web: address to bind."),
