@@ -53,7 +53,7 @@ def demo(
 
     from rich.console import Console
 
-    from agentworld.serve.model_files import default_aw_home, resolve_model
+    from agentworld.model_folder import default_aw_home, resolve_model
 
     console = Console(stderr=True, highlight=False)
     folder.mkdir(parents=True, exist_ok=True)

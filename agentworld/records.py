@@ -20,34 +20,69 @@ import orjson
 from agentworld import raw_ids
 from agentworld.errors import RecordError
 from agentworld.raw_ids import RawIds
-
-SCHEMA_VERSION: Final = 1
-
-STEP: Final = "step"
-END: Final = "end"
-
-PROTOCOLS: Final = frozenset(
-    {
-        "openai.chat",
-        "openai.completions",
-        "openai.responses",
-        "anthropic.messages",
-        "whitebox",
-        "import",
-    }
+from agentworld.record_fast import doubt
+from agentworld.record_schema import (
+    END,
+    END_STATUSES,
+    ERROR_KEYS,
+    FIELDS,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_ERROR_MESSAGE_BYTES,
+    MAX_ERROR_TYPE_BYTES,
+    MAX_FINISH_REASON_BYTES,
+    MAX_ID_CHARS,
+    MAX_JSON_DEPTH,
+    MAX_KEY_BYTES,
+    MAX_RECORD_BYTES,
+    MAX_STRING_BYTES,
+    MAX_TOKENS,
+    MAX_TOOL_NAME_BYTES,
+    MESSAGE_KEYS,
+    PROTOCOLS,
+    REQUEST_KEYS,
+    RESPONSE_KEYS,
+    ROLES,
+    SCHEMA_VERSION,
+    STEP,
+    STEP_REQUIRED_BY_STATUS,
+    STEP_STATUSES,
+    TIMING_KEYS,
+    TOKEN_ID_MAX,
+    TOKEN_SOURCES,
+    TOKENS_KEYS,
+    TOOL_CALL_KEYS,
+    USAGE_COUNTS,
+    Field,
 )
-STEP_STATUSES: Final = frozenset({"ok", "error", "cancelled"})
-END_STATUSES: Final = frozenset({"done", "failed", "timeout", "cancelled"})
-TOKEN_SOURCES: Final = frozenset({"engine", "rendered", "none"})
-ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
 
-MAX_ID_CHARS: Final = 200
-MAX_STRING_BYTES: Final = 16 * 1024 * 1024
-MAX_TOKENS: Final = 2_000_000
-MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
-MAX_TOOL_NAME_BYTES: Final = 1024  # a tool call's id or name
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
+# Re-exported: the schema's names are part of this module's public face.
+__all__ = [
+    "END",
+    "END_STATUSES",
+    "MAX_RECORD_BYTES",
+    "MAX_STRING_BYTES",
+    "MAX_TOKENS",
+    "MAX_TOOL_NAME_BYTES",
+    "PROTOCOLS",
+    "SCHEMA_VERSION",
+    "STEP",
+    "STEP_STATUSES",
+    "USAGE_COUNTS",
+    "check_fields",
+    "check_metadata",
+    "completion_text",
+    "content_hash",
+    "dumps",
+    "encode",
+    "loads",
+    "make_end",
+    "make_step",
+    "new_id",
+    "parse",
+    "parse_stored",
+    "validate",
+]
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: sortable, no look-alikes
 
@@ -132,10 +167,10 @@ def _check_id(v: Any, path: str) -> None:
         raise _fail(path, "ids must be non-empty, without slashes, whitespace or control chars")
 
 
-def _check_int(v: Any, path: str, *, minimum: int = _INT64_MIN) -> None:
+def _check_int(v: Any, path: str, *, minimum: int = INT64_MIN) -> None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise _fail(path, f"expected an integer, got {type(v).__name__}")
-    if v < minimum or v > _INT64_MAX:
+    if v < minimum or v > INT64_MAX:
         raise _fail(path, f"integer {v} out of range [{minimum}, 2^63-1]")
 
 
@@ -144,14 +179,14 @@ def _check_num(v: Any, path: str) -> None:
         raise _fail(path, f"expected a number, got {type(v).__name__}")
     if isinstance(v, float) and not math.isfinite(v):
         raise _fail(path, f"{v} is not a finite number")
-    if isinstance(v, int) and not _INT64_MIN <= v <= _INT64_MAX:
+    if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
         raise _fail(path, "integer outside 64 bits")
 
 
 def _check_json(v: Any, path: str, depth: int = 0) -> None:
     """Free-form JSON (metadata, tool schemas, raw payloads): finite, 64-bit, UTF-8, not too deep."""
-    if depth > 64:
-        raise _fail(path, "nested more than 64 levels")
+    if depth > MAX_JSON_DEPTH:
+        raise _fail(path, f"nested more than {MAX_JSON_DEPTH} levels")
     if v is None or isinstance(v, bool):
         return
     if isinstance(v, str):
@@ -165,7 +200,7 @@ def _check_json(v: Any, path: str, depth: int = 0) -> None:
         for k, item in v.items():
             if not isinstance(k, str):
                 raise _fail(path, "object keys must be strings")
-            _check_str(k, f"{path}.<key>", max_bytes=4096)
+            _check_str(k, f"{path}.<key>", max_bytes=MAX_KEY_BYTES)
             _check_json(item, f"{path}.{k}", depth + 1)
     else:
         raise _fail(path, f"{type(v).__name__} is not a JSON value")
@@ -203,20 +238,16 @@ def _check_tool_calls(v: Any, path: str) -> None:
     for i, call in enumerate(v):
         p = f"{path}[{i}]"
         _check_dict(call, p)
-        _check_keys(call, _TOOL_CALL_KEYS, p)
+        _check_keys(call, TOOL_CALL_KEYS, p)
         _check_str(call.get("id", ""), f"{p}.id", max_bytes=MAX_TOOL_NAME_BYTES)
         _check_str(call.get("name"), f"{p}.name", max_bytes=MAX_TOOL_NAME_BYTES)
         _check_str(call.get("arguments"), f"{p}.arguments")
 
 
-_TOOL_CALL_KEYS = frozenset({"id", "name", "arguments", "type"})
-_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning"})
-
-
 def _check_message(m: Any, path: str) -> None:
     """Normalised message: role, content (str, or list of content parts), tool calls, reasoning."""
     _check_dict(m, path)
-    _check_keys(m, _MESSAGE_KEYS, path)
+    _check_keys(m, MESSAGE_KEYS, path)
     role = m.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise _fail(f"{path}.role", f"must be one of {sorted(ROLES)}, got {role!r}")
@@ -250,7 +281,7 @@ def _check_int_list(v: Any, path: str) -> None:
     if len(v) > MAX_TOKENS:
         raise _fail(path, f"more than {MAX_TOKENS} tokens")
     for i, t in enumerate(v):
-        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= 2**31 - 1:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= TOKEN_ID_MAX:
             raise _fail(f"{path}[{i}]", f"token ids are integers in [0, 2^31), got {t!r}")
 
 
@@ -262,6 +293,8 @@ def _check_float_list(v: Any, path: str) -> None:
     for i, x in enumerate(v):
         if isinstance(x, bool) or not isinstance(x, int | float):
             raise _fail(f"{path}[{i}]", f"expected a number, got {x!r}")
+        if isinstance(x, int) and x < INT64_MIN:
+            raise _fail(f"{path}[{i}]", "integer outside 64 bits")
         # JSON has no infinities (orjson would silently write null), so even
         # -inf, the log-prob of an impossible token, is refused: store a floor.
         if x != x or x == math.inf or x == -math.inf:
@@ -272,12 +305,9 @@ def _check_float_list(v: Any, path: str) -> None:
             raise _fail(f"{path}[{i}]", f"{x} is not a log-probability (must be <= 0)")
 
 
-_TOKENS_KEYS = frozenset({"source", "prompt_ids", "completion_ids", "completion_logprobs"})
-
-
 def _check_tokens(v: Any, path: str) -> None:
     _check_dict(v, path)
-    _check_keys(v, _TOKENS_KEYS, path)
+    _check_keys(v, TOKENS_KEYS, path)
     source = v.get("source")
     if not isinstance(source, str) or source not in TOKEN_SOURCES:
         raise _fail(f"{path}.source", f"must be one of {sorted(TOKEN_SOURCES)}, got {source!r}")
@@ -296,17 +326,9 @@ def _check_tokens(v: Any, path: str) -> None:
         raise _fail(f"{path}.completion_ids", "required when source is 'engine'")
 
 
-_REQUEST_KEYS = frozenset({"model", "messages", "prompt", "tools", "params"})
-_RESPONSE_KEYS = frozenset({"message", "text", "finish_reason", "usage", "id"})
-# The usage entries that are counts (readers sum them): never objects, unlike the details.
-USAGE_COUNTS: Final = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
-_TIMING_KEYS = frozenset({"started_at", "ended_at", "first_token_s", "upstream_s"})
-_ERROR_KEYS = frozenset({"type", "message", "status"})
-
-
 def _check_request(v: Any, path: str) -> None:
     _check_dict(v, path)
-    _check_keys(v, _REQUEST_KEYS, path)
+    _check_keys(v, REQUEST_KEYS, path)
     _opt(_check_str)(v.get("model"), f"{path}.model")
     if v.get("messages") is None and v.get("prompt") is None:
         raise _fail(f"{path}.messages", "required (or request.prompt for completions)")
@@ -323,13 +345,13 @@ def _check_request(v: Any, path: str) -> None:
 
 def _check_response(v: Any, path: str) -> None:
     _check_dict(v, path)
-    _check_keys(v, _RESPONSE_KEYS, path)
+    _check_keys(v, RESPONSE_KEYS, path)
     if v.get("message") is not None:
         _check_message(v["message"], f"{path}.message")
         if v["message"]["role"] != "assistant":
             raise _fail(f"{path}.message.role", "the response message must be 'assistant'")
     _opt(_check_str)(v.get("text"), f"{path}.text")
-    _opt(lambda x, p: _check_str(x, p, max_bytes=256))(
+    _opt(lambda x, p: _check_str(x, p, max_bytes=MAX_FINISH_REASON_BYTES))(
         v.get("finish_reason"), f"{path}.finish_reason"
     )
     _opt(_check_str)(v.get("id"), f"{path}.id")
@@ -344,7 +366,7 @@ def _check_response(v: Any, path: str) -> None:
 
 def _check_timings(v: Any, path: str) -> None:
     _check_dict(v, path)
-    _check_keys(v, _TIMING_KEYS, path)
+    _check_keys(v, TIMING_KEYS, path)
     if "started_at" not in v:
         raise _fail(f"{path}.started_at", "required (unix seconds)")
     for k, x in v.items():
@@ -353,9 +375,9 @@ def _check_timings(v: Any, path: str) -> None:
 
 def _check_error(v: Any, path: str) -> None:
     _check_dict(v, path)
-    _check_keys(v, _ERROR_KEYS, path)
-    _check_str(v.get("type"), f"{path}.type", max_bytes=256)
-    _check_str(v.get("message"), f"{path}.message", max_bytes=64 * 1024)
+    _check_keys(v, ERROR_KEYS, path)
+    _check_str(v.get("type"), f"{path}.type", max_bytes=MAX_ERROR_TYPE_BYTES)
+    _check_str(v.get("message"), f"{path}.message", max_bytes=MAX_ERROR_MESSAGE_BYTES)
     _opt(lambda x, p: _check_int(x, p, minimum=0))(v.get("status"), f"{path}.status")
 
 
@@ -368,52 +390,46 @@ def _check_enum(values: frozenset[str]) -> Callable[[Any, str], None]:
 
 
 def _check_schema(v: Any, path: str) -> None:
-    if v != SCHEMA_VERSION:
+    if type(v) is not int or v != SCHEMA_VERSION:  # true == 1 in Python, not in the schema
         raise _fail(path, f"unknown record schema {v!r}; this build reads schema {SCHEMA_VERSION}")
 
 
-_COMMON: dict[str, tuple[bool, Callable[[Any, str], None]]] = {
-    "kind": (True, lambda v, p: None),
-    "schema": (True, _check_schema),
-    "id": (True, _check_id),
-    "trajectory": (True, _check_id),
-    "group": (False, _check_id),
-    "agent": (True, _check_id),
-    "dataset": (False, _check_id),
-    "split": (False, _check_id),
-    "task": (False, lambda v, p: _check_str(v, p, max_bytes=1024)),
-    "policy_version": (True, lambda v, p: _check_int(v, p, minimum=0)),
-    "metadata": (False, lambda v, p: (_check_dict(v, p), _check_json(v, p))),
-    "error": (False, _check_error),
-    "reward": (False, _check_num),
-}
+def _check_object(v: Any, path: str) -> None:
+    _check_dict(v, path)
+    _check_json(v, path)
 
-STEP_FIELDS: dict[str, tuple[bool, Callable[[Any, str], None]]] = {
-    **_COMMON,
-    "index": (True, lambda v, p: _check_int(v, p, minimum=0)),
-    "choice": (False, lambda v, p: _check_int(v, p, minimum=0)),
-    "protocol": (True, _check_enum(PROTOCOLS)),
-    "status": (True, _check_enum(STEP_STATUSES)),
-    "timings": (True, _check_timings),
-    "request": (True, _check_request),
-    "response": (False, _check_response),
-    "tokens": (True, _check_tokens),
-    "raw": (False, lambda v, p: (_check_dict(v, p), _check_json(v, p))),
-}
 
-END_FIELDS: dict[str, tuple[bool, Callable[[Any, str], None]]] = {
-    **_COMMON,
-    "status": (True, _check_enum(END_STATUSES)),
-    "steps": (True, lambda v, p: _check_int(v, p, minimum=0)),
-    "ended_at": (True, _check_num),
+# What each rule of the schema's field tables means here (record_fast has its own
+# reading of the same rules, tested to agree with this one).
+_RULES: dict[str, Callable[[Any], Callable[[Any, str], None]]] = {
+    "kind": lambda arg: lambda v, p: None,  # checked before the table
+    "schema": lambda arg: _check_schema,
+    "ident": lambda arg: _check_id,
+    "count": lambda arg: lambda v, p: _check_int(v, p, minimum=0),
+    "number": lambda arg: _check_num,
+    "text": lambda arg: lambda v, p: _check_str(v, p, max_bytes=arg),
+    "enum": _check_enum,
+    "object": lambda arg: _check_object,
+    "timings": lambda arg: _check_timings,
+    "request": lambda arg: _check_request,
+    "response": lambda arg: _check_response,
+    "tokens": lambda arg: _check_tokens,
+    "error": lambda arg: _check_error,
 }
 
 
-def _validate(record: Any, fields: dict[str, tuple[bool, Callable[[Any, str], None]]]) -> None:
+def _plan(fields: dict[str, Field]) -> dict[str, tuple[bool, Callable[[Any, str], None]]]:
+    return {key: (f.required, _RULES[f.rule](f.arg)) for key, f in fields.items()}
+
+
+_PLANS = {kind: _plan(fields) for kind, fields in FIELDS.items()}
+
+
+def _validate(record: Any, plan: dict[str, tuple[bool, Callable[[Any, str], None]]]) -> None:
     for key in record:
-        if key not in fields:
+        if key not in plan:
             raise _fail(key, "unknown field")
-    for key, (required, check) in fields.items():
+    for key, (required, check) in plan.items():
         value = record.get(key)
         if value is None:
             if required:
@@ -424,23 +440,26 @@ def _validate(record: Any, fields: dict[str, tuple[bool, Callable[[Any, str], No
 
 def validate(record: Any) -> dict[str, Any]:
     """Check a step or end record; raise RecordError naming the first bad field."""
-    if _accepts(record):
+    if doubt(record) is None:
         return record
-    # Not certainly valid: the field-by-field checks below name what is wrong.
+    check_fields(record)  # not certainly valid: name what is wrong, if anything
+    return record
+
+
+def check_fields(record: Any) -> None:
+    """The full field-by-field check (``validate`` without its fast path): raise
+    RecordError naming the first bad field, in the schema's field order."""
     if not isinstance(record, dict):
         raise _fail("", f"a record is a JSON object, got {type(record).__name__}")
     kind = record.get("kind")
-    if kind == STEP:
-        _validate(record, STEP_FIELDS)
-        if record["status"] == "ok" and record.get("response") is None:
-            raise _fail("response", "required when status is 'ok'")
-        if record["status"] == "error" and record.get("error") is None:
-            raise _fail("error", "required when status is 'error'")
-    elif kind == END:
-        _validate(record, END_FIELDS)
-    else:
+    plan = _PLANS.get(kind) if isinstance(kind, str) else None
+    if plan is None:
         raise _fail("kind", f"must be 'step' or 'end', got {kind!r}")
-    return record
+    _validate(record, plan)
+    if kind == STEP:
+        for status, key in STEP_REQUIRED_BY_STATUS:
+            if record["status"] == status and record.get(key) is None:
+                raise _fail(key, f"required when status is {status!r}")
 
 
 def parse(line: bytes) -> dict[str, Any]:
@@ -565,7 +584,3 @@ def completion_text(step: Mapping[str, Any]) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content or resp.get("text") or ""
-
-
-# The fast check mirrors the rules above, so it is imported once they exist.
-from agentworld.record_fast import accepts as _accepts  # noqa: E402

@@ -164,7 +164,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_s, stand_in_server() as url:
         tmp = Path(tmp_s)
         if args.smollm2:
-            from agentworld.serve.model_files import default_aw_home, ensure_default_model
+            from agentworld.model_folder import default_aw_home, ensure_default_model
 
             model = str(ensure_default_model(default_aw_home() / "models"))
         elif args.model:

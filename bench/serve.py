@@ -92,9 +92,9 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from agentworld.model_folder import default_aw_home, resolve_model
     from agentworld.serve.chat import render_prompt
     from agentworld.serve.engine import Engine, resolve_device, resolve_dtype
-    from agentworld.serve.model_files import default_aw_home, resolve_model
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default=None, help="model folder (default: SmolLM2-135M)")

@@ -154,9 +154,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from aiohttp import web
 
     from agentworld.errors import AgentWorldError
+    from agentworld.model_folder import default_aw_home, resolve_model
     from agentworld.run.session import RunOptions
     from agentworld.serve.engine import Engine
-    from agentworld.serve.model_files import default_aw_home, resolve_model
     from agentworld.serve.server import make_app
     from agentworld.train.config import TrainConfig
     from agentworld.train.loop import train

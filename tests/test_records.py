@@ -89,6 +89,8 @@ BAD_STEPS = [
     ("protocol", "grpc", "protocol", "must be one of"),
     ("status", "fine", "status", "must be one of"),
     ("schema", 2, "schema", "unknown record schema"),
+    ("schema", True, "schema", "unknown record schema"),  # True == 1 in Python
+    ("schema", 1.0, "schema", "unknown record schema"),
     ("kind", "other", "kind", "must be 'step' or 'end'"),
     ("tokens.completion_logprobs", [-0.1, -0.2], "tokens.completion_logprobs", "2 log-probs for 1"),
     ("tokens.completion_logprobs", [math.nan], "tokens.completion_logprobs[0]", "finite"),
@@ -106,6 +108,7 @@ BAD_STEPS = [
     ("tokens.completion_logprobs", ["-1"], "tokens.completion_logprobs[0]", "expected a number"),
     ("tokens.completion_logprobs", [None], "tokens.completion_logprobs[0]", "expected a number"),
     ("tokens.completion_logprobs", [1e-300], "tokens.completion_logprobs[0]", "<= 0"),
+    ("tokens.completion_logprobs", [-(2**63) - 1], "tokens.completion_logprobs[0]", "64 bits"),
     ("tokens.completion_ids", ..., "tokens.completion_logprobs", "0 completion ids"),
     ("tokens.source", "none", "tokens.source", "source is 'none'"),
     ("response.usage.prompt_tokens", -3, "response.usage.prompt_tokens", "out of range"),
@@ -203,6 +206,9 @@ def test_engine_token_lists_with_exponents_and_empty_lists_pass_the_fast_check()
         {"prompt_ids": [1, 2], "completion_ids": [3, 4], "completion_logprobs": [-1e-07, -2.5]},
         {"prompt_ids": [], "completion_ids": [], "completion_logprobs": []},
         {"prompt_ids": [2**31 - 1], "completion_ids": [0], "completion_logprobs": [-0.0]},
+        # log 1 (greedy decoding): zero, as a float or as the int JSON may hold
+        {"prompt_ids": [1], "completion_ids": [2, 3, 4], "completion_logprobs": [0.0, -0.5, 0]},
+        {"prompt_ids": [1], "completion_ids": [2, 3], "completion_logprobs": [0.0, -1e-05]},
     ):
         assert accepts(_set(step(), "tokens", {"source": "engine", **tokens})), tokens
 

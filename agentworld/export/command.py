@@ -6,14 +6,29 @@ Only typer and the standard library are imported here; the formats load
 
 from __future__ import annotations
 
-import getpass
 import json
 import sys
 from pathlib import Path
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION, selection_from_options
+from agentworld.cli_options import (
+    AGENT_FILTER,
+    AUTHOR_OPTION,
+    DATASET_FILTER,
+    GROUP_FILTER,
+    MAX_POLICY_FILTER,
+    MAX_REWARD_FILTER,
+    MIN_POLICY_FILTER,
+    MIN_REWARD_FILTER,
+    POOL_OPTION,
+    QUALITY_FILTER,
+    SPLIT_FILTER,
+    TAG_FILTER,
+    TASK_FILTER,
+    resolve_author,
+    status_filter,
+)
 
 
 def export(
@@ -22,18 +37,18 @@ def export(
     ),
     out: Path = typer.Option(..., "--out", "-o", help="Output file (or folder: hf, trl, atif)."),
     pool_path: Path = POOL_OPTION,
-    agent: str | None = typer.Option(None, help="Only this agent."),
-    dataset: str | None = typer.Option(None, help="Only this dataset."),
-    split: str | None = typer.Option(None, help="Only this split."),
-    task: str | None = typer.Option(None, help="Only this task id."),
-    group: str | None = typer.Option(None, help="Only this group."),
-    status: str = typer.Option("done", help="Comma list: open,done,failed,timeout,cancelled."),
-    min_reward: float | None = typer.Option(None, help="Reward at least this (label overrides)."),
-    max_reward: float | None = typer.Option(None, help="Reward at most this."),
-    min_policy: int | None = typer.Option(None, help="Policy version at least this."),
-    max_policy: int | None = typer.Option(None, help="Policy version at most this."),
-    quality: str | None = typer.Option(None, help="Comma list of label qualities."),
-    tag: str | None = typer.Option(None, help="Only trajectories with this label tag."),
+    agent: str | None = AGENT_FILTER,
+    dataset: str | None = DATASET_FILTER,
+    split: str | None = SPLIT_FILTER,
+    task: str | None = TASK_FILTER,
+    group: str | None = GROUP_FILTER,
+    status: str = status_filter("done"),
+    min_reward: float | None = MIN_REWARD_FILTER,
+    max_reward: float | None = MAX_REWARD_FILTER,
+    min_policy: int | None = MIN_POLICY_FILTER,
+    max_policy: int | None = MAX_POLICY_FILTER,
+    quality: str | None = QUALITY_FILTER,
+    tag: str | None = TAG_FILTER,
     include_untrainable: bool = typer.Option(
         False, "--include-untrainable", help="Keep what is labelled not trainable."
     ),
@@ -67,7 +82,7 @@ def export(
     from agentworld.export import export as run_export
     from agentworld.export.manifest import manifest_path
     from agentworld.export.select import explain_empty
-    from agentworld.pool import Pool
+    from agentworld.pool import Pool, Selection
 
     options = ExportOptions(
         rows=rows,
@@ -76,7 +91,7 @@ def export(
         data_source=data_source,
         datasets=str(datasets_path) if fmt == "verl" and datasets_path.is_file() else None,
     )
-    sel = selection_from_options(
+    sel = Selection.from_flags(
         agent=agent,
         dataset=dataset,
         split=split,
@@ -127,9 +142,7 @@ def pool_import(
     skip_bad: bool = typer.Option(
         False, "--skip-bad", help="Import the good rows and report bad ones (default: refuse all)."
     ),
-    author: str | None = typer.Option(
-        None, envvar="AW_AUTHOR", help="Author of labels from the file (default $USER)."
-    ),
+    author: str | None = AUTHOR_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Bring outside trajectories in as steps (protocol 'import'); bad rows are named by line."""
@@ -142,7 +155,7 @@ def pool_import(
         dataset=dataset,
         split=split,
         skip_bad=skip_bad,
-        author=author or getpass.getuser(),
+        author=resolve_author(author),
     )
     try:
         report = import_file(pool, path, fmt, opts)

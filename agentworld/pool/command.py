@@ -6,7 +6,6 @@ messages go to stderr.
 
 from __future__ import annotations
 
-import getpass
 import json
 import sys
 from pathlib import Path
@@ -14,11 +13,25 @@ from typing import Any
 
 import typer
 
-pool_app = typer.Typer(help="Inspect, verify, label and maintain a pool.", no_args_is_help=True)
-
-POOL_OPTION = typer.Option(
-    Path("pool"), "--pool", "-p", envvar="AW_POOL", help="Pool directory (env AW_POOL)."
+from agentworld.cli_options import (
+    AGENT_FILTER,
+    AUTHOR_OPTION,
+    DATASET_FILTER,
+    GROUP_FILTER,
+    MAX_POLICY_FILTER,
+    MAX_REWARD_FILTER,
+    MIN_POLICY_FILTER,
+    MIN_REWARD_FILTER,
+    POOL_OPTION,
+    QUALITY_FILTER,
+    SPLIT_FILTER,
+    TAG_FILTER,
+    TASK_FILTER,
+    resolve_author,
+    status_filter,
 )
+
+pool_app = typer.Typer(help="Inspect, verify, label and maintain a pool.", no_args_is_help=True)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -71,15 +84,6 @@ def _emit_json(data: Any) -> None:
 
 def _fmt_reward(r: float | None) -> str:
     return "-" if r is None else f"{r:.3g}"
-
-
-def selection_from_options(**kw: Any) -> Any:
-    """Build a Selection from CLI filter options (shared by ls, label, export, train)."""
-    from agentworld.pool import Selection
-
-    status = tuple(s for s in (kw.pop("status", None) or "").split(",") if s)
-    quality = tuple(q for q in (kw.pop("quality", None) or "").split(",") if q)
-    return Selection(status=status, quality=quality, **{k: v for k, v in kw.items()})
 
 
 @pool_app.command()
@@ -163,19 +167,19 @@ def stats(
 @pool_app.command("ls")
 def ls(
     pool_path: Path = POOL_OPTION,
-    agent: str | None = typer.Option(None, help="Only this agent."),
-    dataset: str | None = typer.Option(None, help="Only this dataset."),
-    split: str | None = typer.Option(None, help="Only this split."),
-    task: str | None = typer.Option(None, help="Only this task id."),
-    group: str | None = typer.Option(None, help="Only this group."),
+    agent: str | None = AGENT_FILTER,
+    dataset: str | None = DATASET_FILTER,
+    split: str | None = SPLIT_FILTER,
+    task: str | None = TASK_FILTER,
+    group: str | None = GROUP_FILTER,
     trajectory: str | None = typer.Option(None, help="List the steps of this trajectory."),
-    status: str | None = typer.Option(None, help="Comma list: open,done,failed,timeout,cancelled."),
-    min_reward: float | None = typer.Option(None, help="Reward at least this (label overrides)."),
-    max_reward: float | None = typer.Option(None, help="Reward at most this."),
-    min_policy: int | None = typer.Option(None, help="Policy version at least this."),
-    max_policy: int | None = typer.Option(None, help="Policy version at most this."),
-    quality: str | None = typer.Option(None, help="Comma list of label qualities."),
-    tag: str | None = typer.Option(None, help="Only trajectories with this label tag."),
+    status: str | None = status_filter(),
+    min_reward: float | None = MIN_REWARD_FILTER,
+    max_reward: float | None = MAX_REWARD_FILTER,
+    min_policy: int | None = MIN_POLICY_FILTER,
+    max_policy: int | None = MAX_POLICY_FILTER,
+    quality: str | None = QUALITY_FILTER,
+    tag: str | None = TAG_FILTER,
     text: str | None = typer.Option(None, help="Text search in messages."),
     sort: str = typer.Option("time", help="time, started, reward, steps, tokens, agent, status."),
     asc: bool = typer.Option(False, "--asc", help="Ascending order."),
@@ -185,6 +189,7 @@ def ls(
 ) -> None:
     """List trajectories (or the steps of one with --trajectory), filtered and sorted."""
     from agentworld.errors import ConfigError
+    from agentworld.pool import Selection
     from agentworld.pool.index_queries import TRAJECTORY_SORTS
 
     if sort not in TRAJECTORY_SORTS:
@@ -194,7 +199,7 @@ def ls(
     if trajectory is not None:
         _ls_steps(idx, trajectory, as_json)
         return
-    sel = selection_from_options(
+    sel = Selection.from_flags(
         agent=agent,
         dataset=dataset,
         split=split,
@@ -347,16 +352,19 @@ def label(
     note: str | None = typer.Option(None, help="A free-text note."),
     reward: float | None = typer.Option(None, help="Override the reward."),
     clear: str | None = typer.Option(None, help="Comma list of label fields to clear."),
-    author: str | None = typer.Option(None, envvar="AW_AUTHOR", help="Author (default $USER)."),
-    agent: str | None = typer.Option(None, help="Filter: agent (when no ids are given)."),
-    dataset: str | None = typer.Option(None, help="Filter: dataset."),
-    group: str | None = typer.Option(None, help="Filter: group."),
-    status: str | None = typer.Option(None, help="Filter: comma list of statuses."),
-    min_reward: float | None = typer.Option(None, help="Filter: reward at least this."),
-    max_reward: float | None = typer.Option(None, help="Filter: reward at most this."),
+    author: str | None = AUTHOR_OPTION,
+    agent: str | None = AGENT_FILTER,
+    dataset: str | None = DATASET_FILTER,
+    group: str | None = GROUP_FILTER,
+    status: str | None = status_filter(),
+    min_reward: float | None = MIN_REWARD_FILTER,
+    max_reward: float | None = MAX_REWARD_FILTER,
 ) -> None:
-    """Set curation labels on steps or trajectories (append-only; last writer wins)."""
+    """Set curation labels on steps or trajectories (append-only; last writer wins).
+
+    Without ids, every trajectory the filters (--agent … --max-reward) select."""
     from agentworld.errors import ConfigError
+    from agentworld.pool import Selection
     from agentworld.pool.labels import label_text
 
     fields: dict[str, Any] = {}
@@ -385,7 +393,7 @@ def label(
             kind, full = _resolve(idx, ident, pool.root)
             resolved.append(f"{kind}:{full}")
     else:
-        sel = selection_from_options(
+        sel = Selection.from_flags(
             agent=agent,
             dataset=dataset,
             group=group,
@@ -393,10 +401,10 @@ def label(
             min_reward=min_reward,
             max_reward=max_reward,
         )
-        if sel == selection_from_options():
+        if sel == Selection():
             raise ConfigError("give ids or at least one filter (refusing to label the whole pool)")
         resolved = [f"trajectory:{t}" for t in idx.trajectory_ids(sel)]
-    who = author or getpass.getuser()
+    who = resolve_author(author)
     n = pool.labels.set(resolved, fields, author=who)
     what = "target" if n == 1 else "targets"
     typer.echo(f"labelled {n} {what} as {who}: {label_text(fields)}", err=True)

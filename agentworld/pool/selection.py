@@ -50,6 +50,18 @@ class Selection:
         if bad:
             raise ConfigError(f"--quality: unknown quality {bad[0]!r}; known: {QUALITIES}")
 
+    @classmethod
+    def from_flags(
+        cls, *, status: str | None = None, quality: str | None = None, **filters: Any
+    ) -> Selection:
+        """A selection from command-line filters: ``status`` and ``quality`` are comma
+        lists, the other fields as they are."""
+        return cls(
+            status=tuple(s for s in (status or "").split(",") if s),
+            quality=tuple(q for q in (quality or "").split(",") if q),
+            **filters,
+        )
+
     def matches(self, t: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
         """Whether a trajectory summary (see Index.trajectory columns) passes, given its labels."""
         for key in ("agent", "dataset", "split", "task", "group"):

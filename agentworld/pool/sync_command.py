@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION
+from agentworld.cli_options import POOL_OPTION
 
 
 def merge(

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION
+from agentworld.cli_options import POOL_OPTION
 
 
 def proxy(

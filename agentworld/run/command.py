@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION
+from agentworld.cli_options import DATASETS_FILE_OPTION, POOL_OPTION
 
 
 def run(
@@ -31,9 +31,7 @@ def run(
     agents_path: Path = typer.Option(
         Path("agents.toml"), "--agents", envvar="AW_AGENTS", help="agents.toml to read."
     ),
-    datasets_path: Path = typer.Option(
-        Path("datasets.toml"), "--datasets", envvar="AW_DATASETS", help="datasets.toml to read."
-    ),
+    datasets_path: Path = DATASETS_FILE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     progress_s: float = typer.Option(
         10.0,

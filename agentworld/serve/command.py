@@ -44,7 +44,7 @@ def serve(
         raise ConfigError("--port 0 (any free port) is for the embedded engine; give vllm a port")
     if max_batch_size < 1:
         raise ConfigError("--max-batch-size: must be at least 1")
-    from agentworld.serve.model_files import default_aw_home, resolve_model
+    from agentworld.model_folder import default_aw_home, resolve_model
 
     home = aw_home or default_aw_home()
     if engine == "vllm":
@@ -113,7 +113,7 @@ def _serve_vllm(
     gpu_memory_utilization: float | None,
     home: Path,
 ) -> None:
-    from agentworld.serve.model_files import resolve_model
+    from agentworld.model_folder import resolve_model
     from agentworld.serve.vllm_engine import VllmOptions, VllmServer, vllm_executable
 
     vllm_executable()  # fail fast, before converting any model, when vllm is missing

@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agentworld.group_advantage import group_relative
+
 
 def group_advantages(
     rewards: Sequence[float], groups: Sequence[str], *, scale_std: bool = True, eps: float = 1e-6
@@ -20,13 +22,9 @@ def group_advantages(
         members.setdefault(g, []).append(i)
     out = [0.0] * len(rewards)
     for idx in members.values():
-        if len(idx) < 2:
-            continue
-        rs = [float(rewards[i]) for i in idx]
-        mean = sum(rs) / len(rs)
-        std = math.sqrt(sum((r - mean) ** 2 for r in rs) / (len(rs) - 1))
-        for i, r in zip(idx, rs, strict=True):
-            out[i] = (r - mean) / (std + eps) if scale_std else r - mean
+        advantages = group_relative([rewards[i] for i in idx], scale_std=scale_std, eps=eps)
+        for i, a in zip(idx, advantages, strict=True):
+            out[i] = a
     return out
 
 

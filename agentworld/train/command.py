@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION
+from agentworld.cli_options import AGENT_FILTER, DATASET_FILTER, POOL_OPTION, SPLIT_FILTER
 
 _DEFAULT_POOL = Path("pool")
 
@@ -18,9 +18,9 @@ def train(
         "-m",
         help="Model folder (HF format) to train. Default: SmolLM2-135M-Instruct, as `aw serve`.",
     ),
-    agent: str = typer.Option(None, "--agent", help="Train on this agent's trajectories."),
-    dataset: str = typer.Option(None, "--dataset", help="Train on this dataset's trajectories."),
-    split: str = typer.Option(None, "--split", help="Dataset split."),
+    agent: str = AGENT_FILTER,
+    dataset: str = DATASET_FILTER,
+    split: str = SPLIT_FILTER,
     algo: str = typer.Option(None, "--algo", help="sft, grpo or ppo."),
     recipe: Path = typer.Option(None, "--recipe", "-r", help="TOML file with a \\[train] table."),
     sets: list[str] = typer.Option(
@@ -37,7 +37,7 @@ def train(
     pool: Path = POOL_OPTION,
 ) -> None:
     """Train a policy from the pool (SFT, GRPO, PPO) with Accelerate; CPU or `accelerate launch`."""
-    from agentworld.serve.model_files import default_aw_home, resolve_model
+    from agentworld.model_folder import default_aw_home, resolve_model
     from agentworld.train.config import load_config
 
     flags = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import shlex
 import sys
 from pathlib import Path
@@ -10,19 +9,9 @@ from typing import Any
 
 import typer
 
-from agentworld.pool.command import POOL_OPTION
+from agentworld.cli_options import AUTHOR_OPTION, POOL_OPTION, resolve_author
 
 WEB_TEMPLATES = Path(__file__).parent / "web"
-
-
-def resolve_author(author: str | None) -> str:
-    """The label author: --author / AW_AUTHOR, else the login name ($USER)."""
-    if author:
-        return author
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "anonymous"
 
 
 def tui(
@@ -31,9 +20,7 @@ def tui(
     tokenizer: str | None = typer.Option(
         None, "--tokenizer", help="Tokenizer path: show token text instead of ids."
     ),
-    author: str | None = typer.Option(
-        None, "--author", envvar="AW_AUTHOR", help="Label author (default: $USER)."
-    ),
+    author: str | None = AUTHOR_OPTION,
     start: str = typer.Option(
         "monitor", "--start", help="First screen: monitor, trajectories or runs."
     ),
@@ -56,7 +43,7 @@ def tui(
     if web:
         _serve_web(pool, proxy, tokenizer, resolved, start, host, port, runs, open_id)
         return
-    from agentworld.serve.model_files import default_aw_home
+    from agentworld.model_folder import default_aw_home
     from agentworld.tui.app import make_app
     from agentworld.tui.data import TuiConfig
 

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from agentworld import records
+from agentworld.group_advantage import group_relative
 
 
-def grpo_advantages(rewards: Sequence[float | None], eps: float = 1e-6) -> list[float | None]:
-    """(r - mean) / std within the group (population std); 0 when all rewards are equal.
+def grpo_advantages(rewards: Sequence[float | None]) -> list[float | None]:
+    """Each member's advantage as ``aw train`` computes it (GRPO: over the sample std).
 
     Members without a reward get ``None`` and do not count towards the mean.
     """
-    present = [r for r in rewards if r is not None]
-    if not present:
-        return [None for _ in rewards]
-    mean = sum(present) / len(present)
-    std = math.sqrt(sum((r - mean) ** 2 for r in present) / len(present))
-    return [None if r is None else (0.0 if std < eps else (r - mean) / std) for r in rewards]
+    present = iter(group_relative([r for r in rewards if r is not None]))
+    return [None if r is None else next(present) for r in rewards]
 
 
 def common_prefix_len(seqs: Sequence[Sequence[Any]]) -> int:

@@ -133,7 +133,7 @@ def test_no_model_trains_the_embedded_default_as_aw_serve_serves(
 
     from accelerate.state import AcceleratorState, GradientState
 
-    from agentworld.serve.model_files import DEFAULT_MODEL_NAME
+    from agentworld.model_folder import DEFAULT_MODEL_NAME
 
     AcceleratorState._reset_state(True)
     GradientState._reset_state()

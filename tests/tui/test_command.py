@@ -1,4 +1,4 @@
-"""`aw tui` as a command: lazy imports, author resolution, --web without its extra."""
+"""`aw tui` as a command: lazy imports, --web without its extra."""
 
 from __future__ import annotations
 
@@ -41,15 +41,6 @@ def test_help_lists_the_options() -> None:
     assert result.exit_code == 0
     for flag in ("--pool", "--proxy", "--tokenizer", "--author", "--web"):
         assert flag in result.output
-
-
-def test_author_comes_from_flag_or_login(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert command.resolve_author("alice") == "alice"
-    monkeypatch.setenv("USER", "bob")
-    monkeypatch.delenv("LOGNAME", raising=False)
-    monkeypatch.delenv("LNAME", raising=False)
-    monkeypatch.delenv("USERNAME", raising=False)
-    assert command.resolve_author(None) == "bob"
 
 
 def test_missing_pool_is_a_clear_error(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -57,12 +56,28 @@ def test_bad_filter_terms_name_the_term(text: str, names: str) -> None:
 
 
 def test_grpo_advantages_by_hand() -> None:
-    # rewards 1, 0, 0.5: mean 0.5, population std sqrt(1/6)
-    adv = grpo_advantages([1.0, 0.0, 0.5])
-    std = math.sqrt(((0.5**2) * 2) / 3)
-    assert adv == pytest.approx([0.5 / std, -0.5 / std, 0.0])
+    # rewards 1, 0, 0.5: mean 0.5, sample std sqrt((0.25 + 0.25 + 0) / 2) = 0.5
+    assert grpo_advantages([1.0, 0.0, 0.5]) == pytest.approx([1.0, -1.0, 0.0], abs=1e-5)
+    # rewards 1, 0: mean 0.5, sample std sqrt(0.5) = 0.7071 (the population std, 0.5,
+    # made the group view show +-1.00 where training used +-0.71)
+    assert grpo_advantages([1.0, 0.0]) == pytest.approx([0.7071, -0.7071], abs=1e-4)
     assert grpo_advantages([1.0, 1.0]) == [0.0, 0.0]
-    assert grpo_advantages([None, 2.0, 0.0]) == [None, 1.0, -1.0]
+    assert grpo_advantages([None, 2.0, 0.0]) == pytest.approx([None, 0.7071, -0.7071], abs=1e-4)
+    assert grpo_advantages([None, 3.0]) == [None, 0.0]  # one reward: no baseline
+
+
+def test_group_view_advantages_are_the_trainers() -> None:
+    from agentworld.train.advantages import group_advantages
+
+    for rewards in ([1.0, 0.0], [1.0, 0.0, 0.5], [0.2, 0.9, 0.9, 0.1], [3.0], [1.0, 1.0]):
+        trained = group_advantages(rewards, ["g"] * len(rewards))
+        assert grpo_advantages(rewards) == trained
+    # members without a reward are left out of the group, as the trainer never sees them
+    assert grpo_advantages([1.0, None, 0.0]) == [
+        group_advantages([1.0, 0.0], ["g", "g"])[0],
+        None,
+        group_advantages([1.0, 0.0], ["g", "g"])[1],
+    ]
 
 
 def test_shared_prefix() -> None:

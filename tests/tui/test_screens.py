@@ -352,6 +352,9 @@ async def test_group_view_rewards_advantages_and_labels(pool_path: Path) -> None
         grp = pilot.app.screen
         assert [t.id for t in grp.members] == ["tr_grp-b_0", "tr_grp-b_1", "tr_grp-b_2"]
         assert grp.advantages[0] > 0 > grp.advantages[1] and grp.advantages[2] == 0
+        # rewards 1, 0, 0.5: mean 0.5, sample std 0.5, as aw train computes it
+        shown = [str(grp.query_one("#members", DataTable).get_row(t.id)[3]) for t in grp.members]
+        assert shown == ["+1.000", "-1.000", "+0.000"]
         info = str(grp.query_one("#ginfo", Static).render())
         assert "shared prefix: 3 tokens" in info  # grp-b/1 breaks at token 3
         assert grp.current().id == "tr_grp-b_2"  # opened on the highlighted one

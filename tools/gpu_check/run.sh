@@ -158,7 +158,7 @@ fi
 # vs a CPU forward pass, fp16/bf16 training) run here instead of skipping.
 step pytest-train-serve 150 $PY -m pytest tests/train tests/serve tests/test_demo.py -q \
   --maxfail=5 -p no:cacheprovider -rs --ignore tests/train/test_multiprocess.py \
-  --ignore tests/serve/test_model_files.py -o addopts="" --durations=8 \
+  --ignore tests/test_model_folder.py -o addopts="" --durations=8 \
   --deselect tests/test_demo.py::test_demo_collects_grouped_engine_token_trajectories
 
 # One-off steps of a particular check (a file of `step` lines, sourced here).

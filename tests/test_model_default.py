@@ -6,25 +6,25 @@ from pathlib import Path
 
 import pytest
 
+from agentworld import model_folder
 from agentworld.errors import ConfigError
-from agentworld.serve import model_files
 
 
 def test_locate_gguf_finds_the_packaged_file():
-    path = model_files.locate_gguf()
-    assert path.name == model_files.GGUF_FILE and path.stat().st_size > 10_000_000
+    path = model_folder.locate_gguf()
+    assert path.name == model_folder.GGUF_FILE and path.stat().st_size > 10_000_000
 
 
 def test_resolve_model_refuses_a_non_model_folder(tmp_path: Path):
     with pytest.raises(ConfigError, match="--model"):
-        model_files.resolve_model(str(tmp_path), tmp_path / "models")
+        model_folder.resolve_model(str(tmp_path), tmp_path / "models")
 
 
 def test_failed_conversion_leaves_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     bogus = tmp_path / "broken.gguf"
     bogus.write_bytes(b"not a gguf")
     with pytest.raises(Exception):  # noqa: B017 - any failure; the point is what is left behind
-        model_files.convert_gguf(bogus, tmp_path / "models" / "m")
+        model_folder.convert_gguf(bogus, tmp_path / "models" / "m")
     assert list((tmp_path / "models").iterdir()) == []
 
 
@@ -36,12 +36,12 @@ def test_default_model_converts_once_and_generates(tmp_path: Path):
     from agentworld.serve.engine import Engine, SamplingParams
 
     models = tmp_path / "models"
-    path = model_files.ensure_default_model(models)
-    assert path == models / model_files.DEFAULT_MODEL_NAME
+    path = model_folder.ensure_default_model(models)
+    assert path == models / model_folder.DEFAULT_MODEL_NAME
     assert (path / "config.json").exists() and (path / "tokenizer.json").exists()
-    assert [p.name for p in models.iterdir()] == [model_files.DEFAULT_MODEL_NAME]
+    assert [p.name for p in models.iterdir()] == [model_folder.DEFAULT_MODEL_NAME]
     mtime = (path / "config.json").stat().st_mtime_ns
-    assert model_files.ensure_default_model(models) == path
+    assert model_folder.ensure_default_model(models) == path
     assert (path / "config.json").stat().st_mtime_ns == mtime  # not converted twice
 
     engine = Engine(path, device="cpu", dtype="float32")
