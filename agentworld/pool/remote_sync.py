@@ -257,3 +257,24 @@ class ShardUploader:
         if self._thread.is_alive():
             self._thread.join()
         return self.push_once()
+
+
+def start_uploader(
+    layout: Layout, remote: str | None, *, interval_s: float = 1.0
+) -> ShardUploader | None:
+    """A started uploader to ``remote`` (a --remote flag) or POOL.toml's ``remote``; None
+    when neither names one."""
+    from agentworld.errors import ConfigError
+    from agentworld.pool.remote_store import remote_url
+
+    url = remote_url(remote) if remote else None
+    if remote and url is None:
+        raise ConfigError(f"--remote: {remote!r} is not an object-store URL (s3://, gs://, az://)")
+    if url is None:
+        named = remote_of(layout)
+        url = remote_url(named) if named else None
+        if named and url is None:
+            raise ConfigError(f"{layout.meta}: remote: {named!r} is not an object-store URL")
+    if url is None:
+        return None
+    return ShardUploader(layout, url, interval_s=interval_s).start()

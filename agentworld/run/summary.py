@@ -32,8 +32,9 @@ def pool_stats(pool_path: Path, trajectory_ids: list[str]) -> dict[str, Trajecto
     """Step and token counts per trajectory from the pool's index; None when there is no pool."""
     from agentworld.errors import AgentWorldError
     from agentworld.pool import Pool
+    from agentworld.pool.remote_store import remote_url
 
-    if not (pool_path / "POOL.toml").exists():
+    if remote_url(pool_path) is None and not (pool_path / "POOL.toml").exists():
         return None
     try:
         pool = Pool.open(pool_path, recover=False)
