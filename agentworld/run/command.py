@@ -34,6 +34,20 @@ def run(
         Path("datasets.toml"), "--datasets", envvar="AW_DATASETS", help="datasets.toml to read."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    remote: str | None = typer.Option(
+        None,
+        "--remote",
+        envvar="AW_REMOTE",
+        help="Object store (s3://bucket/prefix) the proxy uploads each sealed shard to "
+        "(default: POOL.toml's `remote`).",
+    ),
+    ray: str | None = typer.Option(
+        None,
+        "--ray",
+        help="Run the rollouts as Ray tasks, a proxy per node: 'auto' (the cluster `ray start` "
+        "joined), an address, or 'local' (a cluster on this machine). --pool is then the "
+        "shared pool: a shared folder or s3://…",
+    ),
 ) -> None:
     """Roll an agent out over a dataset's tasks, score each trajectory, and summarise."""
     import asyncio
@@ -64,6 +78,8 @@ def run(
         proxy_token=proxy_token,
         pool=pool,
         environ=dict(os.environ),
+        remote=remote,
+        ray=ray,
     )
     err = Console(stderr=True)
     progress = Progress(

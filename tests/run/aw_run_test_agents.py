@@ -78,3 +78,15 @@ def score_text(answer, task):
 
 
 NOT_CALLABLE = 3
+
+
+async def die_after_one_call(task, client):
+    """Calls the model once, then its process dies (as a Ray worker on a lost node would)."""
+    import os
+
+    await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": task.prompt}]
+    )
+    if task.id == "t1":
+        os._exit(1)
+    return task.answer

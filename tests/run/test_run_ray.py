@@ -1,0 +1,121 @@
+"""`aw run --ray` on a local Ray cluster the test starts: a proxy actor per node, groups as Ray
+tasks pinned beside it, shards shipped to the shared pool (a folder or s3://), and a group whose
+process dies ends as an infrastructure failure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from aw_run_fakes import HERE, REPO
+
+from agentworld.pool import Pool
+from agentworld.run.session import RunOptions, run_session
+from tests import s3_fixture
+from tests.run.test_run_rollout import _setup
+
+pytestmark = pytest.mark.slow
+s3_endpoint, s3_url = s3_fixture.s3_endpoint, s3_fixture.s3_url  # the fixtures, used here
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'agentworld[ray]'")
+    # Workers are new processes: they find this tree and the test agents through PYTHONPATH.
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE), *filter(None, [old])])
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except Exception as exc:
+        pytest.skip(f"a local Ray cluster could not start: {exc}")
+    yield ray
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture
+async def upstream():
+    from aiohttp.test_utils import TestServer
+
+    from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
+
+    server = TestServer(make_fake_app(FakeUpstream("u", reply="Final answer: 5")), host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+def _opts(tmp_path: Path, url: str, function: str, pool: str | Path) -> RunOptions:
+    agents, datasets = _setup(
+        tmp_path,
+        f'[agents.b]\nkind = "python"\nfunction = "{function}"\n'
+        f'upstream = "{url}"\nmodel = "fake-model"\n',
+    )
+    return RunOptions(
+        agent="b",
+        dataset="arith",
+        agents_path=agents,
+        datasets_path=datasets,
+        pool=Path(pool),
+        n=2,
+        ray="auto",
+        environ={"PATH": os.environ.get("PATH", "")},
+    )
+
+
+async def test_ray_run_records_through_node_proxies_into_the_shared_pool(
+    tmp_path, ray_cluster, upstream
+):
+    opts = _opts(tmp_path, upstream, "agentworld.run.agents.baseline:solve", tmp_path / "pool")
+    report, summary = await run_session(opts)
+    assert sorted((r.task, r.status, r.reward) for r in report.results) == [
+        ("t0", "done", 1.0), ("t0", "done", 1.0), ("t1", "done", 0.0),
+        ("t1", "done", 0.0), ("t2", "done", 0.0), ("t2", "done", 0.0),
+    ]  # fmt: skip
+    assert summary["completion_tokens"] > 0  # the summary read the shared pool
+    pool = Pool.open(tmp_path / "pool")
+    recs = list(pool.iter_records())
+    pool.close()
+    ends = {r["trajectory"]: r for r in recs if r["kind"] == "end"}
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert len(ends) == 6 and len(steps) == 6
+    # Each group's two episodes share one group id, in steps and ends alike.
+    assert len({s["group"] for s in steps}) == 3
+    assert all(ends[s["trajectory"]]["group"] == s["group"] for s in steps)
+    # Recorded by the node's proxy, shipped as sealed shards: no journal in the shared pool.
+    assert not list((tmp_path / "pool" / "journals").glob("*.journal"))
+
+
+async def test_ray_run_into_an_object_store_pool(tmp_path, ray_cluster, upstream, s3_url):
+    opts = _opts(tmp_path, upstream, "agentworld.run.agents.baseline:solve", s3_url)
+    opts = RunOptions(**{**opts.__dict__, "environ": {**opts.environ, **_aws_env()}})
+    report, _ = await run_session(opts)
+    assert [r.status for r in report.results] == ["done"] * 6
+    remote = Pool.open(s3_url)
+    assert remote.index().stats()["trajectories_by_status"] == {"done": 6}
+
+
+def _aws_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+
+
+async def test_a_group_whose_process_dies_ends_as_an_infrastructure_failure(
+    tmp_path, ray_cluster, upstream, test_agents
+):
+    opts = _opts(tmp_path, upstream, f"{test_agents}:die_after_one_call", tmp_path / "pool")
+    report, _ = await run_session(opts)
+    lost = [r for r in report.results if r.task == "t1"]
+    assert [r.status for r in lost] == ["failed", "failed"]
+    assert all(r.error["type"] == "proxy" for r in lost)
+    assert sorted(r.status for r in report.results if r.task != "t1") == ["done"] * 4
+    # Their steps reached the pool through the node's proxy; their ends say "infrastructure".
+    pool = Pool.open(tmp_path / "pool")
+    ends = [r for r in pool.iter_records() if r["kind"] == "end"]
+    pool.close()
+    failed = [e for e in ends if e["status"] == "failed"]
+    assert len(ends) == 6 and len(failed) == 2
+    assert {e["error"]["type"] for e in failed} == {"proxy"}
