@@ -31,6 +31,9 @@ def s3_endpoint() -> Iterator[str]:
         from moto.server import ThreadedMotoServer
     except ImportError:
         pytest.skip("moto[server] is not installed: pip install 'agentworld[test]'")
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     port = _free_port()
     server: Any = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     try:

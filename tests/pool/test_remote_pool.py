@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentworld.errors import PoolError
-from agentworld.pool import Pool
+from agentworld.pool import Pool, Selection
 from agentworld.pool.remote_store import RemoteStore, remote_url
 from agentworld.pool.remote_sync import ShardUploader, pull, push
 from tests import s3_fixture
@@ -205,3 +205,36 @@ def test_shard_cache_is_named_by_hash(pool: Pool, s3_url: str) -> None:
     remote.fetch_all()
     for p in (remote.root / "objects").rglob("*.jsonl.zst"):
         assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name[:64]
+
+
+@pytest.mark.slow  # two `aw export` processes
+def test_export_and_tui_read_a_remote_pool(pool: Pool, tmp_path: Path, s3_url: str) -> None:
+    fill_pool(pool, trajectories=2)
+    push(pool.layout, s3_url)
+    out = tmp_path / "sft.jsonl"
+    res = aw("export", "-f", "openai-jsonl", "-o", str(out), "--pool", s3_url)
+    assert res.returncode == 0, res.stderr
+    local = tmp_path / "local.jsonl"
+    assert (
+        aw("export", "-f", "openai-jsonl", "-o", str(local), "--pool", str(pool.root)).returncode
+        == 0
+    )
+    assert out.read_text() == local.read_text() and out.read_text()
+
+    from agentworld.pool.remote_pool import RemotePool
+    from agentworld.tui.data import PoolData, TuiConfig, open_pool
+
+    remote = open_pool(s3_url)
+    assert isinstance(remote, RemotePool)
+    data = PoolData(remote, TuiConfig(s3_url, "ann"))
+    data.refresh()
+    assert len(data.trajectory_ids(Selection())) == 2
+    # The TUI's refresher lists the store again: a shard pushed later shows up.
+    with pool.writer() as w:
+        w.append(conversation_step("tr_late", 0))
+    push(pool.layout, s3_url)
+    remote.layout.mirror.sync(max_age_s=0)
+    data.refresh()
+    assert "tr_late" in data.trajectory_ids(Selection())
+    assert data.trajectory("tr_late").steps[0]["trajectory"] == "tr_late"
+    data.close()
