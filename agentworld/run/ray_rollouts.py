@@ -258,10 +258,10 @@ async def run_on_ray(
     except asyncio.CancelledError:
         report.interrupted = True
         for ref in pending:
-            ray.cancel(ref)
+            ray.cancel(ref)  # KeyboardInterrupt in the task: its episodes end `cancelled`
         for ref, (task, group, _node) in pending.items():
             try:
-                record(ray.get(ref, timeout=60))
+                record(await asyncio.to_thread(ray.get, ref, timeout=60))
             except Exception:
                 record(_lost(task, group, opts.n, "cancelled", "the run was interrupted"))
         for task, group in queue:

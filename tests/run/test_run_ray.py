@@ -119,3 +119,34 @@ async def test_a_group_whose_process_dies_ends_as_an_infrastructure_failure(
     failed = [e for e in ends if e["status"] == "failed"]
     assert len(ends) == 6 and len(failed) == 2
     assert {e["error"]["type"] for e in failed} == {"proxy"}
+
+
+async def test_cancelling_a_ray_run_ends_the_groups_in_flight_cancelled(
+    tmp_path, ray_cluster, upstream, test_agents
+):
+    import asyncio
+
+    opts = _opts(tmp_path, upstream, f"{test_agents}:wait_forever_after_first", tmp_path / "pool")
+    finished = asyncio.Event()
+    seen = []
+
+    def on_result(r):
+        seen.append(r)
+        if len([x for x in seen if x.task == "t0"]) == 2:
+            finished.set()
+
+    run = asyncio.create_task(run_session(opts, on_result=on_result))
+    await asyncio.wait_for(finished.wait(), 60)
+    await asyncio.sleep(1.0)  # the other groups are running their agents by now
+    run.cancel()
+    report, _ = await run
+    assert report.interrupted
+    assert sorted(r.status for r in report.results if r.task == "t0") == ["done", "done"]
+    assert {r.status for r in report.results if r.task != "t0"} == {"cancelled"}
+    assert len(report.results) == 6
+    # What was recorded is in the shared pool: t0's ends done, the others' cancelled.
+    pool = Pool.open(tmp_path / "pool")
+    ends = [r for r in pool.iter_records() if r["kind"] == "end"]
+    pool.close()
+    assert sorted(e["status"] for e in ends if e["task"] == "t0") == ["done", "done"]
+    assert [e["status"] for e in ends if e["task"] != "t0"] == ["cancelled"] * 4
