@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 
 SHIP_EVERY_S = 1.0
 LOST = "proxy"  # the end-record error type of a trajectory whose node died
-STORE_ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
 
 
 def _ray() -> Any:
@@ -198,14 +197,12 @@ async def run_on_ray(
         raise ConfigError(f"--ray {opts.ray}: the cluster has no alive node with CPUs")
     actor_cls = ray.remote(num_cpus=0, max_restarts=0)(NodeProxy)
     task_fn = ray.remote(num_cpus=1, max_retries=0)(rollout_group)
-    # The proxies upload to the store with the driver's credentials for it (the standard
-    # variables only), as `ray job submit --runtime-env` would pass them; nodes with an
-    # instance role need none.
-    env = {k: v for k, v in opts.environ.items() if k.startswith(STORE_ENV_PREFIXES)}
+    # Each node reaches the store with its own credentials (an instance role, or AWS_* etc.
+    # exported before `ray start`): the driver's are not forwarded, since Ray's runtime_env
+    # agent logs the env_vars it is given in plain text.
     proxies = {
         node: actor_cls.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-            runtime_env={"env_vars": env} if env else None,
         ).remote(p.agent, dict(opts.environ), opts.proxy_token, shared)
         for node in nodes
     }

@@ -20,21 +20,26 @@ s3_endpoint, s3_url = s3_fixture.s3_endpoint, s3_fixture.s3_url  # the fixtures,
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(request):
     ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'agentworld[ray]'")
-    # Workers are new processes: they find this tree and the test agents through PYTHONPATH.
+    # Workers are new processes: they find this tree and the test agents through PYTHONPATH,
+    # and the S3 server through the AWS_* variables the node had when it started, as a
+    # real node has its credentials (never forwarded by the driver).
+    saved = dict(os.environ)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE), *filter(None, [old])])
+    try:
+        os.environ.update(s3_fixture.s3_env(request.getfixturevalue("s3_endpoint")))
+    except pytest.skip.Exception:
+        pass  # no S3 server here: the object-store test skips, the others run
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     except Exception as exc:
         pytest.skip(f"a local Ray cluster could not start: {exc}")
     yield ray
     ray.shutdown()
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture
@@ -92,15 +97,18 @@ async def test_ray_run_records_through_node_proxies_into_the_shared_pool(
 
 async def test_ray_run_into_an_object_store_pool(tmp_path, ray_cluster, upstream, s3_url):
     opts = _opts(tmp_path, upstream, "agentworld.run.agents.baseline:solve", s3_url)
-    opts = RunOptions(**{**opts.__dict__, "environ": {**opts.environ, **_aws_env()}})
     report, _ = await run_session(opts)
     assert [r.status for r in report.results] == ["done"] * 6
     remote = Pool.open(s3_url)
     assert remote.index().stats()["trajectories_by_status"] == {"done": 6}
+    # The secret reached neither the node's pool nor Ray's own logs.
+    from ray._private.worker import _global_node
 
-
-def _aws_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    logs = Path(_global_node.get_session_dir_path())
+    for root in (logs, Path(os.environ["AW_HOME"])):
+        for f in root.rglob("*"):
+            if f.is_file():
+                assert s3_fixture.SECRET.encode() not in f.read_bytes(), f
 
 
 async def test_a_group_whose_process_dies_ends_as_an_infrastructure_failure(
@@ -149,4 +157,6 @@ async def test_cancelling_a_ray_run_ends_the_groups_in_flight_cancelled(
     ends = [r for r in pool.iter_records() if r["kind"] == "end"]
     pool.close()
     assert sorted(e["status"] for e in ends if e["task"] == "t0") == ["done", "done"]
-    assert [e["status"] for e in ends if e["task"] != "t0"] == ["cancelled"] * 4
+    # t1 ran beside t0 (two CPUs); t2 may not have started its episodes when cancelled.
+    assert [e["status"] for e in ends if e["task"] == "t1"] == ["cancelled"] * 2
+    assert {e["status"] for e in ends if e["task"] == "t2"} <= {"cancelled"}
