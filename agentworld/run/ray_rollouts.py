@@ -195,8 +195,7 @@ async def run_on_ray(
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")]
     if not nodes:
         raise ConfigError(f"--ray {opts.ray}: the cluster has no alive node with CPUs")
-    actor_cls = ray.remote(num_cpus=0, max_restarts=0)(NodeProxy)
-    task_fn = ray.remote(num_cpus=1, max_retries=0)(rollout_group)
+    actor_cls, task_fn = _remotes(ray)
     # Each node reaches the store with its own credentials (an instance role, or AWS_* etc.
     # exported before `ray start`): the driver's are not forwarded, since Ray's runtime_env
     # agent logs the env_vars it is given in plain text.
@@ -276,6 +275,18 @@ async def run_on_ray(
     return report, summarise(report, success_threshold=p.dataset.success_threshold, stats=stats)
 
 
+_REMOTES: list[Any] = []
+
+
+def _remotes(ray: Any) -> tuple[Any, Any]:
+    """The Ray actor class and task, made once per process as module-level ``@ray.remote``
+    objects are (made lazily so that importing this module needs no Ray)."""
+    if not _REMOTES:
+        _REMOTES.append(ray.remote(num_cpus=0, max_restarts=0)(NodeProxy))
+        _REMOTES.append(ray.remote(num_cpus=1, max_retries=0)(rollout_group))
+    return _REMOTES[0], _REMOTES[1]
+
+
 def _dead(ray: Any) -> set[str]:
     return {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
 
@@ -304,10 +315,11 @@ def end_lost(opts: RunOptions, p: Prepared, groups: set[str]) -> int:
     try:
         idx = shared.index()
         open_ones = [
-            (tid, g, n_steps)
+            (tid, g, task, n_steps)
             for g in sorted(groups)
-            for tid, n_steps in idx.db.execute(
-                "SELECT id, n_steps FROM trajectories WHERE grp = ? AND status = 'open'", (g,)
+            for tid, task, n_steps in idx.db.execute(
+                "SELECT id, task, n_steps FROM trajectories WHERE grp = ? AND status = 'open'",
+                (g,),
             )
         ]
     finally:
@@ -321,7 +333,7 @@ def end_lost(opts: RunOptions, p: Prepared, groups: set[str]) -> int:
         else Pool.open(opts.pool)
     )
     with target.writer(name="ray-driver") as w:
-        for tid, group, n_steps in open_ones:
+        for tid, group, task, n_steps in open_ones:
             w.append(
                 records.make_end(
                     trajectory=tid,
@@ -330,6 +342,7 @@ def end_lost(opts: RunOptions, p: Prepared, groups: set[str]) -> int:
                     steps=int(n_steps or 0),
                     dataset=p.dataset.name,
                     split=p.split,
+                    task=task,
                     group=group,
                     error={"type": LOST, "message": "the Ray node running it died"},
                 )
