@@ -238,3 +238,18 @@ def test_export_and_tui_read_a_remote_pool(pool: Pool, tmp_path: Path, s3_url: s
     assert "tr_late" in data.trajectory_ids(Selection())
     assert data.trajectory("tr_late").steps[0]["trajectory"] == "tr_late"
     data.close()
+
+
+def test_diff_takes_a_url(pool: Pool, tmp_path: Path, s3_url: str) -> None:
+    from typer.testing import CliRunner
+
+    from agentworld.cli import app
+
+    fill_pool(pool, trajectories=2)
+    push(pool.layout, s3_url)
+    with pool.writer() as w:
+        w.append(conversation_step("tr_new", 0))
+    res = CliRunner().invoke(app, ["pool", "diff", s3_url, str(pool.root), "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["added_trajectories"] == ["tr_new"] and not d["removed_trajectories"]
