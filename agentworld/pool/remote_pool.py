@@ -49,6 +49,19 @@ def listed_shards(store: RemoteStore) -> dict[str, int]:
     return out
 
 
+def download_label(store: RemoteStore, key: str, dest: Path) -> None:
+    """Fetch one label object; one whose name carries a hash must match it (PoolError)."""
+    import hashlib
+
+    store.download(key, dest)
+    stem = dest.name[: -len(".jsonl")]
+    named = stem.rsplit(".", 1)[-1] if "." in stem else ""
+    hex_named = len(named) == 16 and all(c in "0123456789abcdef" for c in named)
+    if hex_named and hashlib.sha256(dest.read_bytes()).hexdigest()[:16] != named:
+        dest.unlink()
+        raise PoolError(f"{store.name}/{key}: content does not match the hash in its name")
+
+
 def label_keys(store: RemoteStore) -> dict[str, int]:
     """Label object key -> size (keys a label file name may have; others are ignored)."""
     return {k: s for k, s in store.list("labels/").items() if _LABEL_KEY_RE.match(k)}
@@ -74,7 +87,7 @@ class RemoteMirror:
             for key, size in label_keys(self.store).items():
                 dest = self.root / key
                 if not (dest.is_file() and dest.stat().st_size == size):
-                    jobs.append(lambda key=key, dest=dest: self.store.download(key, dest))
+                    jobs.append(lambda key=key, dest=dest: download_label(self.store, key, dest))
             for _ in run_parallel(jobs):
                 pass
             superseded = self.store.get_bytes("superseded.txt")

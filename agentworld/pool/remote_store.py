@@ -23,7 +23,7 @@ from typing import Any
 
 from agentworld.errors import CorruptDataError, MissingExtraError, PoolError
 
-SCHEMES = ("s3", "gs", "az", "abfs", "file", "memory")
+SCHEMES = ("s3", "gs", "az", "abfs", "file")
 _URL_RE = re.compile(r"^(?P<scheme>[a-z0-9]+):/(?P<slash>/?)(?P<rest>.*)$")
 _USERINFO_RE = re.compile(r"^([a-z0-9]+://)[^/@]*@")
 _CHUNK_BYTES = 8 << 20

@@ -13,7 +13,6 @@ second or so of being sealed.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import tempfile
@@ -28,7 +27,12 @@ import orjson
 from agentworld.errors import PoolError, PoolFormatError
 from agentworld.pool.layout import Layout, check_version, hidden_shards, shard_digest
 from agentworld.pool.merge import copy_shard
-from agentworld.pool.remote_pool import label_keys, listed_shards, upload_label_bytes
+from agentworld.pool.remote_pool import (
+    download_label,
+    label_keys,
+    listed_shards,
+    upload_label_bytes,
+)
 from agentworld.pool.remote_rows import rows_key, shard_key, shard_rows
 from agentworld.pool.remote_store import RemoteStore, run_parallel, url_key
 from agentworld.pool.shards import read_verified
@@ -202,15 +206,7 @@ def pull(layout: Layout, url: str) -> SyncReport:
         dest = layout.root / key
         if dest.is_file() and dest.stat().st_size == size:
             continue
-        store.download(key, dest, sha256=None)
-        data = dest.read_bytes()
-        name_hash = dest.name[: -len(".jsonl")].rsplit(".", 1)[-1]
-        if (
-            _CONTENT_NAMED_RE.match(dest.name)
-            and hashlib.sha256(data).hexdigest()[:16] != name_hash
-        ):
-            dest.unlink()
-            raise PoolError(f"{store.name}/{key}: content does not match the hash in its name")
+        download_label(store, key, dest)
         report.label_objects += 1
     report.seconds = time.perf_counter() - t0
     return report
@@ -277,4 +273,7 @@ def start_uploader(
             raise ConfigError(f"{layout.meta}: remote: {named!r} is not an object-store URL")
     if url is None:
         return None
-    return ShardUploader(layout, url, interval_s=interval_s).start()
+    uploader = ShardUploader(layout, url, interval_s=interval_s)
+    # A wrong bucket, prefix or credentials fail here, as one error, not once a second later.
+    check_remote_meta(uploader.pusher.store, layout.meta.read_bytes())
+    return uploader.start()

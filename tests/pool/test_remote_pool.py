@@ -253,3 +253,32 @@ def test_diff_takes_a_url(pool: Pool, tmp_path: Path, s3_url: str) -> None:
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["added_trajectories"] == ["tr_new"] and not d["removed_trajectories"]
+
+
+@pytest.mark.slow  # two `aw proxy` processes
+def test_proxy_remote_flag_fails_fast_on_a_wrong_store(tmp_path: Path, s3_url: str) -> None:
+    bad = aw(
+        "proxy", "--pool", str(tmp_path / "pool"), "--remote", "s3://no-such-bucket-aw/p",
+        "-u", "http://127.0.0.1:9", "--port", "0",
+    )  # fmt: skip
+    assert bad.returncode == 4
+    assert "no-such-bucket-aw" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert SECRET not in bad.stderr
+    wrong = aw(
+        "proxy",
+        "--pool",
+        str(tmp_path / "pool"),
+        "--remote",
+        "/srv/pool",
+        "-u",
+        "http://127.0.0.1:9",
+    )
+    assert wrong.returncode == 2 and "--remote" in wrong.stderr
+
+
+def test_a_label_object_that_does_not_match_its_name_is_refused(pool: Pool, s3_url: str) -> None:
+    fill_pool(pool, trajectories=1)
+    push(pool.layout, s3_url)
+    RemoteStore(s3_url).put_if_absent("labels/eve/2026-12-01.0123456789abcdef.jsonl", b"{}\n")
+    with pytest.raises(PoolError, match="does not match the hash"):
+        Pool.open(s3_url)
