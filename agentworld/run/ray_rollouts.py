@@ -25,10 +25,11 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agentworld.errors import ConfigError, MissingExtraError
+from agentworld.errors import ConfigError, MissingExtraError, UpstreamError
 from agentworld.records import new_id
 from agentworld.run.rollout import EpisodeResult, RunReport
 from agentworld.run.session import Prepared, RunOptions
@@ -179,6 +180,10 @@ async def run_on_ray(
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    if opts.proxy_url:
+        raise ConfigError("--ray starts a proxy on every node: drop --proxy")
+    if opts.remote:
+        raise ConfigError("--ray ships shards to --pool: give the store there (--pool s3://…)")
     if "upstream" not in p.agent.upstream:
         raise ConfigError(
             f"{p.agent.where.path}: agent {p.agent.name!r}: upstream: required for --ray "
@@ -205,9 +210,15 @@ async def run_on_ray(
         ).remote(p.agent, dict(opts.environ), opts.proxy_token, shared)
         for node in nodes
     }
-    urls = dict(
-        zip(proxies, ray.get([a.start.remote(run_id) for a in proxies.values()]), strict=True)
-    )
+    try:
+        started = await asyncio.to_thread(
+            ray.get, [a.start.remote(run_id) for a in proxies.values()]
+        )
+    except ray.exceptions.RayError as exc:
+        for actor in proxies.values():
+            ray.kill(actor)
+        raise UpstreamError(f"--ray: a node's proxy did not start: {_why(exc)}") from None
+    urls = dict(zip(proxies, started, strict=True))
     report = RunReport(opts.agent, p.dataset.name, p.split, opts.n, len(p.tasks))
     if on_start is not None:
         on_start(len(p.tasks) * opts.n)
@@ -215,7 +226,8 @@ async def run_on_ray(
     queue = [(task, new_id("gr")) for task in p.tasks]
     lost_groups: set[str] = set()
     in_flight = max(1, (opts.concurrency or p.agent.concurrency) // opts.n)
-    started = time.monotonic()
+    started_at = time.monotonic()
+    shipped = replace(p, runner=None, scorer=None)  # rebuilt on the node (may not pickle)
 
     def record(results: list[EpisodeResult]) -> None:
         for r in results:
@@ -233,7 +245,7 @@ async def run_on_ray(
                 turn += 1
                 ref = task_fn.options(
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-                ).remote(p, opts, task, group, urls[node])
+                ).remote(shipped, opts, task, group, urls[node])
                 pending[ref] = (task, group, node)
             if not alive and queue:
                 for task, group in queue:
@@ -266,7 +278,7 @@ async def run_on_ray(
         if current is not None:
             current.uncancel()
     finally:
-        report.wall_s = time.monotonic() - started
+        report.wall_s = time.monotonic() - started_at
         await asyncio.to_thread(_stop_all, ray, proxies)
     if lost_groups:
         await asyncio.to_thread(end_lost, opts, p, lost_groups)
@@ -285,6 +297,11 @@ def _remotes(ray: Any) -> tuple[Any, Any]:
         _REMOTES.append(ray.remote(num_cpus=0, max_restarts=0)(NodeProxy))
         _REMOTES.append(ray.remote(num_cpus=1, max_retries=0)(rollout_group))
     return _REMOTES[0], _REMOTES[1]
+
+
+def _why(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 def _dead(ray: Any) -> set[str]:

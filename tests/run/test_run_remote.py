@@ -43,3 +43,24 @@ async def test_run_uploads_its_shards_to_the_remote(tmp_path, s3_url):
     assert remote.index().stats()["trajectories_by_status"] == {"done": 6}
     local = Pool.open(tmp_path / "pool")
     assert {p.name for p in local.layout.shard_paths()} == set(remote.layout.mirror.listing)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [({"proxy_url": "http://127.0.0.1:9"}, "drop --proxy"), ({"remote": "s3://b/p"}, "--pool s3")],
+)
+async def test_ray_refuses_flags_it_replaces(tmp_path, extra, message):
+    pytest.importorskip("ray", reason="ray is not installed: pip install 'agentworld[ray]'")
+    from agentworld.errors import ConfigError
+
+    agents, datasets = _setup(
+        tmp_path,
+        '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'
+        'upstream = "http://127.0.0.1:9"\n',
+    )
+    opts = RunOptions(
+        agent="b", dataset="arith", agents_path=agents, datasets_path=datasets,
+        pool=tmp_path / "pool", ray="auto", **extra,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=message):
+        await run_session(opts)
