@@ -158,8 +158,11 @@ def rollout_group(
     return asyncio.run(go()).results
 
 
-def _lost(task: Any, group: str, n: int, status: str, why: str) -> list[EpisodeResult]:
-    kind = "cancelled" if status == "cancelled" else LOST
+def _lost(
+    task: Any, group: str, n: int, status: str, why: str, *, kind: str = LOST
+) -> list[EpisodeResult]:
+    """The results of a group that never came back: infrastructure failures, not the model's."""
+    kind = "cancelled" if status == "cancelled" else kind
     return [
         EpisodeResult(task.id, group, k, None, status, error={"type": kind, "message": why})
         for k in range(n)
@@ -259,7 +262,11 @@ async def run_on_ray(
                 task, group, node = pending.pop(ref)
                 try:
                     record(ray.get(ref))
-                except ray.exceptions.RayError as exc:
+                except ray.exceptions.RayTaskError as exc:  # it raised: a node without the agent
+                    lost_groups.add(group)
+                    why = f"the group's Ray task failed: {_why(exc)}"
+                    record(_lost(task, group, opts.n, "failed", why, kind="spawn"))
+                except ray.exceptions.RayError as exc:  # its worker, actor or node was lost
                     lost_groups.add(group)
                     why = f"the Ray node running it failed: {type(exc).__name__}"
                     record(_lost(task, group, opts.n, "failed", why))
