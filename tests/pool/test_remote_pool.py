@@ -282,3 +282,26 @@ def test_a_label_object_that_does_not_match_its_name_is_refused(pool: Pool, s3_u
     RemoteStore(s3_url).put_if_absent("labels/eve/2026-12-01.0123456789abcdef.jsonl", b"{}\n")
     with pytest.raises(PoolError, match="does not match the hash"):
         Pool.open(s3_url)
+
+
+async def test_the_tui_lists_a_remote_pool(pool: Pool, s3_url: str) -> None:
+    pytest.importorskip("textual")
+    from agentworld.tui.app import make_app
+    from agentworld.tui.data import TuiConfig
+    from agentworld.tui.trajectories import TrajectoriesScreen
+    from tests.tui.test_screens import until
+
+    fill_pool(pool, trajectories=3)
+    push(pool.layout, s3_url)
+    app = make_app(
+        TuiConfig(str(Path(s3_url)), "ann"), start="trajectories"
+    )  # as `aw tui` passes it
+    async with app.run_test(size=(120, 40)) as pilot:
+
+        def listed() -> int | None:
+            screen = pilot.app.screen
+            if isinstance(screen, TrajectoriesScreen) and screen.page:
+                return screen.page.total
+            return None
+
+        await until(pilot, lambda: listed() == 3)
