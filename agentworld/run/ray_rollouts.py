@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -120,7 +121,13 @@ class NodeProxy:
         if self._cm is not None:
             await self._cm.__aexit__(None, None, None)
             self._cm = None
-        return await asyncio.to_thread(self.ship)
+        copied = await asyncio.to_thread(self.ship)  # raises, keeping the node's copy, if it fails
+        from agentworld.pool.layout import Layout
+
+        assert self.pool_path is not None
+        if not Layout(self.pool_path).journal_paths():  # all sealed, all shipped: not needed
+            shutil.rmtree(self.pool_path.parent, ignore_errors=True)
+        return copied
 
 
 def rollout_group(
@@ -371,7 +378,8 @@ def end_lost(opts: RunOptions, p: Prepared, groups: set[str]) -> int:
                     error={"type": LOST, "message": "the Ray node running it died"},
                 )
             )
+    target.close()
     if url:
         push(target.layout, url)
-    target.close()
+        shutil.rmtree(target.root.parent, ignore_errors=True)
     return len(open_ones)
