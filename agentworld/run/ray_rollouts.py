@@ -21,6 +21,7 @@ Ctrl-C cancels the groups in flight (their episodes end ``cancelled``, as in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -127,6 +128,10 @@ class NodeProxy:
         assert self.pool_path is not None
         if not Layout(self.pool_path).journal_paths():  # all sealed, all shipped: not needed
             shutil.rmtree(self.pool_path.parent, ignore_errors=True)
+            with contextlib.suppress(
+                OSError
+            ):  # the run's folder, once no node on this host uses it
+                self.pool_path.parent.parent.rmdir()
         return copied
 
 

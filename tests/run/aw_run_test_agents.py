@@ -103,7 +103,10 @@ async def note_node_then_hang_on_t1(task, client):
     await client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": task.prompt}]
     )
-    (notes / f"{task.id}.node").write_text(ray.get_runtime_context().get_node_id())
+    import uuid
+
+    note = notes / f"{task.id}.{uuid.uuid4().hex}.node"  # one per episode
+    note.write_text(ray.get_runtime_context().get_node_id())
     if task.id == "t1":
         await asyncio.sleep(3600)
     return task.answer
