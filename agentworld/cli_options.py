@@ -15,7 +15,11 @@ from typing import Any
 import typer
 
 POOL_OPTION: Any = typer.Option(
-    Path("pool"), "--pool", "-p", envvar="AW_POOL", help="Pool directory (env AW_POOL)."
+    Path("pool"),
+    "--pool",
+    "-p",
+    envvar="AW_POOL",
+    help="Pool directory, or an object-store URL (s3://…) for reading (env AW_POOL).",
 )
 
 DATASETS_FILE_OPTION: Any = typer.Option(

@@ -56,6 +56,10 @@ KNOWN_CYCLES: dict[tuple[str, str], str] = {
     ("agentworld.proxy", "agentworld.proxy.app"): (
         "issue 28: make_app imports its handlers inside the function and they import app"
     ),
+    ("agentworld.pool", "agentworld.pool.remote_pool"): (
+        "Pool.open answers a URL with its subclass RemotePool, which imports its base; the "
+        "base names the subclass only inside open(), so importing either never loops"
+    ),
 }
 
 HEAVY = ("torch", "transformers", "vllm", "accelerate")
@@ -205,7 +209,7 @@ def test_no_import_cycles_counting_function_level_imports_but_the_known_one() ->
         known = [
             key
             for key in KNOWN_CYCLES
-            if key[1] in cycle and all(m.startswith(key[0] + ".") for m in cycle)
+            if key[1] in cycle and all(m == key[0] or m.startswith(key[0] + ".") for m in cycle)
         ]
         used.update(known)
         if not known:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentworld.errors import NotFoundError
+from agentworld.errors import NotFoundError, PoolError
 from agentworld.pool.index import Index
 from agentworld.pool.journal import Recovery, journal_is_live, recover_orphans
 from agentworld.pool.labels import Labels
@@ -37,7 +37,18 @@ class Pool:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, recover: bool = True) -> Pool:
-        """Open an existing pool, refusing unknown format versions, and recover dead writers."""
+        """Open an existing pool, refusing unknown format versions, and recover dead writers.
+
+        ``path`` may be an object-store URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+        ``file://``): the pool is then read through a local mirror (remote_pool.py).
+        """
+        from agentworld.pool.remote_store import remote_url
+
+        url = remote_url(path)
+        if url is not None:
+            from agentworld.pool.remote_pool import RemotePool
+
+            return RemotePool.open_url(url)
         layout = Layout(Path(path))
         check_version(layout)
         pool = cls(layout)
@@ -47,7 +58,14 @@ class Pool:
 
     @classmethod
     def create(cls, path: str | os.PathLike[str]) -> Pool:
-        """Create (or open) a pool directory."""
+        """Create (or open) a pool directory (a local one: writers keep journals on disk)."""
+        from agentworld.pool.remote_store import remote_url
+
+        if remote_url(path) is not None:
+            raise PoolError(
+                f"{path}: writers keep their pool on local disk; give a local --pool and "
+                "upload its sealed shards with --remote URL (or `aw pool push URL`)"
+            )
         layout = init_pool(Path(path))
         return cls.open(layout.root)
 
@@ -73,6 +91,15 @@ class Pool:
             rotate_bytes=rotate_bytes,
             name=name,
         )
+
+    def fetch_all(self, *, verify: bool = True) -> int:
+        """Make every shard readable from ``layout`` (a remote pool downloads what its cache
+        lacks; a local one has them all); returns how many were fetched."""
+        return 0
+
+    def shard_bytes(self) -> int:
+        """The size of the sealed shards, in bytes."""
+        return sum(p.stat().st_size for p in self.layout.shard_paths())
 
     def recover(self) -> list[Recovery]:
         """Seal journals of writers that are gone."""

@@ -95,7 +95,7 @@ def stats(
     pool = _open(pool_path)
     idx = _index(pool)
     s = idx.stats()
-    disk = sum(p.stat().st_size for p in pool.layout.shard_paths())
+    disk = pool.shard_bytes()
     s["shard_bytes"] = disk
     s["journal_bytes"] = sum(p.stat().st_size for p in pool.layout.journal_paths())
     if as_json:
@@ -459,6 +459,7 @@ def fsck(
 
     # Opened without recovery so that torn journal tails are reported, not cut.
     pool = Pool.open(pool_path, recover=False)
+    pool.fetch_all(verify=False)  # a remote pool's shards, bad ones too: fsck names them
     with _progress() as bar:
         task = bar.add_task("checking", total=None)
         report = run_fsck(pool, progress=lambda d, t: bar.update(task, completed=d, total=t))

@@ -306,7 +306,8 @@ class Index(IndexQueries):
                     st = path.stat()
                 except FileNotFoundError:
                     continue  # collected meanwhile: forgotten on the next refresh
-                if st.st_size == prev["size"] and st.st_mtime_ns == prev["mtime_ns"]:
+                # mtime 0: indexed from a remote pool's rows object, before the shard was here
+                if st.st_size == prev["size"] and prev["mtime_ns"] in (0, st.st_mtime_ns):
                     continue
                 log.warning(
                     "index: shard %s changed since it was indexed (%d bytes, now %d):"

@@ -61,7 +61,7 @@ def diff(
             old = pool_at_revision(pool_path, a, Path(tmp) / "a")
             new = pool_at_revision(pool_path, b, Path(tmp) / "b") if b else pool_path
         else:
-            old, new = Path(a), Path(b) if b else pool_path
+            old, new = _local(a), _local(b) if b else _local(pool_path)
         d = diff_pools(old, new)
     if as_json:
         sys.stdout.write(json.dumps(d.to_dict(), indent=2, default=str) + "\n")
@@ -78,6 +78,18 @@ def diff(
         old, new = json.dumps(c["old"]), json.dumps(c["new"])  # false, "good": not Python's
         out.append(f"  {c['target']} {c['field']}: {old} -> {new} ({c['author']})")
     sys.stdout.write("\n".join(out) + "\n")
+
+
+def _local(path: str | Path) -> Path:
+    """A folder to diff: the pool itself, or a remote pool's mirror with every shard fetched."""
+    from agentworld.pool import Pool
+    from agentworld.pool.remote_store import remote_url
+
+    if remote_url(path) is None:
+        return Path(path)
+    pool = Pool.open(path)
+    pool.fetch_all()
+    return pool.root
 
 
 def manifest(

@@ -14,6 +14,13 @@ from agentworld.cli_options import POOL_OPTION
 
 def proxy(
     pool: Path = POOL_OPTION,
+    remote: str | None = typer.Option(
+        None,
+        "--remote",
+        envvar="AW_REMOTE",
+        help="Object store (s3://bucket/prefix) each sealed shard is uploaded to "
+        "(default: POOL.toml's `remote`).",
+    ),
     upstream: str | None = typer.Option(
         None,
         "--upstream",
@@ -94,6 +101,7 @@ def proxy(
     from agentworld import listen
     from agentworld.errors import ConfigError
     from agentworld.pool import Pool
+    from agentworld.pool.remote_sync import start_uploader
     from agentworld.proxy.app import make_app
     from agentworld.proxy.config import ProxyConfig, UpstreamConfig, load_agents, resolve_keys
 
@@ -132,6 +140,7 @@ def proxy(
     socks = listen.bind(host, port, "aw proxy")  # before the pool: a port in use changes nothing
     port = listen.port_of(socks)  # --port 0: the URL announced below is one agents can use
     the_pool = Pool.create(pool)
+    uploader = start_uploader(the_pool.layout, remote)
     app = make_app(cfg, the_pool)
     targets = ", ".join(
         [f"{n} -> {' '.join(u.urls)}" for n, u in agents.items()]
@@ -139,7 +148,8 @@ def proxy(
     )
     typer.echo(
         f"aw proxy: http://{host}:{port}/v1 -> {targets}; pool {the_pool.root}; "
-        f"durability {durability}{'; auth on' if auth_token else ''}",
+        f"durability {durability}{'; auth on' if auth_token else ''}"
+        + (f"; uploading shards to {uploader.pusher.store.name}" if uploader else ""),
         err=True,
     )
     _tune_gc()
@@ -158,6 +168,8 @@ def proxy(
         # The unread rest of a refused body is read and dropped at most this long.
         lingering_time=min(10.0, cfg.client_timeout_s),
     )
+    if uploader is not None:  # the writer sealed its journal on shutdown: send that shard too
+        uploader.stop()
 
 
 def _tune_gc() -> None:

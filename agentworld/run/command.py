@@ -39,6 +39,20 @@ def run(
         min=0.01,
         help="Off a terminal: seconds between progress lines on stderr.",
     ),
+    remote: str | None = typer.Option(
+        None,
+        "--remote",
+        envvar="AW_REMOTE",
+        help="Object store (s3://bucket/prefix) the proxy uploads each sealed shard to "
+        "(default: POOL.toml's `remote`).",
+    ),
+    ray: str | None = typer.Option(
+        None,
+        "--ray",
+        help="Run the rollouts as Ray tasks, a proxy per node: 'auto' (the cluster `ray start` "
+        "joined), an address, or 'local' (a cluster on this machine). --pool is then the "
+        "shared pool: a shared folder or s3://…",
+    ),
 ) -> None:
     """Roll an agent out over a dataset's tasks, score each trajectory, and summarise."""
     import asyncio
@@ -62,6 +76,8 @@ def run(
         proxy_token=proxy_token,
         pool=pool,
         environ=dict(os.environ),
+        remote=remote,
+        ray=ray,
     )
     err = Console(stderr=True)
     with RunProgress(sys.stderr, interval_s=progress_s) as progress:

@@ -73,8 +73,13 @@ async def run_rollouts(
     n: int = 1,
     concurrency: int = 8,
     on_result: Callable[[EpisodeResult], None] | None = None,
+    group_ids: Sequence[str] | None = None,
 ) -> RunReport:
-    """Roll ``runner`` out ``n`` times per task with at most ``concurrency`` episodes at once."""
+    """Roll ``runner`` out ``n`` times per task with at most ``concurrency`` episodes at once.
+
+    ``group_ids``: one per task, when the caller must know them beforehand (`aw run
+    --ray` ends a lost node's trajectories by group); new ids otherwise.
+    """
     report = RunReport(agent=agent, dataset=dataset, split=split, n=n, tasks=len(tasks))
     gate = asyncio.Semaphore(concurrency)
     started = time.monotonic()
@@ -90,10 +95,10 @@ async def run_rollouts(
                     on_result(result)
 
     # Task-major order with a FIFO gate: a group's episodes run together.
+    groups = list(group_ids) if group_ids is not None else [new_id("gr") for _ in tasks]
     jobs = [
         asyncio.create_task(episode(task, group, k))
-        for task in tasks
-        for group in [new_id("gr")]
+        for task, group in zip(tasks, groups, strict=True)
         for k in range(n)
     ]
     try:

@@ -37,6 +37,32 @@ class RunOptions:
     proxy_token: str | None = None
     pool: Path = Path("pool")
     environ: Mapping[str, str] = field(default_factory=dict)  # for command agents and API keys
+    remote: str | None = None  # object store the in-process proxy uploads sealed shards to
+    ray: str | None = None  # "auto", "local" or a cluster address: rollouts as Ray tasks
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run's configs, resolved and checked before any episode starts."""
+
+    agent: Any
+    dataset: Any
+    runner: Any
+    scorer: Any
+    split: str
+    tasks: list[Any]
+
+
+def prepare(opts: RunOptions) -> Prepared:
+    """Load and check everything a run needs; every config error surfaces here."""
+    agent = find(load_agents(opts.agents_path), opts.agent, "agent", opts.agents_path)
+    dataset = find(load_datasets(opts.datasets_path), opts.dataset, "dataset", opts.datasets_path)
+    runner = make_runner(agent, base_env=opts.environ, api_key=opts.proxy_token)
+    scorer = make_scorer(dataset)
+    split = dataset.split(opts.split).name
+    return Prepared(
+        agent, dataset, runner, scorer, split, list(load_tasks(dataset, split, opts.limit))
+    )
 
 
 @asynccontextmanager
@@ -45,13 +71,20 @@ async def _proxy_url(opts: RunOptions, agent: Any) -> AsyncIterator[str]:
         yield opts.proxy_url
         return
     from agentworld.pool import Pool
+    from agentworld.pool.remote_sync import start_uploader
     from agentworld.run.local_proxy import local_proxy
 
-    Pool.create(opts.pool).close()
-    async with local_proxy(
-        pool_path=opts.pool, agent=agent, environ=opts.environ, token=opts.proxy_token
-    ) as url:
-        yield url
+    pool = Pool.create(opts.pool)
+    pool.close()
+    uploader = start_uploader(pool.layout, opts.remote)
+    try:
+        async with local_proxy(
+            pool_path=opts.pool, agent=agent, environ=opts.environ, token=opts.proxy_token
+        ) as url:
+            yield url
+    finally:
+        if uploader is not None:  # the proxy sealed its journal on exit: send that shard too
+            uploader.stop()
 
 
 async def run_session(
@@ -61,21 +94,21 @@ async def run_session(
     on_result: Callable[[EpisodeResult], None] | None = None,
 ) -> tuple[RunReport, dict[str, Any]]:
     """Run the rollouts ``opts`` describe; return the report and its summary."""
-    agent = find(load_agents(opts.agents_path), opts.agent, "agent", opts.agents_path)
-    dataset = find(load_datasets(opts.datasets_path), opts.dataset, "dataset", opts.datasets_path)
     # Everything that can be wrong in the configs fails here, before any episode.
-    runner = make_runner(agent, base_env=opts.environ, api_key=opts.proxy_token)
-    scorer = make_scorer(dataset)
-    split = dataset.split(opts.split).name
-    tasks = load_tasks(dataset, split, opts.limit)
+    p = prepare(opts)
+    if opts.ray is not None:
+        from agentworld.run.ray_rollouts import run_on_ray
+
+        return await run_on_ray(opts, p, on_start=on_start, on_result=on_result)
+    agent, dataset, split, tasks = p.agent, p.dataset, p.split, p.tasks
     if on_start is not None:
         on_start(len(tasks) * opts.n)
     async with _proxy_url(opts, agent) as url, ProxyClient(url, token=opts.proxy_token) as proxy:
         await proxy.health()
         report = await run_rollouts(
             proxy=proxy,
-            runner=runner,
-            scorer=scorer,
+            runner=p.runner,
+            scorer=p.scorer,
             agent=agent.name,
             dataset=dataset.name,
             split=split,

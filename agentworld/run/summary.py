@@ -46,8 +46,9 @@ def pool_stats(
     """
     from agentworld.errors import AgentWorldError
     from agentworld.pool import Pool
+    from agentworld.pool.remote_store import remote_url
 
-    if not (pool_path / "POOL.toml").exists():
+    if remote_url(pool_path) is None and not (pool_path / "POOL.toml").exists():
         return None
     try:
         pool = Pool.open(pool_path, recover=False)

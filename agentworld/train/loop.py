@@ -135,6 +135,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     console = console or Console(stderr=True)
     out_dir = Path(cfg.output_dir)
     pool = Pool.open(cfg.pool, recover=False)
+    pool.fetch_all()  # an s3:// pool: every shard into the local cache first (the plan reads all)
     if main:
         console.print(Text(cfg.to_toml()))
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -113,7 +113,8 @@ class PoolData:
         is told (shards done, shards new) as a cold index is built."""
         with self._rlock:
             if self._refresher is None:
-                self._refresher = Index(self.pool.layout, self.pool.labels)
+                # The pool's own kind of index (a remote pool's lists its store).
+                self._refresher = type(self._query)(self.pool.layout, self.pool.labels)
             return self._refresher.refresh(progress)
 
     # -- lists ------------------------------------------------------------------------

@@ -84,3 +84,35 @@ async def slow(task, client, settings):
     """An episode that takes a while (progress lines come meanwhile)."""
     await asyncio.sleep(0.6)
     return task.answer
+
+
+async def die_after_one_call(task, client):
+    """Calls the model once, then its process dies (as a Ray worker on a lost node would)."""
+    import os
+
+    await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": task.prompt}]
+    )
+    if task.id == "t1":
+        os._exit(1)
+    return task.answer
+
+
+async def note_node_then_hang_on_t1(task, client):
+    """Says which Ray node runs it (a file in $AW_NODE_NOTES); on t1, calls the model, then hangs."""
+    import os
+    from pathlib import Path
+
+    import ray
+
+    notes = Path(os.environ["AW_NODE_NOTES"])
+    await client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": task.prompt}]
+    )
+    import uuid
+
+    note = notes / f"{task.id}.{uuid.uuid4().hex}.node"  # one per episode
+    note.write_text(ray.get_runtime_context().get_node_id())
+    if task.id == "t1":
+        await asyncio.sleep(3600)
+    return task.answer
