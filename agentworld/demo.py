@@ -1,39 +1,24 @@
-"""`aw demo`: the whole loop on embedded defaults, offline, in a few minutes.
+"""`aw demo`: the whole loop on embedded defaults, offline, and an agent that gets better.
 
-Serve the default model, record a tool-using math agent through the proxy into
-a fresh pool, group its rollouts, train on them with GRPO, hot-reload the new
-weights and show that the server now stamps policy version 1.
+Serve the default model, evaluate a single-turn answer agent on held-out
+arithmetic tasks, then run on-policy GRPO for several iterations (roll a group
+out per task through the recording proxy with the current policy, one update on
+those groups, hot-reload the server, repeat), evaluate again on the same
+held-out tasks and print the before/after success with standard errors and the
+per-iteration training reward. Task files and results land in the demo folder.
 """
 
 from __future__ import annotations
 
+import json
+import resource
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import typer
 
-DEMO_AGENTS = """\
-# Written by `aw demo`: the math agent, talking to the demo's embedded server.
-[agents.math]
-kind = "python"
-description = "GSM8K-style solver with a calculator tool (OpenAI tool calls)"
-function = "agentworld.run.agents.math_agent:solve"
-max_turns = {max_turns}
-concurrency = 16
-episode_timeout_s = 900
-upstream = "{upstream}"
-model = "default"
-engine = "vllm"
-params = {{ temperature = 1.0, max_tokens = {max_tokens} }}
-"""
-
-DEMO_DATASETS = """\
-# Written by `aw demo`: generated arithmetic tasks, scored by reasoning-gym's verifier.
-[datasets.arithmetic]
-description = "reasoning-gym basic_arithmetic"
-source = {{ type = "reasoning-gym", task = "basic_arithmetic", config = {{ min_terms = 2, max_terms = 2, min_digits = 1, max_digits = 1, operators = ["+", "-", "*"], allow_parentheses = false, allow_negation = false }} }}
-splits = {{ train = {{ size = 1000, seed = {seed} }} }}
-scorer = "verifier"
-"""
+from agentworld.demo_tasks import DATASET, EVAL_AGENT, TRAIN_AGENT, write_demo_files
 
 
 def demo(
@@ -41,14 +26,18 @@ def demo(
     model: str | None = typer.Option(
         None, "--model", help="Local HF model folder (default: SmolLM2-135M-Instruct, offline)."
     ),
-    tasks: int = typer.Option(4, min=1, help="Tasks to roll out."),
-    n: int = typer.Option(4, "-n", min=2, help="Rollouts per task (one group)."),
-    max_turns: int = typer.Option(3, min=1, help="Model calls per episode at most."),
-    max_tokens: int = typer.Option(96, min=8, help="Tokens per model call at most."),
-    train_steps: int = typer.Option(2, min=0, help="GRPO updates after collecting (0: none)."),
-    seed: int = typer.Option(7, help="Task generator seed."),
+    eval_tasks: int = typer.Option(
+        100, "--eval-tasks", min=1, help="Held-out tasks, evaluated before and after."
+    ),
+    iterations: int = typer.Option(8, min=0, help="GRPO iterations (0: evaluate only)."),
+    tasks: int = typer.Option(4, min=1, help="Tasks (groups) per iteration."),
+    n: int = typer.Option(8, "-n", min=2, help="Rollouts per task (one group)."),
+    max_tokens: int = typer.Option(24, min=4, help="Tokens per answer at most."),
+    temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature of rollouts."),
+    lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate."),
+    seed: int = typer.Option(7, help="Seed of the task split and of the trainer."),
 ) -> None:
-    """Serve a model, record an agent's rollouts, train on them, reload: the whole loop."""
+    """Serve a model, evaluate, train it with on-policy GRPO through the proxy, evaluate again."""
     import asyncio
 
     from rich.console import Console
@@ -60,151 +49,219 @@ def demo(
     console.rule("[bold]1. model")
     model_dir = resolve_model(model, default_aw_home() / "models")
     console.print(f"serving {model_dir}", markup=False)
-    asyncio.run(
-        _loop(
-            console,
-            folder.resolve(),
-            model_dir,
-            tasks=tasks,
-            n=n,
-            max_turns=max_turns,
-            max_tokens=max_tokens,
-            train_steps=train_steps,
-            seed=seed,
-        )
+    settings = DemoSettings(
+        eval_tasks=eval_tasks,
+        iterations=iterations,
+        tasks=tasks,
+        n=n,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        lr=lr,
+        seed=seed,
     )
+    asyncio.run(_loop(console, folder.resolve(), model_dir, settings))
 
 
-async def _loop(
-    console: object,
-    folder: Path,
-    model_dir: Path,
-    *,
-    tasks: int,
-    n: int,
-    max_turns: int,
-    max_tokens: int,
-    train_steps: int,
-    seed: int,
-) -> None:
-    import asyncio
+@dataclass(frozen=True)
+class DemoSettings:
+    """The demo's sizes (the CLI's flags), in one place for the loop and its results file."""
 
+    eval_tasks: int = 100
+    iterations: int = 8
+    tasks: int = 4
+    n: int = 8
+    max_tokens: int = 24
+    temperature: float = 1.0
+    lr: float = 2e-5
+    seed: int = 7
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSettings) -> None:
     import aiohttp
     from aiohttp import web
     from rich.console import Console
 
+    from agentworld.demo_report import after_table, iteration_row, iterations_table, lift_line
     from agentworld.pool import Pool
+    from agentworld.run.evaluate import evaluate, evaluation_of, lift
     from agentworld.run.session import RunOptions, run_session
-    from agentworld.run.summary import render
     from agentworld.serve.engine import Engine
     from agentworld.serve.server import make_app
 
     assert isinstance(console, Console)
+    t_wall, cpu0 = time.perf_counter(), _cpu_s()
     # The GPU when there is one (the trainer below runs where Accelerate puts it: the same
     # device). float32 even there, where the engine's default is bf16: the trainer trains
     # fp32, so the served log-probs match its forward pass (fidelity); the demo's default
     # model has 135M parameters, so fp32 costs little.
-    engine = Engine(model_dir, device="auto", dtype="float32", max_batch_size=16)
+    engine = Engine(model_dir, device="auto", dtype="float32", max_batch_size=32)
     console.print(f"engine on {engine.device} ({str(engine.dtype).removeprefix('torch.')})")
     runner = web.AppRunner(make_app(engine), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = runner.addresses[0][1]
-    serve_url = f"http://127.0.0.1:{port}"
+    serve_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    pool_path = folder / "pool"
+    s = settings
     try:
-        agents_path = folder / "agents.toml"
-        datasets_path = folder / "datasets.toml"
-        agents_path.write_text(
-            DEMO_AGENTS.format(
-                upstream=f"{serve_url}/v1", max_turns=max_turns, max_tokens=max_tokens
-            )
+        split = write_demo_files(
+            folder,
+            upstream=f"{serve_url}/v1",
+            eval_tasks=s.eval_tasks,
+            iterations=s.iterations,
+            tasks_per_iteration=s.tasks,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            seed=s.seed,
         )
-        datasets_path.write_text(DEMO_DATASETS.format(seed=seed))
-        pool_path = folder / "pool"
         Pool.create(pool_path).close()
-
-        console.rule("[bold]2. rollouts through the recording proxy")
-        console.print(f"{tasks} tasks x {n} rollouts of the math agent; this takes a few minutes")
-        opts = RunOptions(
-            agent="math",
-            dataset="arithmetic",
-            agents_path=agents_path,
-            datasets_path=datasets_path,
-            limit=tasks,
-            n=n,
-            pool=pool_path,
-        )
-        done = [0]
-
-        def on_result(result: object) -> None:
-            done[0] += 1
-            console.print(f"  rollout {done[0]}/{tasks * n} finished", highlight=False)
-
-        _report, summary = await run_session(opts, on_result=on_result)
-        Console().print(render(summary))
-
-        pool = Pool.open(pool_path)
-        stats = pool.index().stats()
-        pool.close()
-        console.print(
-            f"pool: {stats['steps']} steps in {stats['trajectories']} trajectories, "
-            f"{stats['engine_token_steps']} with engine token ids, "
-            f"{stats['completion_tokens']} completion tokens"
-        )
-
-        if train_steps:
-            console.rule("[bold]3. GRPO on the collected groups")
-            ckpt = await asyncio.to_thread(
-                _train, console, model_dir, pool_path, folder / "runs" / "grpo", train_steps
+        if split.reused:
+            console.print(
+                f"note: {s.iterations} x {s.tasks} training tasks exceed the "
+                f"{split.train_pool} not held out; later iterations reuse earlier ones"
             )
-            if ckpt is not None:
-                console.rule("[bold]4. hot reload")
-                async with aiohttp.ClientSession() as http:
+
+        def opts(agent: str, split_name: str, n: int = 1) -> RunOptions:
+            return RunOptions(
+                agent=agent,
+                dataset=DATASET,
+                agents_path=folder / "agents.toml",
+                datasets_path=folder / "datasets.toml",
+                split=split_name,
+                n=n,
+                pool=pool_path,
+            )
+
+        console.rule("[bold]2. held-out evaluation, before")
+        console.print(
+            f"{s.eval_tasks} held-out tasks (1-digit + and -, none of them trained on), "
+            "greedy, scored 1 for the exact number else 0"
+        )
+        version = engine.policy_version
+        before, _ = await evaluate(opts(EVAL_AGENT, "heldout"), policy_version=version)
+        console.print(
+            f"before: {before.successes}/{before.n} = {before.rate:.3f} ± {before.stderr:.3f}"
+        )
+
+        console.rule(f"[bold]3. on-policy GRPO, {s.iterations} iterations")
+        console.print(
+            f"each: {s.tasks} new tasks x {s.n} rollouts at temperature {s.temperature} through "
+            f"the proxy -> one GRPO update (lr {s.lr:g}) -> POST /aw/reload"
+        )
+        rows: list[dict[str, object]] = []
+        current = model_dir
+        async with aiohttp.ClientSession() as http:
+            for it in range(1, s.iterations + 1):
+                t_it = time.perf_counter()
+                report, _summary = await run_session(opts(TRAIN_AGENT, f"iter-{it:02d}", s.n))
+                rollouts = evaluation_of([r.reward for r in report.results])
+                ckpt, train_info = await _train(folder, current, pool_path, it, version, s)
+                if ckpt is not None:
                     resp = await http.post(f"{serve_url}/aw/reload", json={"path": str(ckpt)})
-                    body = await resp.json()
-                console.print(
-                    f"server reloaded {ckpt.name}: policy version {body.get('policy_version')}; "
-                    "the next rollouts are stamped with it"
-                )
+                    version = int((await resp.json())["policy_version"])
+                    if current != model_dir:
+                        _drop_checkpoint(current)  # the server and trainer now hold the new one
+                    current = ckpt
+                row = iteration_row(it, report.results, rollouts, train_info, version)
+                row["wall_s"] = round(time.perf_counter() - t_it, 1)
+                rows.append(row)
+                console.print(iterations_table(rows[-1:], header=it == 1))
+
+        console.rule("[bold]4. held-out evaluation, after")
+        after, _ = await evaluate(opts(EVAL_AGENT, "heldout"), policy_version=version)
+        console.print(f"after: {after.successes}/{after.n} = {after.rate:.3f} ± {after.stderr:.3f}")
     finally:
         await runner.cleanup()
         engine.close()
 
+    cpu_s, wall_s = _cpu_s() - cpu0, time.perf_counter() - t_wall
+    out = Console()  # results on stdout; progress went to stderr
+    out.print(iterations_table(rows, title="GRPO iterations: training reward by policy version"))
+    out.print(after_table(before, after))
+    out.print(lift_line(lift(before, after)))
+    out.print(f"time: {wall_s:.0f} s wall, {cpu_s:.0f} s CPU (user+sys, this process tree)")
+    results = {
+        "settings": settings.as_dict(),
+        "model": str(model_dir),
+        "before": {"successes": before.successes, "n": before.n, "policy_version": 0},
+        "after": {"successes": after.successes, "n": after.n, "policy_version": version},
+        "iterations": rows,
+        "wall_s": round(wall_s, 1),
+        "cpu_s": round(cpu_s, 1),
+    }
+    (folder / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+
     console.rule("[bold]next")
     # Paths print as they are ("[x]" in one is not markup).
-    console.print(f"look:   aw tui --pool {folder / 'pool'}", markup=False)
-    console.print(f"list:   aw pool ls --pool {folder / 'pool'}", markup=False)
-    console.print(
-        f"train:  aw train --pool {folder / 'pool'} --agent math --dataset arithmetic "
-        f"--algo grpo --model {model_dir} -o {folder / 'runs' / 'grpo-more'}",
-        markup=False,
-    )
+    console.print(f"results: {folder / 'results.json'}", markup=False)
+    console.print(f"look:    aw tui --pool {pool_path}", markup=False)
+    console.print(f"list:    aw pool ls --pool {pool_path}", markup=False)
 
 
-def _train(console: object, model_dir: Path, pool: Path, out: Path, steps: int) -> Path | None:
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and its waited-for children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _drop_checkpoint(folder: Path) -> None:
+    """Delete a superseded iteration's checkpoint (weights + optimizer: ~1.6 GB each)."""
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _train(
+    folder: Path, model: Path, pool: Path, it: int, version: int, s: DemoSettings
+) -> tuple[Path | None, dict[str, object]]:
+    """One GRPO update on this iteration's groups, from the current policy; its checkpoint."""
+    import asyncio
+
+    return await asyncio.to_thread(_train_sync, folder, model, pool, it, version, s)
+
+
+def _train_sync(
+    folder: Path, model: Path, pool: Path, it: int, version: int, s: DemoSettings
+) -> tuple[Path | None, dict[str, object]]:
+    from rich.console import Console
+
     from agentworld.errors import AgentWorldError
     from agentworld.train.config import TrainConfig
     from agentworld.train.loop import train
 
+    out = folder / "runs" / "grpo" / f"iter-{it:02d}"
+    out.mkdir(parents=True, exist_ok=True)
     cfg = TrainConfig(
-        model=str(model_dir),
+        model=str(model),
         algo="grpo",
-        agent="math",
-        dataset="arithmetic",
+        agent=TRAIN_AGENT,
+        dataset=DATASET,
+        split=f"iter-{it:02d}",  # this iteration's groups only: on-policy
         pool=str(pool),
         output_dir=str(out),
-        max_steps=steps,
-        lr=1e-6,
-        batch_tokens=8192,
+        policy_version=version,
+        max_steps=1,
+        epochs=1,
+        # One micro-batch holds the whole iteration (tasks x n short rows), so the
+        # iteration is exactly one update on-policy.
+        batch_tokens=max(4096, s.tasks * s.n * 160),
+        max_seq_len=512,
+        lr=s.lr,
+        seed=s.seed + it,
+        progress=False,
         mixed_precision="no",  # fp32 like the demo's engine, whatever the environment says
     )
-    try:
-        summary = train(cfg, console=console)  # type: ignore[arg-type]
-    except AgentWorldError as exc:
-        # Honest about the usual cause on a tiny model: every rollout of a task got
-        # the same reward, so GRPO has no signal to learn from.
-        console.print(f"no training: {exc}", markup=False)  # type: ignore[attr-defined]
-        return None
+    with open(out / "train.log", "w") as log:
+        try:
+            summary = train(cfg, console=Console(file=log, width=120))
+        except AgentWorldError as exc:
+            # The usual cause: every rollout of every group got the same reward, so
+            # GRPO has no signal; the policy stays as it is for the next iteration.
+            return None, {"skipped": str(exc)}
     ckpt = summary.get("checkpoint")
-    return Path(ckpt) if ckpt else None
+    info = {k: summary.get(k) for k in ("updates", "trajectories", "loss_last")}
+    return (Path(ckpt) if ckpt else None), info
