@@ -218,10 +218,22 @@ def _drop_checkpoint(folder: Path) -> None:
 async def _train(
     folder: Path, model: Path, pool: Path, it: int, version: int, s: DemoSettings
 ) -> tuple[Path | None, dict[str, object]]:
-    """One GRPO update on this iteration's groups, from the current policy; its checkpoint."""
-    import asyncio
+    """One GRPO update on this iteration's groups, from the current policy; its checkpoint.
 
-    return await asyncio.to_thread(_train_sync, folder, model, pool, it, version, s)
+    In a fresh process each time: the trainer's model, optimizer state and logits
+    (~4 GB for SmolLM2-135M) are then handed back to the OS after every update. Run
+    in this process, the second update took the demo past a 6 GB memory cap.
+    """
+    import asyncio
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")  # no copy of the server's torch state
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool_exec:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            pool_exec, _train_sync, folder, model, pool, it, version, s
+        )
 
 
 def _train_sync(
