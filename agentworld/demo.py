@@ -29,12 +29,12 @@ def demo(
     eval_tasks: int = typer.Option(
         100, "--eval-tasks", min=1, help="Held-out tasks, evaluated before and after."
     ),
-    iterations: int = typer.Option(8, min=0, help="GRPO iterations (0: evaluate only)."),
+    iterations: int = typer.Option(6, min=0, help="GRPO iterations (0: evaluate only)."),
     tasks: int = typer.Option(4, min=1, help="Tasks (groups) per iteration."),
     n: int = typer.Option(8, "-n", min=2, help="Rollouts per task (one group)."),
     max_tokens: int = typer.Option(24, min=4, help="Tokens per answer at most."),
     temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature of rollouts."),
-    lr: float = typer.Option(2e-5, min=0.0, help="GRPO learning rate."),
+    lr: float = typer.Option(3e-5, min=0.0, help="GRPO learning rate."),
     seed: int = typer.Option(7, help="Seed of the task split and of the trainer."),
 ) -> None:
     """Serve a model, evaluate, train it with on-policy GRPO through the proxy, evaluate again."""
@@ -67,12 +67,12 @@ class DemoSettings:
     """The demo's sizes (the CLI's flags), in one place for the loop and its results file."""
 
     eval_tasks: int = 100
-    iterations: int = 8
+    iterations: int = 6
     tasks: int = 4
     n: int = 8
     max_tokens: int = 24
     temperature: float = 1.0
-    lr: float = 2e-5
+    lr: float = 3e-5
     seed: int = 7
 
     def as_dict(self) -> dict[str, object]:

@@ -45,7 +45,7 @@ def iterations_table(
 ) -> Table:
     """Training reward by iteration (the curve), with what each update trained on."""
     table = Table(title=title, show_header=header, title_justify="left")
-    table.add_column("iter", justify="right", width=4)
+    table.add_column("iter", justify="right", min_width=4)
     table.add_column("reward (rollouts)", justify="right", width=18)
     table.add_column("groups w/ signal", justify="right", width=16)
     table.add_column("trained on", justify="right", width=10)

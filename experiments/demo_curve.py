@@ -62,6 +62,37 @@ def curve_table(runs: list[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def misses_table(runs: list[tuple[str, Path, dict[str, Any]]]) -> str:
+    """Held-out episodes by outcome: right, wrong number, or cut off at max_tokens (from the pool).
+
+    A reply that hits the token limit is usually one that had not reached its number
+    yet; GRPO on a binary reward learns to answer sooner as well as to add right.
+    """
+    from agentworld.pool import Pool, Selection
+
+    lines = [
+        "| run | policy | right | wrong, cut at max_tokens | wrong, finished | mean completion tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, folder, r in runs:
+        cap = r["settings"]["max_tokens"]
+        pool = Pool.open(folder / "pool")
+        rows = pool.index().trajectories(Selection(agent="solver-greedy"), limit=None)
+        pool.close()
+        for label, v in (
+            ("before", r["before"]["policy_version"]),
+            ("after", r["after"]["policy_version"]),
+        ):
+            ev = [t for t in rows if t["policy_min"] == v]
+            right = sum(1 for t in ev if (t["reward"] or 0) >= 1)
+            cut = sum(1 for t in ev if (t["reward"] or 0) < 1 and t["completion_tokens"] >= cap)
+            toks = sum(t["completion_tokens"] for t in ev) / max(1, len(ev))
+            lines.append(
+                f"| {name} | {label} (v{v}) | {right}/{len(ev)} | {cut} | {len(ev) - right - cut} | {toks:.1f} |"
+            )
+    return "\n".join(lines)
+
+
 def draw(runs: list[tuple[str, dict[str, Any]]], png: Path) -> None:
     """Training reward per iteration, with each run's held-out before/after as markers."""
     import matplotlib
@@ -81,7 +112,7 @@ def draw(runs: list[tuple[str, dict[str, Any]]], png: Path) -> None:
             [0, len(rows) + 1],
             [b["successes"] / b["n"], a["successes"] / a["n"]],
             yerr=[_se(b["successes"], b["n"]), _se(a["successes"], a["n"])],
-            fmt="s--",
+            fmt="s",
             color=line.get_color(),
             alpha=0.6,
             capsize=4,
@@ -103,10 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", nargs="+", type=Path, help="results.json files of aw demo runs")
     p.add_argument("--png", type=Path, default=None, help="write the curve here")
     args = p.parse_args(argv)
-    runs = [(path.parent.name, json.loads(path.read_text())) for path in args.results]
+    loaded = [json.loads(path.read_text()) for path in args.results]
+    runs = [(f"seed {r['settings']['seed']}", r) for r in loaded]
     print(before_after_table(runs))
     print()
     print(curve_table(runs))
+    print()
+    print(
+        misses_table([(n, path.parent, r) for (n, r), path in zip(runs, args.results, strict=True)])
+    )
     if args.png:
         draw(runs, args.png)
         print(f"\ncurve: {args.png}")
