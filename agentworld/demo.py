@@ -84,7 +84,13 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
     from aiohttp import web
     from rich.console import Console
 
-    from agentworld.demo_report import after_table, iteration_row, iterations_table, lift_line
+    from agentworld.demo_report import (
+        after_table,
+        iteration_line,
+        iteration_row,
+        iterations_table,
+        lift_line,
+    )
     from agentworld.pool import Pool
     from agentworld.run.evaluate import evaluate, evaluation_of, lift
     from agentworld.run.session import RunOptions, run_session
@@ -168,7 +174,7 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
                 row = iteration_row(it, report.results, rollouts, train_info, version)
                 row["wall_s"] = round(time.perf_counter() - t_it, 1)
                 rows.append(row)
-                console.print(iterations_table(rows[-1:], header=it == 1))
+                console.print(iteration_line(row, s.iterations), markup=False)
 
         console.rule("[bold]4. held-out evaluation, after")
         after, _ = await evaluate(opts(EVAL_AGENT, "heldout"), policy_version=version)

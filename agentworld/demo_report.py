@@ -40,17 +40,28 @@ def iteration_row(
     }
 
 
-def iterations_table(
-    rows: Sequence[dict[str, Any]], *, title: str | None = None, header: bool = True
-) -> Table:
+def iteration_line(row: dict[str, Any], total: int) -> str:
+    """One iteration as a progress line (the table comes at the end)."""
+    trained = (
+        "skipped: no group with signal"
+        if row.get("skipped")
+        else (f"trained on {row.get('trained_trajectories') or 0}")
+    )
+    return (
+        f"iteration {row['iteration']}/{total}: reward {row['reward_mean']:.3f} "
+        f"({row['successes']}/{row['rollouts']}), {row['groups_with_signal']}/{row['groups']} "
+        f"groups with signal, {trained}, policy v{row['policy_version']}, "
+        f"{row.get('wall_s', 0):.0f} s"
+    )
+
+
+def iterations_table(rows: Sequence[dict[str, Any]], *, title: str | None = None) -> Table:
     """Training reward by iteration (the curve), with what each update trained on."""
-    table = Table(title=title, show_header=header, title_justify="left")
-    table.add_column("iter", justify="right", min_width=4)
-    table.add_column("reward (rollouts)", justify="right", width=18)
-    table.add_column("groups w/ signal", justify="right", width=16)
-    table.add_column("trained on", justify="right", width=10)
-    table.add_column("policy after", justify="right", width=12)
-    table.add_column("wall s", justify="right", width=7)
+    table = Table(title=title, title_justify="left")
+    # Short headers and no fixed widths: the table fits an 80-column stderr that is not a
+    # terminal (rich squeezes a column to nothing when fixed widths overflow it).
+    for name in ("iter", "reward (rollouts)", "groups w/ signal", "trained", "policy", "wall s"):
+        table.add_column(name, justify="right", no_wrap=True)
     for r in rows:
         trained = "-" if r.get("skipped") else str(r.get("trained_trajectories") or 0)
         table.add_row(

@@ -44,6 +44,7 @@ def test_demo_evaluates_trains_for_iterations_and_prints_the_lift(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     assert f"engine on {device} (float32)" in res.output
     # What it prints: the curve, the before/after table with standard errors, the lift.
+    assert "iteration 1/2: reward " in res.output and "iteration 2/2: reward " in res.output
     assert "GRPO iterations: training reward by policy version" in res.output
     assert "held-out success" in res.output and "± SE" in res.output
     assert "before (v0)" in res.output
