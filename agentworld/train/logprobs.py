@@ -99,6 +99,11 @@ def sampled_logprobs(
             parts.append(checkpoint(_head_logprobs, *args, *rest, use_reentrant=False))
         else:
             parts.append(_head_logprobs(*args, *rest))
-    picked = torch.cat(parts) if parts else h.new_zeros(0, dtype=torch.float32)  # (N,)
     logp = torch.zeros(pick.shape, dtype=torch.float32, device=h.device)  # (B, T-1)
-    return logp.masked_scatter(pick, picked)
+    if not parts:
+        # Nothing sampled here (a process's zero-weight filler batch): still a graph through
+        # every parameter, with zero gradient, so DDP's all-reduce sees the same parameters
+        # on every process.
+        one = _head_logprobs(head, hidden[:1, 0], input_ids[:1, 1], logp.new_ones(1), 1.0, 0.0)
+        return logp + 0.0 * one.sum()
+    return logp.masked_scatter(pick, torch.cat(parts))
