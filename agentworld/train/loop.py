@@ -282,7 +282,8 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
             console.print(
                 f"plan: {len(plan.advantages)} trajectories in {plan.groups or '-'} groups "
                 f"from {len(sources)} shards ({plan.matched} matched; dropped "
-                f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward)"
+                f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward, "
+                f"{plan.infra_failures} infrastructure failures)"
             )
 
     source: Any = online if online is not None else dataset
