@@ -162,3 +162,55 @@ def test_infrastructure_failures_are_kept_out_of_advantages(
     )
     assert summary["trajectories"] == 2
     assert "2 infrastructure failures" in log
+
+
+@pytest.mark.slow
+def test_fidelity_with_the_embedded_engine_sampling_at_temperature_half(
+    builder, tiny_model: Path, tmp_path: Path
+) -> None:
+    """`aw serve`'s engine records log-probs of what it sampled from (logits / 0.5); the
+    trainer, applying the step's temperature, recomputes them."""
+    import queue
+
+    from agentworld import records
+    from agentworld.serve.engine import Engine, Finished, Request, TokenEvent
+    from agentworld.serve.sampling import SamplingParams
+
+    engine = Engine(tiny_model, device="cpu", max_batch_size=4, model_name="tiny")
+    try:
+        recs = []
+        for k, reward in enumerate((1.0, 0.0, 1.0, 0.0)):
+            prompt = builder.words(6)
+            sink: queue.Queue[Any] = queue.Queue()
+            params = SamplingParams(max_tokens=8, temperature=0.5, seed=k, ignore_eos=True)
+            engine.submit(Request(prompt, params, sink.put))
+            ids, lps = [], []
+            while not isinstance(event := sink.get(timeout=30), Finished):
+                if isinstance(event, TokenEvent):
+                    ids.append(event.token_id)
+                    lps.append(event.logprob)
+            with torch.no_grad():
+                logits = builder.model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+            tempered = torch.log_softmax(logits / 0.5, dim=-1)  # (T, V)
+            want = [float(tempered[len(prompt) - 1 + i, t]) for i, t in enumerate(ids)]
+            assert lps == pytest.approx(want, abs=1e-4)  # the processed distribution, not raw
+            tid = records.new_id("tr")
+            common = {"trajectory": tid, "agent": "a", "group": "g", "policy_version": 0}
+            tokens = {"source": "engine", "prompt_ids": prompt, "completion_ids": ids}
+            recs.append(
+                records.make_step(
+                    index=0,
+                    request={"messages": [{"role": "user", "content": "q"}],
+                             "params": {"temperature": 0.5}},  # fmt: skip
+                    response={"message": {"role": "assistant", "content": "x"}},
+                    tokens={**tokens, "completion_logprobs": lps},
+                    **common,
+                )
+            )
+            recs.append(records.make_end(status="done", steps=1, reward=reward, **common))
+        builder.write(recs)
+    finally:
+        engine.close()
+    summary, _ = run(builder, tiny_model, tmp_path / "run", algo="grpo", max_steps=1)
+    fid = summary["fidelity"]
+    assert fid.tokens == 32 and fid.ok and fid.mean_abs < 1e-4, fid.line()
