@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import nullcontext
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 

@@ -10,8 +10,8 @@ import pytest
 
 from agentworld.serve.chat import render_prompt
 from agentworld.serve.engine import Engine
-from agentworld.serve.server import POLICY_HEADER, make_app
 from agentworld.serve.sampling import SamplingParams
+from agentworld.serve.server import POLICY_HEADER, make_app
 
 from .helpers import forward_logprobs, load_model
 

@@ -59,7 +59,7 @@ def test_tokens_without_rollout_logprobs_fall_back_on_policy_and_are_counted(
     builder, tiny_model: Path, tmp_path: Path
 ) -> None:
     builder.group([1.0, 0.0], turns=2, logprobs=False)
-    summary, _ = run(builder, tiny_model, tmp_path / "run", algo="grpo", max_steps=1)
+    run(builder, tiny_model, tmp_path / "run", algo="grpo", max_steps=1)
     row = metrics(tmp_path / "run")[0]
     assert row["rollout_tokens"] == 0 and row["onpolicy_tokens"] > 0
     assert row["onpolicy_steps"] == 4  # 2 trajectories x 2 steps
@@ -110,7 +110,7 @@ def test_fidelity_compares_at_the_sampling_temperature(
     builder, tiny_model: Path, tmp_path: Path
 ) -> None:
     tempered_group(builder, 0.5)
-    summary, log = run(builder, tiny_model, tmp_path / "run", algo="grpo", max_steps=1)
+    summary, _ = run(builder, tiny_model, tmp_path / "run", algo="grpo", max_steps=1)
     fid = summary["fidelity"]
     assert fid.tokens > 0 and fid.ok and fid.mean_abs < 1e-4, fid.line()
 
@@ -128,8 +128,8 @@ def test_fidelity_names_a_sampling_parameter_the_trainer_does_not_apply(
 def test_infrastructure_failures_are_kept_out_of_advantages(
     builder, tiny_model: Path, tmp_path: Path
 ) -> None:
-    from agentworld.train.data import make_plan, selection_for
     from agentworld.train.config import TrainConfig
+    from agentworld.train.data import make_plan, selection_for
 
     # One task, four rollouts: two scored by the model's answer, one whose call the
     # upstream failed (scored 0 by an agent that gave up), one the proxy's sweep timed out.
@@ -200,8 +200,10 @@ def test_fidelity_with_the_embedded_engine_sampling_at_temperature_half(
             recs.append(
                 records.make_step(
                     index=0,
-                    request={"messages": [{"role": "user", "content": "q"}],
-                             "params": {"temperature": 0.5}},  # fmt: skip
+                    request={
+                        "messages": [{"role": "user", "content": "q"}],
+                        "params": {"temperature": 0.5},
+                    },
                     response={"message": {"role": "assistant", "content": "x"}},
                     tokens={**tokens, "completion_logprobs": lps},
                     **common,
