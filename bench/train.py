@@ -192,14 +192,20 @@ def memory_main(args: argparse.Namespace) -> None:
     tok = AutoTokenizer.from_pretrained(args.model)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        sizes = (
+            {16, args.big}
+            if not args.runs
+            else {int(r.split(":")[1]) for r in args.runs.split(",")}
+        )
         pools = {
-            n: write_demo_pool(root / f"pool{n}", len(tok), tok.eos_token_id, n).root
-            for n in (16, args.big)
+            n: write_demo_pool(root / f"pool{n}", len(tok), tok.eos_token_id, n).root for n in sizes
         }
         print(f"model {args.model}, defaults except --max-steps {args.steps}; "
               f"cap {args.cap_gb:g} GB; torch threads {args.threads}")  # fmt: skip
         # The peak comes in the first update (activations, then AdamW's state at its step).
         runs = [("sft", 16), ("grpo", args.big), ("sft", args.big), ("grpo", 16)]
+        if args.runs:  # e.g. sft:16,grpo:1000
+            runs = [(a, int(n)) for a, n in (r.split(":") for r in args.runs.split(","))]
         for algo, n in runs:
             cells = []
             for name, tree in builds:
@@ -222,6 +228,7 @@ def main() -> None:
     ap.add_argument("--cap-gb", type=float, default=8.0)
     ap.add_argument("--big", type=int, default=1000, help="--memory: trajectories, big pool")
     ap.add_argument("--steps", type=int, default=1, help="--memory: updates per run")
+    ap.add_argument("--runs", help="--memory: algo:trajectories,... (default: all four)")
     ap.add_argument("--trajectories", type=int, default=24)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=256)

@@ -31,6 +31,7 @@ from agentworld.train.checkpoint import (
 from agentworld.train.config import TrainConfig
 from agentworld.train.data import PoolBatches, check_plan, dummy_batch, make_plan, selection_for
 from agentworld.train.fidelity import FidelityReport, logprob_gap, report
+from agentworld.train.host_memory import release_freed_tensors
 from agentworld.train.importance import ImportanceStats, behaviour_logprobs
 from agentworld.train.logprobs import sampled_logprobs
 from agentworld.train.losses import policy_loss, sft_loss
@@ -165,6 +166,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     require_models(cfg)
+    release_freed_tensors()  # ~1 GB less RSS on CPU: see train/host_memory.py
     acc = make_accelerator(cfg)
     set_seed(cfg.seed)
     main = acc.is_main_process
