@@ -176,7 +176,8 @@ def peak_rss(tree: Path, args: list[str], cap_gb: float, threads: int) -> tuple[
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads)}
     cmd = ["/work/bin/memcap", f"{cap_gb:g}", "/usr/bin/time", "-f", "maxrss_kb=%M"]
     cmd += [sys.executable, "-c", code, "train", *args]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    # cwd=tree: `python -c` puts the working folder ahead of PYTHONPATH on sys.path.
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree)
     kb = [line for line in p.stderr.splitlines() if line.startswith("maxrss_kb=")]
     if p.returncode != 0 or not kb:
         tail = p.stderr.strip().splitlines()[-1:] or ["?"]
