@@ -5,6 +5,15 @@
 
 Not a test: it prints numbers. Goals: merged processes >= 2x fewer tokens than one row per
 step with a matching speed-up; the trainer reaches >= 0.9 of the plain loop's tokens/s.
+
+Memory: peak RSS of `aw train` at default settings on a real model, this build beside
+another (say the last release, unpacked with `git archive main | tar -x -C /tmp/old`),
+each run in a memory cgroup so a blow-up ends there:
+
+    python bench/train.py --memory --model ~/.cache/agentworld/models/smollm2-135m-instruct \
+        --baseline /tmp/old [--cap-gb 8]
+
+Goal: <= 4 GB on a demo-sized pool (16 trajectories) and on 1,000 trajectories.
 """
 
 from __future__ import annotations
@@ -118,8 +127,109 @@ def plain_loop(cfg: TrainConfig, pool: Pool) -> dict[str, float]:
     return {"tokens": tokens, "seconds": seconds}
 
 
+def write_demo_pool(root: Path, vocab: int, eos: int, n: int, seed: int = 0) -> Pool:
+    """Trajectories shaped like `aw demo`'s math agent: groups of 4, 3 calls each (a 350-token
+    system prompt with tools, 40-90-token replies, 20-token tool results), engine tokens
+    with rollout log-probs, rewards 1/0 within each group."""
+    rng = random.Random(seed)
+    words = lambda k: [rng.randrange(10, vocab) for _ in range(k)]  # noqa: E731
+    pool = Pool.create(root)
+    w = pool.writer()
+    for g in range(0, n, 4):
+        group = records.new_id("gr")
+        for k in range(min(4, n - g)):
+            tid = records.new_id("tr")
+            prompt = words(350)
+            common = {"trajectory": tid, "agent": "bench", "dataset": "d", "group": group}
+            for i in range(3):
+                completion = [*words(rng.randrange(40, 90)), eos]
+                tokens = {
+                    "source": "engine",
+                    "prompt_ids": prompt,
+                    "completion_ids": completion,
+                    "completion_logprobs": [-1.0] * len(completion),
+                }
+                w.append(
+                    records.make_step(
+                        index=i,
+                        request={"messages": [{"role": "user", "content": "."}]},
+                        response={"message": {"role": "assistant", "content": "."}},
+                        tokens=tokens,
+                        **common,
+                    )
+                )
+                prompt = prompt + completion + words(20)
+            reward = float(k % 2)
+            w.append(records.make_end(status="done", steps=3, reward=reward, **common))
+    w.close()
+    return pool
+
+
+def peak_rss(tree: Path, args: list[str], cap_gb: float, threads: int) -> tuple[float | None, str]:
+    """Peak RSS in GB of `aw train ARGS` run from source ``tree`` in a memory cgroup of
+    ``cap_gb``; None when the cap killed it. GNU time reads the child's own maxrss (the
+    cgroup's figure would count the page cache of the model file too)."""
+    import os
+    import subprocess
+
+    code = "import sys; from agentworld.cli import main; sys.argv[0] = 'aw'; main()"
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads)}
+    cmd = ["/work/bin/memcap", f"{cap_gb:g}", "/usr/bin/time", "-f", "maxrss_kb=%M"]
+    cmd += [sys.executable, "-c", code, "train", *args]
+    # cwd=tree: `python -c` puts the working folder ahead of PYTHONPATH on sys.path.
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree)
+    kb = [line for line in p.stderr.splitlines() if line.startswith("maxrss_kb=")]
+    if p.returncode != 0 or not kb:
+        tail = p.stderr.strip().splitlines()[-1:] or ["?"]
+        return None, f"exit {p.returncode}: {tail[0][:160]}"
+    return int(kb[-1].split("=")[1]) / 1024**2, "ok"
+
+
+def memory_main(args: argparse.Namespace) -> None:
+    from transformers import AutoTokenizer
+
+    here = Path(__file__).resolve().parents[1]
+    builds = [("this build", here)] + ([("baseline", Path(args.baseline))] if args.baseline else [])
+    tok = AutoTokenizer.from_pretrained(args.model)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        sizes = (
+            {16, args.big}
+            if not args.runs
+            else {int(r.split(":")[1]) for r in args.runs.split(",")}
+        )
+        pools = {
+            n: write_demo_pool(root / f"pool{n}", len(tok), tok.eos_token_id, n).root for n in sizes
+        }
+        print(f"model {args.model}, defaults except --max-steps {args.steps}; "
+              f"cap {args.cap_gb:g} GB; torch threads {args.threads}")  # fmt: skip
+        # The peak comes in the first update (activations, then AdamW's state at its step).
+        runs = [("sft", 16), ("grpo", args.big), ("sft", args.big), ("grpo", 16)]
+        if args.runs:  # e.g. sft:16,grpo:1000
+            runs = [(a, int(n)) for a, n in (r.split(":") for r in args.runs.split(","))]
+        for algo, n in runs:
+            cells = []
+            for name, tree in builds:
+                if name == "baseline" and algo != "sft":
+                    continue  # the issue's figure is SFT's; one blow-up is enough to show
+                out = root / f"run-{name.split()[0]}-{algo}-{n}"
+                run_args = ["--model", args.model, "--pool", str(pools[n]), "--algo", algo]
+                run_args += ["--max-steps", str(args.steps), "--output", str(out)]
+                run_args += ["--set", "progress=false"]
+                gb, why = peak_rss(tree, run_args, args.cap_gb, args.threads)
+                cells.append(f"{name} " + (f"{gb:.2f} GB" if gb else f"killed/failed ({why})"))
+            print(f"{algo:4} {n:>5} trajectories: " + "; ".join(cells), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--memory", action="store_true", help="peak RSS of aw train (see above)")
+    ap.add_argument("--model", help="--memory: a model folder (default: SmolLM2-135M)")
+    ap.add_argument("--baseline", help="--memory: a source tree of the build to compare with")
+    ap.add_argument("--cap-gb", type=float, default=8.0)
+    ap.add_argument("--big", type=int, default=1000, help="--memory: trajectories, big pool")
+    ap.add_argument("--steps", type=int, default=1, help="--memory: updates per run")
+    ap.add_argument("--runs", help="--memory: algo:trajectories,... (default: all four)")
     ap.add_argument("--trajectories", type=int, default=24)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=256)
@@ -128,6 +238,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (shared machines: 1)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repeats; best one counts")
     args = ap.parse_args()
+    if args.memory:
+        if not args.model:
+            ap.error("--memory needs --model PATH")
+        return memory_main(args)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -139,7 +253,9 @@ def main() -> None:
         base = dict(
             model=str(model), pool=str(pool.root), algo="sft", epochs=1, max_steps=10_000,
             batch_tokens=args.batch_tokens, max_seq_len=args.batch_tokens, progress=False,
-            lr=1e-4,
+            lr=1e-4, forward_tokens=args.batch_tokens,
+            # The plain loop keeps its activations too: this compares loops, not memory modes.
+            gradient_checkpointing=False,
         )  # fmt: skip
         # Best of N interleaved rounds: other jobs on a shared machine slow single runs down.
         merged_runs, plain_runs = [], []

@@ -28,7 +28,7 @@ class Admitted:
 
 @dataclass
 class TokenEvent:
-    """One sampled token and its log-prob under the raw (pre-temperature) distribution."""
+    """One sampled token and its log-prob under the distribution it was sampled from."""
 
     token_id: int
     logprob: float

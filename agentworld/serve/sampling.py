@@ -9,6 +9,8 @@ import torch
 
 # Below this temperature sampling is greedy, as in vLLM (`_SAMPLING_EPS`).
 SAMPLING_EPS = 1e-5
+# A filtered-out token's log-prob (-inf) as JSON can carry it: vLLM's OpenAI server's value.
+MIN_LOGPROB = -9999.0
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class Sampled:
 
     ids: torch.Tensor  # (B,) long, on the logits' device
     token_ids: list[int]
-    logprobs: list[float]  # under the raw (pre-temperature) distribution
+    logprobs: list[float]  # under the distribution sampled from (temperature, top-k, top-p)
     top: list[list[tuple[int, float]]]  # each row's `top_logprobs` best (id, log-prob)
 
 
@@ -50,10 +52,12 @@ def sample(
     """
     logits = logits.float()
     vocab = logits.shape[-1]
-    # vLLM's default logprobs_mode is "raw_logprobs": log_softmax of the model's logits
-    # before temperature, top-k/top-p or penalties. We report the same quantity, so a
-    # trainer's forward pass recomputes it exactly whatever the sampling settings were.
-    raw = torch.log_softmax(logits, dim=-1)  # (B, V)
+    # Log-probs of the distribution each token was drawn from, after temperature, top-k
+    # and top-p: vLLM's ``--logprobs-mode processed_logprobs``. The policy a trainer
+    # optimises and takes ratios against is this one, not the raw model's (TRL and verl
+    # divide their logits by the sampling temperature for the same reason). Greedy rows
+    # keep the raw distribution (temperature 1), as vLLM does.
+    processed = torch.log_softmax(logits, dim=-1)  # (B, V)
     chosen = torch.argmax(logits, dim=-1)  # (B,): greedy rows keep these
     groups: dict[tuple[float, int, float], list[int]] = {}
     for i, p in enumerate(params):
@@ -63,18 +67,20 @@ def sample(
     if groups:
         parts = list(chosen.split(1))  # (1,) each
         for (temperature, top_k, top_p), rows in groups.items():
-            probs = _filtered_probs(logits, rows, temperature, top_k, top_p)  # (G, V)
+            x = processed_logits(logits, rows, temperature, top_k, top_p)  # (G, V)
+            probs = torch.softmax(x, dim=-1)  # (G, V)
+            processed[rows] = torch.log_softmax(x, dim=-1)
             for j, i in enumerate(rows):
                 # One draw per row from the request's own generator: seeds stay per request.
                 # multinomial checks its input with an async assert, so no sync here.
                 parts[i] = torch.multinomial(probs[j], 1, generator=generators[i])
         chosen = torch.cat(parts)  # (B,)
-    picked = raw.gather(-1, chosen[:, None])  # (B, 1)
+    picked = processed.gather(-1, chosen[:, None])  # (B, 1)
     k_max = max((p.top_logprobs for p in params), default=0)
     columns = [chosen[:, None].double(), picked.double()]
     if k_max:
-        top_vals, top_ids = torch.topk(raw, k_max, dim=-1)  # (B, k_max) each
-        columns += [top_ids.double(), top_vals.double()]
+        top_vals, top_ids = torch.topk(processed, k_max, dim=-1)  # (B, k_max) each
+        columns += [top_ids.double(), top_vals.clamp(min=MIN_LOGPROB).double()]
     # float64 holds every token id and float32 log-prob exactly: one copy for everything.
     host = torch.cat(columns, dim=-1).tolist()  # (B, 2 + 2 * k_max)
     token_ids = [int(row[0]) for row in host]
@@ -87,10 +93,10 @@ def sample(
     return Sampled(chosen, token_ids, logprobs, top)
 
 
-def _filtered_probs(
+def processed_logits(
     logits: torch.Tensor, rows: list[int], temperature: float, top_k: int, top_p: float
 ) -> torch.Tensor:
-    """Temperature, then top-k, then top-p, as probabilities of the given rows: (G, V)."""
+    """Temperature, then top-k, then top-p (-inf outside) on the given rows: (G, V)."""
     x = logits if len(rows) == logits.shape[0] else torch.stack([logits[i] for i in rows])
     # A Python scalar, not a per-row tensor: the same kernel as one row at a time.
     x = x / temperature
@@ -103,4 +109,4 @@ def _filtered_probs(
         # Keep the smallest prefix whose mass reaches top_p (always >= 1 token).
         cut = (mass.cumsum(-1) - mass) >= top_p
         x = x.scatter(-1, order, srt.masked_fill(cut, float("-inf")))
-    return torch.softmax(x, dim=-1)
+    return x

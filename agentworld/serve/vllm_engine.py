@@ -55,9 +55,10 @@ def vllm_command(opts: VllmOptions, executable: Sequence[str]) -> list[str]:
     cmd += ["--served-model-name", opts.served_model_name or opts.model, "default"]
     # Hermes tool calls parsed into OpenAI `tool_calls`, like the embedded engine does.
     cmd += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    # Log-probs of the raw model distribution (vLLM's default, pinned so a changed default
-    # cannot silently change what the trainer uses as rollout log-probs).
-    cmd += ["--logprobs-mode", "raw_logprobs"]
+    # Log-probs of the distribution that sampled (after temperature, top-k, top-p), the
+    # behaviour policy the trainer's ratios are taken against; vLLM's default is the raw
+    # model's, which ignores the temperature.
+    cmd += ["--logprobs-mode", "processed_logprobs"]
     cmd += ["--dtype", opts.dtype]
     if opts.max_model_len:
         cmd += ["--max-model-len", str(opts.max_model_len)]

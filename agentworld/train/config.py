@@ -56,18 +56,29 @@ class TrainConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 0
     max_steps: int = 100  # optimizer updates
-    epochs: int | None = None
+    # Passes over an offline plan: one, as TRL/verl do; a replay (epochs > 1) is asked for,
+    # and clipped against the rollout policy that sampled it. None: cycle until max_steps.
+    epochs: int | None = 1
     grad_accum: int = 1
     max_grad_norm: float = 1.0
     seed: int = 0
     # Autocast compute dtype; weights, optimizer and checkpoints stay fp32. None: what
     # `accelerate launch` / its config / ACCELERATE_MIXED_PRECISION say (default "no").
     mixed_precision: str | None = None
+    # Memory: the micro-batch runs forward+backward in parts of at most this many padded
+    # tokens (gradients accumulate; the loss is the same), with activation checkpointing.
+    forward_tokens: int = 4096
+    logits_chunk_tokens: int = 1024  # sampled positions projected to the vocabulary at once
+    gradient_checkpointing: bool = True
     # Reinforcement learning.
-    normaliser: str = "grpo"
+    normaliser: str = "dapo"  # token-mean, as verl's default and TRL's loss_type "dapo"
     clip_low: float = 0.2
     clip_high: float = 0.2
     ratio_cap: float = 3.0  # dual-clip bound on negative-advantage tokens; 0 disables
+    tis_cap: float = 2.0  # truncated importance sampling: weight min(r, tis_cap); 0 disables
+    # Trajectories that ended by an infrastructure failure (an upstream error, a cut call,
+    # a timeout, a cancelled run, a lost proxy) are no evidence about the model.
+    include_infra_failures: bool = False
     kl_coef: float = 0.0
     ref_model: str | None = None
     skip_zero_advantage: bool = True
@@ -115,12 +126,17 @@ class TrainConfig:
             raise ConfigError("train.keep_checkpoints: must be 0 (keep all) or more")
         for key in (
             "max_seq_len", "batch_tokens", "buffer_trajectories", "grad_accum", "state_every",
-            "reload_every",
+            "reload_every", "forward_tokens", "logits_chunk_tokens",
         ):  # fmt: skip
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}: must be at least 1")
         if self.max_seq_len > self.batch_tokens:
             raise ConfigError("train.batch_tokens: must be at least train.max_seq_len")
+        if self.epochs is not None and self.epochs < 1:
+            raise ConfigError("train.epochs: must be at least 1 (or empty: until max_steps)")
+        if self.tis_cap < 0 or 0 < self.tis_cap < 1:
+            # Below 1 it would down-weight tokens the trainer and the rollout agree on.
+            raise ConfigError(f"train.tis_cap: must be 0 (off) or at least 1, got {self.tis_cap:g}")
         for key, known in (("status", TRAJECTORY_STATUSES), ("quality", QUALITIES)):
             bad = [v for v in getattr(self, key) if v not in known]
             if bad:

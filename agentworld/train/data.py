@@ -54,6 +54,33 @@ def selection_for(cfg: TrainConfig, current_version: int) -> Selection:
     )
 
 
+# End-record error types that say the episode was cut short around the model, not by it:
+# the proxy refused or lost the trajectory, the agent could not start, the run was
+# interrupted, the proxy's idle sweep closed it, the scorer (user code) raised.
+INFRA_ERROR_TYPES = frozenset({"proxy", "spawn", "cancelled", "idle_timeout", "timeout", "scorer"})
+
+
+def infra_failure(t: Trajectory) -> str | None:
+    """Why a trajectory ended by an infrastructure failure, or None if it did not.
+
+    Its reward (often 0) says nothing about the model: a call the upstream failed or
+    cut (step status error/cancelled), a timeout, a cancelled run, a lost proxy.
+    """
+    end = t.end or {}
+    status = end.get("status")
+    if status in ("timeout", "cancelled"):
+        return status
+    kind = (end.get("error") or {}).get("type")
+    if kind in INFRA_ERROR_TYPES:
+        return str(kind)
+    for step in t.steps:
+        if step.get("status") == "error":
+            return "upstream error"
+        if step.get("status") == "cancelled":
+            return "cancelled call"
+    return None
+
+
 def group_of(t: Trajectory) -> str:
     return t.first("group") or (t.end or {}).get("group") or t.id
 
@@ -74,6 +101,7 @@ class Plan:
     matched: int = 0  # trajectories the selection matched
     zero_advantage: int = 0  # dropped: their whole group had the same reward
     no_reward: int = 0  # dropped from RL: no reward recorded or labelled
+    infra_failures: int = 0  # dropped: ended by an infrastructure failure, not the model
 
 
 def make_plan(
@@ -94,6 +122,9 @@ def make_plan(
         if not selection.matches(t.summary(), t.labels):
             continue
         plan.matched += 1
+        if not cfg.include_infra_failures and infra_failure(t) is not None:
+            plan.infra_failures += 1
+            continue
         reward = t.reward
         if cfg.algo == "sft":
             plan.advantages[t.id] = 1.0
@@ -138,6 +169,8 @@ def collate(rows: list[Row], pad_id: int) -> dict[str, Any]:
     sampled = torch.zeros((b, t), dtype=torch.float32)  # (B, T) 1 = policy token
     logprobs = torch.zeros((b, t), dtype=torch.float32)  # (B, T) rollout log-probs
     has_logprob = torch.zeros((b, t), dtype=torch.bool)  # (B, T)
+    temperature = torch.ones((b, t), dtype=torch.float32)  # (B, T) the step's sampling T
+    unapplied: dict[str, Any] = {}
     for i, r in enumerate(rows):
         n = len(r)
         input_ids[i, :n] = torch.tensor(r.ids)
@@ -147,12 +180,16 @@ def collate(rows: list[Row], pad_id: int) -> dict[str, Any]:
         ok = ~torch.isnan(lp)
         logprobs[i, :n] = torch.where(ok, lp, 0.0)
         has_logprob[i, :n] = ok & (sampled[i, :n] > 0)
+        if r.temperature:
+            temperature[i, :n] = torch.tensor(r.temperature, dtype=torch.float32)
+        unapplied.update(r.unapplied)
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "sampled": sampled,
         "rollout_logprobs": logprobs,
         "has_logprob": has_logprob,
+        "temperature": temperature,
         "advantages": torch.tensor([r.advantage for r in rows], dtype=torch.float32),  # (B,)
         "weight": 1.0,
         "meta": {
@@ -164,6 +201,7 @@ def collate(rows: list[Row], pad_id: int) -> dict[str, Any]:
             "rows": b,
             "steps": sum(r.steps for r in rows),
             "policy_versions": sorted({r.policy_version for r in rows} - {None}),
+            "unapplied": unapplied,
         },
     }
 
@@ -179,6 +217,7 @@ def dummy_batch(batch: dict[str, Any] | None, pad_id: int) -> dict[str, Any]:
         "trajectories": [],
         "rewards": [],
         "policy_versions": [],
+        "unapplied": {},
     }
     return {**batch, "weight": 0.0, "meta": meta}
 
@@ -295,7 +334,7 @@ def check_plan(plan: Plan, cfg: TrainConfig, pool_root: Path) -> None:
     if not plan.advantages:
         why = (
             f"{plan.matched} matched, {plan.zero_advantage} in groups with one reward, "
-            f"{plan.no_reward} without reward"
+            f"{plan.no_reward} without reward, {plan.infra_failures} infrastructure failures"
         )
         raise PoolError(
             f"{pool_root}: nothing to train on for agent={cfg.agent} dataset={cfg.dataset} "

@@ -6,11 +6,18 @@ saw, and every update after it would train on the wrong thing. Unless the
 weights are not the same: rollouts sampled by an older policy version than the
 trainer's (a resumed online run, one reload behind) differ by that lag, which
 is off-policy data, not a data error; the report says which of the two it is.
+
+Like is compared with like: the engine records log-probs of the distribution it
+sampled from (logits / temperature: vLLM's ``processed_logprobs``, `aw serve`),
+and the trainer applies each step's recorded temperature. A step that sampled
+with a parameter the trainer does not reproduce (top-p, top-k, penalties) fails
+the check by name, whatever the numbers say.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -23,9 +30,13 @@ class FidelityReport:
     tolerance: float
     trainer_version: int | None = None  # the policy version of the trainer's weights
     rollout_versions: tuple[int, ...] = ()  # the versions that sampled the batch checked
+    # Sampling parameters the steps set that the trainer does not apply, e.g. {"top_p": 0.9}.
+    unapplied: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
+        if self.tokens and self.unapplied:
+            return False
         return self.tokens == 0 or self.mean_abs <= self.tolerance
 
     @property
@@ -42,7 +53,13 @@ class FidelityReport:
     def line(self) -> str:
         if self.tokens == 0:
             return "fidelity: no rollout log-probs in the first batch (rendered data); not checked"
-        if self.ok:
+        if self.unapplied:
+            names = ", ".join(f"{k}={v!r}" for k, v in sorted(self.unapplied.items()))
+            verdict = (
+                f"MISMATCH: the rollout sampled with {names}, which the trainer does not "
+                "apply (it applies temperature only); sample without it to train on-policy"
+            )
+        elif self.ok:
             verdict = "ok"
         elif self.lagging:
             versions = ", ".join(map(str, self.lagging))
@@ -79,8 +96,10 @@ def report(
     *,
     trainer_version: int | None = None,
     rollout_versions: tuple[int, ...] = (),
+    unapplied: dict[str, Any] | None = None,
 ) -> FidelityReport:
-    """The check's verdict from the summed gap (all processes) and the versions involved."""
+    """The check's verdict from the summed gaps (all processes), the versions involved and
+    the sampling parameters the trainer cannot apply."""
     return FidelityReport(
         count,
         sum_abs / count if count else 0.0,
@@ -88,4 +107,5 @@ def report(
         tolerance,
         trainer_version,
         tuple(sorted(set(rollout_versions))),
+        dict(unapplied or {}),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -35,35 +36,80 @@ from agentworld.train.checkpoint import (
 from agentworld.train.config import TrainConfig
 from agentworld.train.data import PoolBatches, check_plan, dummy_batch, make_plan, selection_for
 from agentworld.train.fidelity import FidelityReport, logprob_gap, report
-from agentworld.train.losses import policy_loss, sft_loss, token_logprobs
+from agentworld.train.host_memory import release_freed_tensors
+from agentworld.train.importance import ImportanceStats, behaviour_logprobs
+from agentworld.train.logprobs import sampled_logprobs
+from agentworld.train.losses import policy_loss, sft_loss
 from agentworld.train.online import Cursor, CursorState, OnlineUpdates, catch_up, publish
 from agentworld.train.plots import CurvePainter
 from agentworld.train.sequences import stop_ids_of
 from agentworld.train.tracking import MetricsLog, check_trackers
 
 
-def forward_loss(
-    model: Any, ref: Any, batch: dict[str, Any], cfg: TrainConfig
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Loss of one micro-batch under the configured algorithm, and its stats."""
+def forward_parts(batch: dict[str, Any], forward_tokens: int) -> list[dict[str, Any]]:
+    """A micro-batch cut into row ranges of at most ``forward_tokens`` padded tokens each.
+
+    Each part is trimmed to its own longest row. Rows come from ``pack`` sorted by
+    length, so the parts pad little more than the whole did.
+    """
     ids = batch["input_ids"]  # (B, T)
-    logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits  # (B, T, V)
-    logp = token_logprobs(logits[:, :-1], ids[:, 1:])  # (B, T-1): log p(token t+1)
+    b, t = ids.shape
+    per = max(1, forward_tokens // t)
+    if per >= b:
+        return [batch]
+    parts = []
+    lengths = batch["attention_mask"].sum(-1)  # (B,)
+    for s in range(0, b, per):
+        n = max(2, int(lengths[s : s + per].max()))
+        parts.append(
+            {
+                k: v[s : s + per, :n] if isinstance(v, torch.Tensor) and v.dim() == 2 else v
+                for k, v in batch.items()
+            }
+            | {"advantages": batch["advantages"][s : s + per]}
+        )
+    return parts
+
+
+def forward_loss(
+    model: Any,
+    ref: Any,
+    batch: dict[str, Any],
+    cfg: TrainConfig,
+    *,
+    n_seqs: float | None = None,
+    n_tokens: float | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Loss of one micro-batch (or one part of it) under the configured algorithm, and its stats.
+
+    ``n_seqs`` / ``n_tokens``: the whole micro-batch's denominators when ``batch`` is a
+    part of it, so the parts' losses sum to the micro-batch's loss.
+    """
+    ids = batch["input_ids"]  # (B, T)
     mask = batch["sampled"][:, 1:]  # (B, T-1): only tokens the policy sampled
+    # The policy is the distribution that sampled: logits / the step's temperature (RL);
+    # SFT imitates the text, so it trains the model's own distribution.
+    temp = batch["temperature"][:, 1:] if cfg.algo != "sft" else None  # (B, T-1)
+    logp = sampled_logprobs(
+        model, ids, batch["attention_mask"], mask > 0, temp, chunk_tokens=cfg.logits_chunk_tokens
+    )  # (B, T-1): log p(token t+1), 0 where not sampled
     if cfg.algo == "sft":
-        return sft_loss(logp, mask), {}
-    if cfg.algo == "ppo":
-        # Importance ratio against the policy that sampled (recorded at capture); tokens
-        # without a recorded log-prob fall back to on-policy (ratio 1).
-        has = batch["has_logprob"][:, 1:]
-        old = torch.where(has, batch["rollout_logprobs"][:, 1:], logp.detach())
-    else:
-        old = logp.detach()  # GRPO: one update per batch, so the sampling policy is this one
+        return sft_loss(logp, mask, n_tokens=n_tokens), {}
+    # The behaviour policy is the rollout's (recorded at capture) for GRPO and PPO alike;
+    # tokens without a recorded log-prob fall back to on-policy (ratio 1) and are counted.
+    has = batch["has_logprob"][:, 1:]
+    old = behaviour_logprobs(logp, batch["rollout_logprobs"][:, 1:], has)
     ref_logp = None
     if ref is not None:
         with torch.no_grad():
-            ref_logits = ref(input_ids=ids, attention_mask=batch["attention_mask"]).logits
-            ref_logp = token_logprobs(ref_logits[:, :-1], ids[:, 1:])  # (B, T-1)
+            ref_logp = sampled_logprobs(
+                ref,
+                ids,
+                batch["attention_mask"],
+                mask > 0,
+                temp,
+                chunk_tokens=cfg.logits_chunk_tokens,
+            )  # (B, T-1)
     return policy_loss(
         logp,
         old,
@@ -74,8 +120,12 @@ def forward_loss(
         clip_low=cfg.clip_low,
         clip_high=cfg.clip_high,
         ratio_cap=cfg.ratio_cap if cfg.algo == "ppo" else 0.0,
+        tis_cap=cfg.tis_cap,
         ref_logp=ref_logp,
         kl_coef=cfg.kl_coef,
+        has_logprob=has,
+        n_seqs=n_seqs,
+        n_tokens=n_tokens,
     )
 
 
@@ -129,6 +179,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     require_models(cfg)
+    release_freed_tensors()  # ~1 GB less RSS on CPU: see train/host_memory.py
     acc = make_accelerator(cfg)
     set_seed(cfg.seed)
     main = acc.is_main_process
@@ -169,6 +220,10 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     # are fp32 too; bf16/fp16 is autocast compute only (train.mixed_precision or Accelerate's
     # own config, as `accelerate launch` sets it).
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    if cfg.gradient_checkpointing:
+        # Keep each layer's input only and recompute its inside in backward: ~30% more
+        # compute for activations that fit (see bench/train.py for the peak RSS).
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref = None
     if cfg.kl_coef > 0:
         ref = AutoModelForCausalLM.from_pretrained(cfg.ref_model or cfg.model, dtype=torch.float32)
@@ -250,7 +305,8 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
             console.print(
                 f"plan: {len(plan.advantages)} trajectories in {plan.groups or '-'} groups "
                 f"from {len(sources)} shards ({plan.matched} matched; dropped "
-                f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward)"
+                f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward, "
+                f"{plan.infra_failures} infrastructure failures)"
             )
 
     source: Any = online if online is not None else dataset
@@ -342,23 +398,31 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                 # Before the first update: trainer vs rollout log-probs of the sampled tokens.
                 model.eval()
                 gap = torch.zeros(3, device=acc.device)  # sum |d|, max |d|, count
+                unapplied: dict[str, Any] = {}
                 with torch.no_grad():
                     for mb in micro:
-                        b = _to(mb, acc.device)
-                        logits = model(
-                            input_ids=b["input_ids"], attention_mask=b["attention_mask"]
-                        ).logits
-                        logp = token_logprobs(logits[:, :-1], b["input_ids"][:, 1:])  # (B, T-1)
-                        s_, m_, n_ = logprob_gap(
-                            logp, b["rollout_logprobs"][:, 1:], b["has_logprob"][:, 1:]
-                        )
-                        gap += torch.tensor([s_, 0.0, n_], device=acc.device)
-                        gap[1] = max(gap[1], m_)
+                        unapplied.update(mb["meta"].get("unapplied") or {})
+                        for b in forward_parts(_to(mb, acc.device), cfg.forward_tokens):
+                            has = b["has_logprob"][:, 1:]  # (B, T-1)
+                            # Like with like: the distribution the step sampled from.
+                            logp = sampled_logprobs(
+                                model,
+                                b["input_ids"],
+                                b["attention_mask"],
+                                has,
+                                b["temperature"][:, 1:],
+                                chunk_tokens=cfg.logits_chunk_tokens,
+                            )  # (B, T-1)
+                            s_, m_, n_ = logprob_gap(logp, b["rollout_logprobs"][:, 1:], has)
+                            gap += torch.tensor([s_, 0.0, n_], device=acc.device)
+                            gap[1] = max(gap[1], m_)
                 sums = acc.reduce(gap[[0, 2]].clone(), "sum")
                 peak = acc.reduce(gap[1:2].clone(), "max")
                 sampled_by = gather_object(
                     [v for mb in micro for v in mb["meta"]["policy_versions"]]
                 )
+                for seen in gather_object([unapplied]):
+                    unapplied.update(seen)
                 fidelity = report(
                     float(sums[0]),
                     float(peak[0]),
@@ -366,37 +430,49 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     cfg.fidelity_tolerance,
                     trainer_version=version,
                     rollout_versions=tuple(sampled_by),
+                    unapplied=unapplied,
                 )
                 if main:
                     console.print(Text(fidelity.line(), style=fidelity.style))
 
             model.train()
             t0 = time.perf_counter()
-            stats_acc: dict[str, list[float]] = {
-                "loss": [],
-                "clip_frac": [],
-                "kl": [],
-                "ratio_mean": [],
-            }
+            stats_acc: dict[str, list[float]] = {"loss": [], "kl": []}
+            importance = ImportanceStats()
             advs: list[float] = []
             rewards: list[float] = []
             counts = torch.zeros(5, device=acc.device)  # tokens, padded, sampled, rows, micro
             grad_norm = None
             for mb in micro:
                 b = _to(mb, acc.device)
+                parts = forward_parts(b, cfg.forward_tokens)
+                mask = b["sampled"][:, 1:]  # (B, T-1)
+                n_tokens = float(mask.sum().clamp(min=1))
+                n_seqs = float((mask.sum(-1) > 0).sum().clamp(min=1))
+                loss_sum, kl_sum = 0.0, 0.0
                 with acc.accumulate(model):
-                    loss, st = forward_loss(model, ref, b, cfg)
-                    acc.backward(loss * b["weight"])
+                    for k, part in enumerate(parts):
+                        # One gradient all-reduce per micro-batch, after its last part.
+                        last = k == len(parts) - 1
+                        with nullcontext() if last else acc.no_sync(model):
+                            loss, st = forward_loss(
+                                model, ref, part, cfg, n_seqs=n_seqs, n_tokens=n_tokens
+                            )
+                            acc.backward(loss * b["weight"])
+                        loss_sum += float(loss.detach())
+                        if st.get("importance") is not None and b["weight"]:
+                            importance.add(st["importance"])
+                        if st.get("kl_sum") is not None:
+                            kl_sum += float(st["kl_sum"])
                     if acc.sync_gradients:
                         grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                     optimizer.step()
                     optimizer.zero_grad()
                 if b["weight"] == 0:
                     continue
-                stats_acc["loss"].append(float(loss.detach()))
-                for k, v in st.items():
-                    if v is not None:
-                        stats_acc[k].append(float(v))
+                stats_acc["loss"].append(loss_sum)
+                if ref is not None:
+                    stats_acc["kl"].append(kl_sum / n_tokens)
                 advs += b["advantages"].tolist()
                 rewards += [float(r) for r in mb["meta"]["rewards"]]
                 m = mb["meta"]
@@ -411,6 +487,8 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                 scheduler.step()
             step += 1
             counts = acc.reduce(counts, "sum")
+            imp_sums = acc.reduce(torch.tensor(importance.to_list(), device=acc.device), "sum")
+            importance = ImportanceStats.from_list(imp_sums.tolist())
             dt = time.perf_counter() - t0
             tokens = int(counts[0])
             run_tokens += tokens
@@ -437,8 +515,12 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     "adv_max": adv.max,
                     "adv_zero_fraction": adv.zero_fraction,
                     "kl": mean(stats_acc["kl"]),
-                    "clip_frac": mean(stats_acc["clip_frac"]),
-                    "ratio_mean": mean(stats_acc["ratio_mean"]),
+                    # Behaviour policy vs trainer (RL; None for SFT): see train/importance.py.
+                    **(
+                        importance.metrics()
+                        if cfg.algo != "sft"
+                        else dict.fromkeys(ImportanceStats().metrics())
+                    ),
                     "tokens": tokens,
                     "padded_tokens": int(counts[1]),
                     "sampled_tokens": int(counts[2]),
@@ -447,6 +529,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
                     "merged": s.merged,
                     "breaks": s.breaks,
                     "rendered": s.rendered,
+                    "onpolicy_steps": s.no_logprobs,
                     "policy_version": version,
                 }
                 if online is not None:

@@ -136,7 +136,7 @@ class OnlineUpdates:
             time.sleep(self.cfg.poll_interval_s)
 
     def _rows(self, chunk: list[tuple[str, list[str]]]) -> list[Row]:
-        from agentworld.train.data import selection_for
+        from agentworld.train.data import infra_failure, selection_for
 
         cfg = self.cfg
         sel = selection_for(cfg, self.current_version())
@@ -146,6 +146,8 @@ class OnlineUpdates:
                 continue
             trajs = [self.pool.get_trajectory(tid) for tid in tids]
             trajs = [t for t in trajs if sel.matches(t.summary(), t.labels)]
+            if not cfg.include_infra_failures:  # not the model's doing: no advantage
+                trajs = [t for t in trajs if infra_failure(t) is None]
             if cfg.algo != "sft":
                 trajs = [t for t in trajs if t.reward is not None]
                 advs = group_advantages(

@@ -14,10 +14,43 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 NAN = math.nan
+
+# Sampling parameters and the value at which each does nothing. The trainer applies
+# temperature (log-probs of logits / T, as TRL and verl do); any of these set otherwise
+# changed the distribution that sampled in a way the trainer does not reproduce.
+UNAPPLIED_NEUTRAL: dict[str, tuple[float, ...]] = {
+    "top_p": (1.0,),
+    "top_k": (0, -1),
+    "min_p": (0.0,),
+    "presence_penalty": (0.0,),
+    "frequency_penalty": (0.0,),
+    "repetition_penalty": (1.0,),
+}
+# Below this a temperature means greedy decoding: engines (vLLM's _SAMPLING_EPS, `aw serve`)
+# then report log-probs at temperature 1.
+GREEDY_EPS = 1e-5
+
+
+def sampling_of(step: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """The temperature a step sampled at, and the parameters it set that the trainer does not apply.
+
+    Absent parameters are the OpenAI/Anthropic defaults (temperature 1, no filtering).
+    """
+    params = (step.get("request") or {}).get("params") or {}
+    t = params.get("temperature")
+    temperature = float(t) if isinstance(t, int | float) and not isinstance(t, bool) else 1.0
+    if temperature < GREEDY_EPS:
+        temperature = 1.0
+    unapplied = {}
+    for key, neutral in UNAPPLIED_NEUTRAL.items():
+        v = params.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v not in neutral:
+            unapplied[key] = v
+    return temperature, unapplied
 
 
 @dataclass
@@ -42,6 +75,8 @@ class Row:
     advantage: float = 0.0
     reward: float | None = None
     policy_version: int | None = None  # the newest policy version that sampled its trajectory
+    temperature: list[float] = field(default_factory=list)  # per token; 1.0 where not sampled
+    unapplied: dict[str, Any] = field(default_factory=dict)  # sampled with, not reproduced
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -57,6 +92,7 @@ class SequenceStats:
     skipped: int = 0  # error/cancelled steps, steps with no reply
     untrainable: int = 0  # steps labelled trainable = false (kept as context only)
     too_long: int = 0  # single steps over max_seq_len, dropped
+    no_logprobs: int = 0  # steps without rollout log-probs: on-policy fallback in ratios
 
     def add(self, other: SequenceStats) -> None:
         for f in fields(self):
@@ -182,6 +218,8 @@ def trajectory_rows(
             stats.skipped += 1
             continue
         stats.steps += 1
+        stats.no_logprobs += tok.logprobs is None
+        temperature, unapplied = sampling_of(step)
         if tok.source != "engine":
             stats.rendered += 1
             stats.render_mismatch += tok.source == "mismatch"
@@ -201,6 +239,8 @@ def trajectory_rows(
             row.ids += delta + tok.completion_ids
             row.sampled += [0] * len(delta) + [flag] * len(tok.completion_ids)
             row.logprobs += [NAN] * len(delta) + [float(x) for x in lps]
+            row.temperature += [1.0] * len(delta) + [temperature] * len(tok.completion_ids)
+            row.unapplied.update(unapplied)
             row.steps += 1
             row.rendered |= tok.source != "engine"
             stats.merged += 1
@@ -218,6 +258,8 @@ def trajectory_rows(
             trajectory=trajectory,
             group=group,
             rendered=tok.source != "engine",
+            temperature=[1.0] * len(tok.prompt_ids) + [temperature] * len(tok.completion_ids),
+            unapplied=dict(unapplied),
         )
         rows.append(row)
     return [r for r in rows if any(r.sampled)], stats

@@ -53,7 +53,7 @@ def test_batched_ids_and_logprobs_equal_a_forward_pass(engine: Engine, tiny_mode
         assert [t.token_id for t in tokens] == req.output_ids
         assert len(tokens) == sp.max_tokens
         assert events[-1] == Finished("length")
-        ref = forward_logprobs(model, prompt, req.output_ids)
+        ref = forward_logprobs(model, prompt, req.output_ids, sp)
         assert [t.logprob for t in tokens] == pytest.approx(ref, abs=1e-4)
 
 

@@ -22,9 +22,10 @@ def reference_sample(
 ) -> tuple[list[int], list[float], list[list[tuple[int, float]]]]:
     """The engine's sampler before it was batched (one row at a time), kept as the oracle."""
     logits = logits.float()
-    raw = torch.log_softmax(logits, dim=-1)
     ids, lps, tops = [], [], []
     for i, p in enumerate(params):
+        # Log-probs of the distribution sampled from (processed); greedy: the raw model's.
+        dist = torch.log_softmax(logits[i], dim=-1)
         if p.temperature < 1e-5:
             tok = int(torch.argmax(logits[i]))
         else:
@@ -39,12 +40,13 @@ def reference_sample(
                 row = row.scatter(0, order, srt.masked_fill(cut, float("-inf")))
             probs = torch.softmax(row, dim=-1)
             tok = int(torch.multinomial(probs, 1, generator=generators[i]))
+            dist = torch.log_softmax(row, dim=-1)
         top = []
         if p.top_logprobs:
-            vals, idx = torch.topk(raw[i], p.top_logprobs)
-            top = list(zip(idx.tolist(), vals.tolist(), strict=True))
+            vals, idx = torch.topk(dist, p.top_logprobs)
+            top = list(zip(idx.tolist(), vals.clamp(min=-9999.0).tolist(), strict=True))
         ids.append(tok)
-        lps.append(float(raw[i, tok]))
+        lps.append(float(dist[tok]))
         tops.append(top)
     return ids, lps, tops
 
@@ -86,6 +88,17 @@ def test_batched_sampler_equals_the_per_row_sampler(device: str):
             assert got.logprobs == lps  # exact: the same float32 values
             assert [[t for t, _ in row] for row in got.top] == [[t for t, _ in r] for r in tops]
             assert [[v for _, v in row] for row in got.top] == [[v for _, v in r] for r in tops]
+
+
+def test_logprobs_are_of_the_tempered_distribution_that_sampled():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 40) * 3
+    params = [SamplingParams(temperature=0.5, seed=1), SamplingParams(temperature=0.5, seed=2)]
+    got = sample(logits, params, _generators(params, "cpu"))
+    want = torch.log_softmax(logits / 0.5, dim=-1)  # not log_softmax(logits): the raw model
+    for i, tok in enumerate(got.token_ids):
+        assert got.logprobs[i] == pytest.approx(float(want[i, tok]), abs=1e-6)
+        assert got.logprobs[i] != pytest.approx(float(torch.log_softmax(logits[i], -1)[tok]))
 
 
 def test_sampler_with_one_row_and_no_top_logprobs():
@@ -165,5 +178,5 @@ def test_engine_on_cuda_reports_the_log_probs_of_a_cpu_forward_pass(tiny_model_d
         tokens = [e for e in events if isinstance(e, TokenEvent)]
         assert [t.token_id for t in tokens] == req.output_ids and len(tokens) == sp.max_tokens
         assert all(len(t.top) == sp.top_logprobs for t in tokens)
-        ref = forward_logprobs(model, req.prompt_ids, req.output_ids)
+        ref = forward_logprobs(model, req.prompt_ids, req.output_ids, sp)
         assert [t.logprob for t in tokens] == pytest.approx(ref, abs=1e-3)

@@ -10,6 +10,7 @@ import pytest
 
 from agentworld.serve.chat import render_prompt
 from agentworld.serve.engine import Engine
+from agentworld.serve.sampling import SamplingParams
 from agentworld.serve.server import POLICY_HEADER, make_app
 
 from .helpers import forward_logprobs, load_model
@@ -63,7 +64,8 @@ async def test_chat_returns_vllm_token_ids_and_exact_logprobs(
     assert [set(c) for c in content] == [{"token", "logprob", "bytes", "top_logprobs"}] * 12
     assert all(len(c["top_logprobs"]) == 2 for c in content)
     assert content[0]["bytes"] == list(content[0]["token"].encode())
-    ref = forward_logprobs(load_model(tiny_model_dir), prompt, ids)
+    # Of the distribution sampled from (logits / 0.8), as vLLM's processed_logprobs.
+    ref = forward_logprobs(load_model(tiny_model_dir), prompt, ids, SamplingParams(temperature=0.8))
     assert [c["logprob"] for c in content] == pytest.approx(ref, abs=1e-4)
 
 

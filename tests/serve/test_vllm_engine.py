@@ -64,7 +64,7 @@ def test_command_line_has_the_flags_the_proxy_needs():
         "--served-model-name policy default",
         "--enable-auto-tool-choice",
         "--tool-call-parser hermes",
-        "--logprobs-mode raw_logprobs",
+        "--logprobs-mode processed_logprobs",
         "--max-model-len 4096",
     ):
         assert flag in joined

@@ -34,7 +34,15 @@ def run(builder, tiny_model: Path, out: Path, **kw: Any) -> tuple[dict[str, Any]
         pool=str(builder.pool.root),
         output_dir=str(out),
         progress=False,
-        **{"max_steps": 2, "lr": 1e-3, "batch_tokens": 256, "max_seq_len": 128, **kw},
+        # epochs=None: these small pools are replayed until max_steps, explicitly.
+        **{
+            "max_steps": 2,
+            "lr": 1e-3,
+            "batch_tokens": 256,
+            "max_seq_len": 128,
+            "epochs": None,
+            **kw,
+        },
     )
     console = Console(record=True, width=200)
     summary = train(cfg, console=console)

@@ -64,6 +64,7 @@ def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_p
         *common,
         f"output_dir={out}",
         "max_steps=2",
+        "epochs=",  # replay the small pool until max_steps
         "grad_accum=2",
         "batch_tokens=64",
         "max_seq_len=64",

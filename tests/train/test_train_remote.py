@@ -39,7 +39,7 @@ def test_sft_from_an_object_store_pool(builder, tiny_model: Path, tmp_path: Path
     push(builder.pool.layout, s3_url)
     cfg = TrainConfig(
         model=str(tiny_model), pool=s3_url, output_dir=str(tmp_path / "run"), progress=False,
-        algo="sft", max_steps=2, lr=1e-3, batch_tokens=256, max_seq_len=128,
+        algo="sft", max_steps=2, epochs=None, lr=1e-3, batch_tokens=256, max_seq_len=128,
     )  # fmt: skip
     summary = train(cfg, console=Console(record=True, width=200))
     assert summary["updates"] == 2
