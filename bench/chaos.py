@@ -229,15 +229,19 @@ async def sigkill(
 
                     await _wait(enough, 120, f"{acks_per_kill} answers")
                     await asyncio.sleep(random.uniform(0, 0.02))  # calls in flight
-                    kill_times.append(time.time())
                     proxy.kill()
+                    # After the kill: an answer the proxy wrote just before it dies may
+                    # still reach the agent a moment later, and belongs to this kill.
+                    kill_times.append(time.time())
             finally:
                 load.stop.set()
                 await asyncio.gather(*tasks)
         counts, problems = stored(pool)
     out = check_acks(load, counts)
     # The loss window: from each lost step's answer to the kill that lost it.
-    spans = [min(k for k in kill_times if k >= at) - at for _, _, at in out.pop("_lost")]
+    spans = [
+        min((k for k in kill_times if k >= at), default=at) - at for _, _, at in out.pop("_lost")
+    ]
     out.update(
         scenario=f"sigkill {durability}",
         kills=kills,

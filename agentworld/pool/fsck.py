@@ -8,8 +8,6 @@ shards when an index exists.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import sqlite3
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,6 +20,7 @@ from agentworld import records
 from agentworld.errors import CorruptDataError, RecordError
 from agentworld.pool.journal import (
     _is_header,
+    journal_is_live,
     journal_version_problem,
     scan_journal,
     split_trailer,
@@ -186,7 +185,7 @@ class _Checker:
         rel = self.rel(path)
         ordinal: list[str | None] = []
         self.source_ids[rel] = ordinal
-        live_writer = _locked(path)
+        live_writer = journal_is_live(path)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -241,21 +240,6 @@ class _Checker:
                     f"trajectory {tid} has {len(facts.steps)} steps but its end record says "
                     f"{facts.end_steps}: readers drop the steps past the end",
                 )
-
-
-def _locked(path: Path) -> bool:
-    """Whether a live writer holds this journal's lock."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing releases the lock we may have taken
-    return False
 
 
 def _check_superseded(layout: Layout, report: FsckReport) -> None:

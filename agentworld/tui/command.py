@@ -41,7 +41,7 @@ def tui(
         raise ConfigError(f"--start: expected monitor, trajectories or runs, got {start!r}")
     resolved = resolve_author(author)
     if web:
-        _serve_web(pool, proxy, tokenizer, resolved, start, host, port, runs, open_id)
+        web_server(pool, proxy, tokenizer, resolved, start, host, port, runs, open_id).serve()
         return
     from agentworld.model_folder import default_aw_home
     from agentworld.tui.app import make_app
@@ -56,20 +56,6 @@ def tui(
         models_dir=str(default_aw_home() / "models"),
     )
     make_app(config, start="trajectories" if open_id else start, open_trajectory=open_id).run()
-
-
-def _serve_web(
-    pool: Path,
-    proxy: str | None,
-    tokenizer: str | None,
-    author: str,
-    start: str,
-    host: str,
-    port: int,
-    runs: Path = Path("runs"),
-    open_id: str | None = None,
-) -> None:
-    web_server(pool, proxy, tokenizer, author, start, host, port, runs, open_id).serve()
 
 
 def web_server(
