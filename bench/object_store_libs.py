@@ -16,38 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def start_s3() -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(endpoint, timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_ENDPOINT_URL=endpoint,
-        AWS_REGION="us-east-1",
-        AWS_ALLOW_HTTP="true",
-    )
-    for bucket in ("obstore-b", "s3fs-b"):
-        req = urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")
-        urllib.request.urlopen(req, timeout=10)
-    return proc, endpoint
+from _moto import start_s3
 
 
 def main() -> None:
@@ -63,7 +39,7 @@ def main() -> None:
         print(f"skipped: {exc.name} is not installed here (see this script's docstring)")
         return
 
-    proc, endpoint = start_s3()
+    proc, endpoint = start_s3("obstore-b", "s3fs-b")
     blobs = [os.urandom(args.kb * 1024) for _ in range(args.objects)]
     store = from_url("s3://obstore-b/p")
     fs = s3fs.S3FileSystem(endpoint_url=endpoint, key="bench", secret="bench")

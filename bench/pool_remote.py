@@ -22,14 +22,11 @@ CPUs, so its figures are a floor for a real store, not a forecast.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +34,7 @@ from typing import TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _moto import start_s3
 from _records import interleaved_steps
 
 from agentworld.pool import Pool, Selection
@@ -47,35 +45,9 @@ from agentworld.pool.remote_sync import pull, push
 T = TypeVar("T")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_s3() -> tuple[subprocess.Popen[bytes], str]:
-    """moto's S3 server in a process of its own; AWS_* set for obstore; a bucket made."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(endpoint, timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench-secret",
-        AWS_ENDPOINT_URL=endpoint,
-        AWS_REGION="us-east-1",
-        AWS_ALLOW_HTTP="true",
-    )
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bench", method="PUT"), timeout=10)
+def start_s3_pool() -> tuple[subprocess.Popen[bytes], str]:
+    """moto's S3 server with a bucket for the pool; returns (process, pool URL)."""
+    proc, _ = start_s3("bench")
     return proc, "s3://bench/pool"
 
 
@@ -97,7 +69,7 @@ def main() -> None:
     ap.add_argument("--shard-mb", type=float, default=2.0)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="aw-bench-remote-"))
-    proc, s3 = start_s3()
+    proc, s3 = start_s3_pool()
     try:
         src = Pool.create(tmp / "src")
         with src.writer(rotate_bytes=int(args.shard_mb * 2**20)) as w:
