@@ -23,6 +23,7 @@ import base64
 import hashlib
 from typing import Any
 
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.chat_form import (
     CONTENT_FILTER,
     LENGTH,
@@ -40,7 +41,7 @@ from agentworld.proxy.chat_form import (
     short_id,
     text_of,
 )
-from agentworld.proxy.protocols import BadRequest, check_tool_name
+from agentworld.proxy.protocols import check_tool_name
 from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "anthropic.messages"

@@ -21,15 +21,14 @@ from aiohttp import web
 
 from agentworld import raw_ids
 from agentworld.proxy import upstream_json
-from agentworld.proxy.app import (
-    STATE,
+from agentworld.proxy.agent_request import (
     agent_for,
     get_trajectory,
     identify,
     read_json,
-    refusal_headers,
     upstream_of,
 )
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.bridge_calls import (
     Ctx,
     answer,
@@ -50,6 +49,7 @@ from agentworld.proxy.calls import (
     upstream_error_message,
 )
 from agentworld.proxy.context_window import retry_within_window
+from agentworld.proxy.error_responses import refusal_headers
 from agentworld.proxy.protocol_adapters import (
     MESSAGES,
     PASSTHROUGH,
@@ -57,14 +57,13 @@ from agentworld.proxy.protocol_adapters import (
     TRANSLATE,
     ProtocolAdapter,
 )
-from agentworld.proxy.protocols import CHAT, BadRequest, Injected
+from agentworld.proxy.protocols import CHAT, Injected
 from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.sse import MALFORMED
+from agentworld.proxy.state import CHAINS, STATE
 from agentworld.proxy.upstream import Fault, classify
 
 log = logging.getLogger("agentworld.proxy")
-
-CHAINS: web.AppKey[ResponseChains] = web.AppKey("agentworld_response_chains", ResponseChains)
 
 
 def restore_chains(chains: ResponseChains, pool: Any, trajectories: Collection[str]) -> int:
@@ -103,8 +102,6 @@ def restore_chains(chains: ResponseChains, pool: Any, trajectories: Collection[s
 
 def add_routes(app: web.Application, prefix: str) -> None:
     """Register ``/v1/messages`` and ``/v1/responses`` under one route prefix."""
-    if CHAINS not in app:
-        app[CHAINS] = ResponseChains()
 
     def bind(adapter: ProtocolAdapter) -> Any:
         async def handler(request: web.Request) -> web.StreamResponse:

@@ -11,10 +11,11 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from agentworld.proxy.app import State, error_response
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.error_responses import error_response
 from agentworld.proxy.protocols import Injected
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
+from agentworld.proxy.state import State
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
 from agentworld.proxy.upstream import (
     POLICY_HEADER,

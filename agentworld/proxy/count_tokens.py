@@ -19,21 +19,21 @@ import orjson
 from aiohttp import web
 
 from agentworld.proxy import anthropic as am
-from agentworld.proxy.app import (
-    STATE,
+from agentworld.proxy.agent_request import (
     agent_for,
     get_trajectory,
     identify,
     read_json,
-    refusal_headers,
     upstream_of,
 )
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.bridge_calls import error_response
 from agentworld.proxy.calls import upstream_error_message
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.error_responses import refusal_headers
 from agentworld.proxy.passthrough import forward
 from agentworld.proxy.protocol_adapters import MESSAGES, PASSTHROUGH, TRANSLATE
-from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.state import STATE
 from agentworld.proxy.upstream import classify, upstream_headers
 
 PATH = "/v1/messages/count_tokens"

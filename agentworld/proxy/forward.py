@@ -16,18 +16,14 @@ from aiohttp import web
 
 from agentworld import raw_ids
 from agentworld.proxy import upstream_json
-from agentworld.proxy.app import (
-    STATE,
-    BadRequest,
-    State,
+from agentworld.proxy.agent_request import (
     agent_for,
-    bad_request,
-    error_response,
     get_trajectory,
     identify,
     read_json,
     upstream_of,
 )
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
     add_reply_continuations,
@@ -41,9 +37,11 @@ from agentworld.proxy.calls import (
     thread_call,
     upstream_error_message,
 )
+from agentworld.proxy.error_responses import bad_request, error_response
 from agentworld.proxy.protocols import Adapter
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
 from agentworld.proxy.sse import MALFORMED
+from agentworld.proxy.state import STATE, State
 from agentworld.proxy.streaming import stream
 from agentworld.proxy.upstream import Fault, classify
 

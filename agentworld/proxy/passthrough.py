@@ -12,21 +12,19 @@ from yarl import URL
 
 from agentworld.proxy import anthropic_models
 from agentworld.proxy.agent_conn import AgentTimeout, read_body
-from agentworld.proxy.app import (
-    STATE,
-    BadRequest,
-    State,
+from agentworld.proxy.agent_request import (
     agent_for,
-    bad_request,
-    error_response,
     first_line,
     get_trajectory,
     identify,
     upstream_of,
 )
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.calls import WRITE_ERRORS
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.error_responses import bad_request, error_response
 from agentworld.proxy.protocol_adapters import TRANSLATE
+from agentworld.proxy.state import STATE, State
 from agentworld.proxy.upstream import classify, response_headers, upstream_headers
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.redact import recorded_params
 from agentworld.raw_ids import RawIds
@@ -20,19 +21,6 @@ from agentworld.records import MAX_TOOL_NAME_BYTES
 
 MAX_N = 128
 _MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-
-
-class BadRequest(ValueError):
-    """The agent's request is malformed; ``param`` names the field (OpenAI's error shape)."""
-
-    def __init__(
-        self, message: str, param: str | None = None, status: int = 400, code: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
-        self.code = code  # a machine-readable code, where the protocol has one for the case
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.chat_form import (
     CONTENT_FILTER,
     LENGTH,
@@ -48,7 +49,7 @@ from agentworld.proxy.chat_form import (
     short_id,
     text_of,
 )
-from agentworld.proxy.protocols import BadRequest, check_tool_name
+from agentworld.proxy.protocols import check_tool_name
 from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "openai.responses"

@@ -11,10 +11,10 @@ from aiohttp import web
 
 from agentworld.errors import AgentWorldError
 from agentworld.proxy.agent_conn import watch_agents
-from agentworld.proxy.app import STATE, State
-from agentworld.proxy.bridge import CHAINS, restore_chains
+from agentworld.proxy.bridge import restore_chains
 from agentworld.proxy.lifecycle import end_trajectory
 from agentworld.proxy.recorder import Recorder, RecordFailed
+from agentworld.proxy.state import CHAINS, STATE, State
 from agentworld.proxy.trajectories import restore
 from agentworld.proxy.upstream import make_session
 from agentworld.proxy.upstream_http import UpstreamClient

@@ -8,8 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
-from agentworld.proxy.app import STATE, State, make_app
+from agentworld.proxy.app import make_app
 from agentworld.proxy.config import ProxyConfig
+from agentworld.proxy.state import STATE, State
 
 
 class ProxyServer:

@@ -13,7 +13,6 @@ import orjson
 from aiohttp import web
 
 from agentworld.proxy import upstream_json
-from agentworld.proxy.app import State
 from agentworld.proxy.calls import (
     WRITE_ERRORS,
     add_reply_continuations,
@@ -33,6 +32,7 @@ from agentworld.proxy.sse import (
     encode_event,
     event_data,
 )
+from agentworld.proxy.state import State
 from agentworld.proxy.upstream import Fault, classify, not_a_stream, read_limited
 from agentworld.proxy.upstream_http import UpstreamResponse
 

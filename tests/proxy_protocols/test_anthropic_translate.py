@@ -10,10 +10,11 @@ from pydantic import TypeAdapter
 from agentworld import records
 from agentworld.proxy import anthropic as am
 from agentworld.proxy.anthropic_stream import AnthropicAssembler, ChatToAnthropic, error_event
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.chat_form import name_calls
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.count_tokens import tokenize_body
-from agentworld.proxy.protocols import BadRequest, thread_form
+from agentworld.proxy.protocols import thread_form
 from tests.proxy_protocols.chat_fixtures import chat_body, chat_chunks, parse_sse
 
 EVENT = TypeAdapter(RawMessageStreamEvent)

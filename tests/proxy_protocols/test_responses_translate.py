@@ -10,7 +10,8 @@ from pydantic import TypeAdapter
 
 from agentworld import records
 from agentworld.proxy import responses as rs
-from agentworld.proxy.protocols import BadRequest, thread_form
+from agentworld.proxy.bad_request import BadRequest
+from agentworld.proxy.protocols import thread_form
 from agentworld.proxy.response_chains import ResponseChains, Stored
 from agentworld.proxy.responses_stream import ChatToResponses, ResponsesAssembler
 from tests.proxy_protocols.chat_fixtures import chat_body, chat_chunks, parse_sse
