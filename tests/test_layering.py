@@ -263,7 +263,7 @@ def test_help_proxy_and_tui_paths_import_nothing_heavy() -> None:
         {"agentworld.proxy.command", "agentworld.proxy.app", "agentworld.tui.command"}
     )
     reached = _closure({"agentworld.cli", *entry_functions}, module_level_from=entry_functions)
-    assert "agentworld.proxy.passthrough" in reached  # the handlers make_app imports
+    assert "agentworld.proxy.relay" in reached  # the handlers make_app imports
     assert "agentworld.tui.app" in reached
     assert sorted(m for m in reached if m.split(".")[0] in HEAVY) == []
 

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agentworld.proxy.config import ProxyConfig, UpstreamConfig
-    from agentworld.proxy.server import ProxyServer
+    from agentworld.proxy.inprocess import ProxyServer
 
 __all__ = ["ProxyConfig", "ProxyServer", "UpstreamConfig"]
 
 
 def __getattr__(name: str) -> object:
     if name == "ProxyServer":
-        from agentworld.proxy.server import ProxyServer
+        from agentworld.proxy.inprocess import ProxyServer
 
         return ProxyServer
     if name in ("ProxyConfig", "UpstreamConfig"):

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentworld.proxy import bridge, count_tokens, forward, lifecycle, passthrough, running
+from agentworld.proxy import aw_api, bridge, count_tokens, forward, lifespan, relay
 from agentworld.proxy.config import ProxyConfig
 from agentworld.proxy.middlewares import (
     ServerLog,
@@ -22,10 +22,10 @@ from agentworld.proxy.middlewares import (
 )
 from agentworld.proxy.protocols import CHAT, COMPLETIONS, Adapter
 from agentworld.proxy.redact import KnownKeys
-from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.state import CHAINS, STATE, State
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import Registry
+from agentworld.proxy.translate.response_chains import ResponseChains
 from agentworld.proxy.write_health import refuse_while_failing
 
 ROUTE_PREFIXES = (
@@ -67,7 +67,7 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         known_keys=KnownKeys([config.auth_token, *config.api_keys.values()]),
     )
     app[CHAINS] = ResponseChains()
-    app.cleanup_ctx.append(running.running)
+    app.cleanup_ctx.append(lifespan.lifespan)
 
     def bind(adapter: Adapter) -> Any:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -80,8 +80,8 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
         app.router.add_post(prefix + COMPLETIONS.path, bind(COMPLETIONS))
         bridge.add_routes(app, prefix)  # Anthropic Messages, OpenAI Responses
         count_tokens.add_routes(app, prefix)  # Anthropic's token count (not recorded)
-        app.router.add_get(prefix + "/v1/models", passthrough.models)
-        app.router.add_get(prefix + "/v1/models/{model_id:.+}", passthrough.model)
-        app.router.add_route("*", prefix + "/v1/{tail:.*}", passthrough.passthrough)
-    lifecycle.add_routes(app)
+        app.router.add_get(prefix + "/v1/models", relay.models)
+        app.router.add_get(prefix + "/v1/models/{model_id:.+}", relay.model)
+        app.router.add_route("*", prefix + "/v1/{tail:.*}", relay.relay_v1)
+    aw_api.add_routes(app)
     return app

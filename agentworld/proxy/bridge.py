@@ -40,15 +40,7 @@ from agentworld.proxy.bridge_calls import (
     upstream_refused,
 )
 from agentworld.proxy.bridge_stream import stream
-from agentworld.proxy.calls import (
-    call_headers,
-    new_call,
-    post_upstream,
-    served,
-    thread_call,
-    upstream_error_message,
-)
-from agentworld.proxy.context_window import retry_within_window
+from agentworld.proxy.calls import call_headers, new_call, post_upstream, served, thread_call
 from agentworld.proxy.error_responses import refusal_headers
 from agentworld.proxy.protocol_adapters import (
     MESSAGES,
@@ -58,10 +50,11 @@ from agentworld.proxy.protocol_adapters import (
     ProtocolAdapter,
 )
 from agentworld.proxy.protocols import CHAT, Injected
-from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.state import CHAINS, STATE
-from agentworld.proxy.upstream import Fault, classify
+from agentworld.proxy.translate.context_window import retry_within_window
+from agentworld.proxy.translate.response_chains import ResponseChains
+from agentworld.proxy.upstream_faults import Fault, classify, upstream_error_message
 
 log = logging.getLogger("agentworld.proxy")
 

@@ -9,16 +9,16 @@ from typing import Any
 from aiohttp import web
 
 from agentworld import records
-from agentworld.proxy import context_window
 from agentworld.proxy.calls import WRITE_ERRORS, add_continuations, step_headers
-from agentworld.proxy.chat_form import name_calls
 from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left
-from agentworld.proxy.response_chains import ResponseChains
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.state import State
-from agentworld.proxy.upstream import Fault
+from agentworld.proxy.translate import context_window
+from agentworld.proxy.translate.chat_form import name_calls
+from agentworld.proxy.translate.response_chains import ResponseChains
+from agentworld.proxy.upstream_faults import Fault
 
 
 @dataclass

@@ -22,12 +22,18 @@ from agentworld.proxy.bridge_calls import (
     record_fault,
     upstream_refused,
 )
-from agentworld.proxy.calls import WRITE_ERRORS, open_upstream, stamp, upstream_error_message
-from agentworld.proxy.chat_form import chat_usage, name_calls
-from agentworld.proxy.context_window import clamped, retry_within_window
+from agentworld.proxy.calls import WRITE_ERRORS, open_upstream, stamp
 from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.sse import MALFORMED, EventSplitter, SSEError, StreamAssembler, event_data
-from agentworld.proxy.upstream import Fault, classify, not_a_stream, read_limited
+from agentworld.proxy.translate.chat_form import chat_usage, name_calls
+from agentworld.proxy.translate.context_window import clamped, retry_within_window
+from agentworld.proxy.upstream_faults import (
+    Fault,
+    classify,
+    not_a_stream,
+    read_limited,
+    upstream_error_message,
+)
 from agentworld.proxy.upstream_http import UpstreamResponse
 
 

@@ -17,36 +17,14 @@ from agentworld.proxy.protocols import Injected
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
 from agentworld.proxy.state import State
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
-from agentworld.proxy.upstream import (
-    POLICY_HEADER,
-    Fault,
-    policy_from,
-    read_limited,
-    relayed,
-    upstream_headers,
-)
+from agentworld.proxy.upstream_faults import Fault, read_limited
+from agentworld.proxy.upstream_headers import POLICY_HEADER, policy_from, relayed, upstream_headers
 from agentworld.proxy.upstream_http import UpstreamConnectError, UpstreamResponse
 
 log = logging.getLogger("agentworld.proxy")
 
 # Writing to an agent that went away raises one of these (aiohttp's reset error is both).
 WRITE_ERRORS = (ConnectionResetError, ConnectionError)
-
-
-def upstream_error_message(raw: bytes) -> str:
-    """The message of an upstream error body (OpenAI or vLLM shape), else its text."""
-    try:
-        obj = orjson.loads(raw)
-        err = obj.get("error") if isinstance(obj, dict) else None
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:4000]
-        if isinstance(err, str):
-            return err[:4000]
-        if isinstance(obj, dict) and isinstance(obj.get("message"), str):
-            return obj["message"][:4000]
-    except orjson.JSONDecodeError:
-        pass
-    return raw[:4000].decode("utf-8", "replace") or "(empty body)"
 
 
 def add_continuations(

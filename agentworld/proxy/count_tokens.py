@@ -18,7 +18,6 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from agentworld.proxy import anthropic as am
 from agentworld.proxy.agent_request import (
     agent_for,
     get_trajectory,
@@ -28,13 +27,14 @@ from agentworld.proxy.agent_request import (
 )
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.bridge_calls import error_response
-from agentworld.proxy.calls import upstream_error_message
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.error_responses import refusal_headers
-from agentworld.proxy.passthrough import forward
 from agentworld.proxy.protocol_adapters import MESSAGES, PASSTHROUGH, TRANSLATE
+from agentworld.proxy.relay import relay_request
 from agentworld.proxy.state import STATE
-from agentworld.proxy.upstream import classify, upstream_headers
+from agentworld.proxy.translate import anthropic as am
+from agentworld.proxy.upstream_faults import classify, upstream_error_message
+from agentworld.proxy.upstream_headers import upstream_headers
 
 PATH = "/v1/messages/count_tokens"
 ROUTE = "anthropic.count_tokens"  # in /aw/stats and /metrics request counts
@@ -72,7 +72,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         base = up.urls[slot]
         if (up.protocol_mode or TRANSLATE) == PASSTHROUGH:
             data = orjson.dumps(raw_body)
-            return await forward(request, st, up, base + PATH, api_key, data, anthropic=True)
+            return await relay_request(request, st, up, base + PATH, api_key, data, anthropic=True)
         if up.engine != "vllm":
             raise BadRequest(
                 f"counting tokens needs a tokenizer: agent {agent!r}'s upstream is "

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from agentworld.proxy.anthropic import error_body as anthropic_error_body
 from agentworld.proxy.bad_request import BadRequest
+from agentworld.proxy.translate.anthropic import error_body as anthropic_error_body
 
 
 def refusal_headers(status: int) -> dict[str, str] | None:

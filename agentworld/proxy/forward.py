@@ -35,7 +35,6 @@ from agentworld.proxy.calls import (
     record_fault,
     served,
     thread_call,
-    upstream_error_message,
 )
 from agentworld.proxy.error_responses import bad_request, error_response
 from agentworld.proxy.protocols import Adapter
@@ -43,7 +42,7 @@ from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.state import STATE, State
 from agentworld.proxy.streaming import stream
-from agentworld.proxy.upstream import Fault, classify
+from agentworld.proxy.upstream_faults import Fault, classify, upstream_error_message
 
 
 async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse:

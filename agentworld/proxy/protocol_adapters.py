@@ -12,12 +12,12 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy import anthropic as am
-from agentworld.proxy import responses as rs
-from agentworld.proxy.anthropic_stream import AnthropicAssembler, ChatToAnthropic
-from agentworld.proxy.chat_form import short_id, sse
-from agentworld.proxy.response_chains import ResponseChains, Stored
-from agentworld.proxy.responses_stream import ChatToResponses, ResponsesAssembler
+from agentworld.proxy.translate import anthropic as am
+from agentworld.proxy.translate import responses as rs
+from agentworld.proxy.translate.anthropic_stream import AnthropicAssembler, ChatToAnthropic
+from agentworld.proxy.translate.chat_form import short_id, sse
+from agentworld.proxy.translate.response_chains import ResponseChains, Stored
+from agentworld.proxy.translate.responses_stream import ChatToResponses, ResponsesAssembler
 
 PASSTHROUGH, TRANSLATE = "passthrough", "translate"
 MODES = (PASSTHROUGH, TRANSLATE)

@@ -21,7 +21,6 @@ from agentworld.proxy.calls import (
     open_upstream,
     record_fault,
     stamp,
-    upstream_error_message,
 )
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
 from agentworld.proxy.sse import (
@@ -33,7 +32,13 @@ from agentworld.proxy.sse import (
     event_data,
 )
 from agentworld.proxy.state import State
-from agentworld.proxy.upstream import Fault, classify, not_a_stream, read_limited
+from agentworld.proxy.upstream_faults import (
+    Fault,
+    classify,
+    not_a_stream,
+    read_limited,
+    upstream_error_message,
+)
 from agentworld.proxy.upstream_http import UpstreamResponse
 
 

@@ -24,7 +24,9 @@ import hashlib
 from typing import Any
 
 from agentworld.proxy.bad_request import BadRequest
-from agentworld.proxy.chat_form import (
+from agentworld.proxy.protocols import check_tool_name
+from agentworld.proxy.redact import recorded_params
+from agentworld.proxy.translate.chat_form import (
     CONTENT_FILTER,
     LENGTH,
     STOP,
@@ -41,8 +43,6 @@ from agentworld.proxy.chat_form import (
     short_id,
     text_of,
 )
-from agentworld.proxy.protocols import check_tool_name
-from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "anthropic.messages"
 PATH = "/v1/messages"

@@ -11,12 +11,12 @@ from aiohttp import web
 
 from agentworld.errors import AgentWorldError
 from agentworld.proxy.agent_conn import watch_agents
+from agentworld.proxy.aw_api import end_trajectory
 from agentworld.proxy.bridge import restore_chains
-from agentworld.proxy.lifecycle import end_trajectory
 from agentworld.proxy.recorder import Recorder, RecordFailed
+from agentworld.proxy.relay import make_session
 from agentworld.proxy.state import CHAINS, STATE, State
 from agentworld.proxy.trajectories import restore
-from agentworld.proxy.upstream import make_session
 from agentworld.proxy.upstream_http import UpstreamClient
 from agentworld.proxy.write_health import probe_writes, watch_lost
 
@@ -79,7 +79,7 @@ async def _watch_loop(st: State) -> None:
             )
 
 
-async def running(app: web.Application) -> AsyncIterator[None]:
+async def lifespan(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx: open the upstream session and the writer, restore trajectories, sweep."""
     st = app[STATE]
     st.session = make_session()
