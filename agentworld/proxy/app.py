@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from agentworld.proxy import aw_api, bridge, count_tokens, forward, lifespan, relay
+from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS, Adapter
 from agentworld.proxy.config import ProxyConfig
 from agentworld.proxy.middlewares import (
     ServerLog,
@@ -20,7 +21,6 @@ from agentworld.proxy.middlewares import (
     auth_middleware,
     errors_middleware,
 )
-from agentworld.proxy.protocols import CHAT, COMPLETIONS, Adapter
 from agentworld.proxy.redact import KnownKeys
 from agentworld.proxy.state import CHAINS, STATE, State
 from agentworld.proxy.stats import ProxyStats

@@ -21,7 +21,7 @@ from agentworld.proxy.agent_request import (
 )
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.error_responses import error_response
-from agentworld.proxy.protocols import normalise_message
+from agentworld.proxy.normal_form import normalise_message
 from agentworld.proxy.recorder import RecordFailed
 from agentworld.proxy.state import STATE, State
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory

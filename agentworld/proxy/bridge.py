@@ -21,6 +21,14 @@ from aiohttp import web
 
 from agentworld import raw_ids
 from agentworld.proxy import upstream_json
+from agentworld.proxy.adapters.openai import CHAT, Injected
+from agentworld.proxy.adapters.translated import (
+    MESSAGES,
+    PASSTHROUGH,
+    RESPONSES,
+    TRANSLATE,
+    ProtocolAdapter,
+)
 from agentworld.proxy.agent_request import (
     agent_for,
     get_trajectory,
@@ -42,14 +50,6 @@ from agentworld.proxy.bridge_calls import (
 from agentworld.proxy.bridge_stream import stream
 from agentworld.proxy.calls import call_headers, new_call, post_upstream, served, thread_call
 from agentworld.proxy.error_responses import refusal_headers
-from agentworld.proxy.protocol_adapters import (
-    MESSAGES,
-    PASSTHROUGH,
-    RESPONSES,
-    TRANSLATE,
-    ProtocolAdapter,
-)
-from agentworld.proxy.protocols import CHAT, Injected
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.state import CHAINS, STATE
 from agentworld.proxy.translate.context_window import retry_within_window

@@ -9,9 +9,9 @@ from typing import Any
 from aiohttp import web
 
 from agentworld import records
+from agentworld.proxy.adapters.openai import CHAT
+from agentworld.proxy.adapters.translated import TRANSLATE, ProtocolAdapter
 from agentworld.proxy.calls import WRITE_ERRORS, add_continuations, step_headers
-from agentworld.proxy.protocol_adapters import TRANSLATE, ProtocolAdapter
-from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.state import State

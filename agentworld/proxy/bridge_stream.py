@@ -12,6 +12,7 @@ import orjson
 from aiohttp import web
 
 from agentworld.proxy import upstream_json
+from agentworld.proxy.adapters.openai import CHAT
 from agentworld.proxy.bridge_calls import (
     Ctx,
     answer,
@@ -23,7 +24,6 @@ from agentworld.proxy.bridge_calls import (
     upstream_refused,
 )
 from agentworld.proxy.calls import WRITE_ERRORS, open_upstream, stamp
-from agentworld.proxy.protocols import CHAT
 from agentworld.proxy.sse import MALFORMED, EventSplitter, SSEError, StreamAssembler, event_data
 from agentworld.proxy.translate.chat_form import chat_usage, name_calls
 from agentworld.proxy.translate.context_window import clamped, retry_within_window

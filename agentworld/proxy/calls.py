@@ -11,9 +11,9 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from agentworld.proxy.adapters.openai import Injected
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.error_responses import error_response
-from agentworld.proxy.protocols import Injected
 from agentworld.proxy.recorder import Call, RecordFailed, failed_step
 from agentworld.proxy.state import State
 from agentworld.proxy.trajectories import Trajectory, prefix_keys

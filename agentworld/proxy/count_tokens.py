@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from agentworld.proxy.adapters.translated import MESSAGES, PASSTHROUGH, TRANSLATE
 from agentworld.proxy.agent_request import (
     agent_for,
     get_trajectory,
@@ -29,7 +30,6 @@ from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.bridge_calls import error_response
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.error_responses import refusal_headers
-from agentworld.proxy.protocol_adapters import MESSAGES, PASSTHROUGH, TRANSLATE
 from agentworld.proxy.relay import relay_request
 from agentworld.proxy.state import STATE
 from agentworld.proxy.translate import anthropic as am

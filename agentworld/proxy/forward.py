@@ -16,6 +16,7 @@ from aiohttp import web
 
 from agentworld import raw_ids
 from agentworld.proxy import upstream_json
+from agentworld.proxy.adapters.openai import Adapter
 from agentworld.proxy.agent_request import (
     agent_for,
     get_trajectory,
@@ -37,7 +38,6 @@ from agentworld.proxy.calls import (
     thread_call,
 )
 from agentworld.proxy.error_responses import bad_request, error_response
-from agentworld.proxy.protocols import Adapter
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left, ok_steps
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.state import STATE, State

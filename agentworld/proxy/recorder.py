@@ -16,7 +16,7 @@ from typing import Any
 
 from agentworld import records
 from agentworld.errors import AgentWorldError, RecordError
-from agentworld.proxy.protocols import Adapter, Injected
+from agentworld.proxy.adapters.openai import Adapter, Injected
 from agentworld.proxy.redact import KnownKeys, redact_record
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory

@@ -11,7 +11,7 @@ from agentworld import records
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.count_tokens import tokenize_body
-from agentworld.proxy.protocols import thread_form
+from agentworld.proxy.normal_form import thread_form
 from agentworld.proxy.translate import anthropic as am
 from agentworld.proxy.translate.anthropic_stream import (
     AnthropicAssembler,

@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 
 from agentworld import records
 from agentworld.proxy.bad_request import BadRequest
-from agentworld.proxy.protocols import thread_form
+from agentworld.proxy.normal_form import thread_form
 from agentworld.proxy.translate import responses as rs
 from agentworld.proxy.translate.response_chains import ResponseChains, Stored
 from agentworld.proxy.translate.responses_stream import ChatToResponses, ResponsesAssembler

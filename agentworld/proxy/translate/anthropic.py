@@ -24,7 +24,7 @@ import hashlib
 from typing import Any
 
 from agentworld.proxy.bad_request import BadRequest
-from agentworld.proxy.protocols import check_tool_name
+from agentworld.proxy.normal_form import check_tool_name
 from agentworld.proxy.redact import recorded_params
 from agentworld.proxy.translate.chat_form import (
     CONTENT_FILTER,
