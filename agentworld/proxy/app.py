@@ -12,8 +12,9 @@ from typing import Any
 
 from aiohttp import web
 
-from agentworld.proxy import aw_api, bridge, count_tokens, forward, lifespan, relay
-from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS, Adapter
+from agentworld.proxy import aw_api, count_tokens, lifespan, relay
+from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS
+from agentworld.proxy.adapters.translated import MESSAGES, RESPONSES
 from agentworld.proxy.config import ProxyConfig
 from agentworld.proxy.middlewares import (
     ServerLog,
@@ -21,6 +22,7 @@ from agentworld.proxy.middlewares import (
     auth_middleware,
     errors_middleware,
 )
+from agentworld.proxy.pipeline.handler import route
 from agentworld.proxy.redact import KnownKeys
 from agentworld.proxy.state import CHAINS, STATE, State
 from agentworld.proxy.stats import ProxyStats
@@ -69,16 +71,10 @@ def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Appli
     app[CHAINS] = ResponseChains()
     app.cleanup_ctx.append(lifespan.lifespan)
 
-    def bind(adapter: Adapter) -> Any:
-        async def handler(request: web.Request) -> web.StreamResponse:
-            return await forward.generate(request, adapter)
-
-        return handler
-
+    generation = [(a.path, route(a)) for a in (CHAT, COMPLETIONS, MESSAGES, RESPONSES)]
     for prefix in ROUTE_PREFIXES:
-        app.router.add_post(prefix + CHAT.path, bind(CHAT))
-        app.router.add_post(prefix + COMPLETIONS.path, bind(COMPLETIONS))
-        bridge.add_routes(app, prefix)  # Anthropic Messages, OpenAI Responses
+        for path, handler in generation:  # recorded: the one pipeline
+            app.router.add_post(prefix + path, handler)
         count_tokens.add_routes(app, prefix)  # Anthropic's token count (not recorded)
         app.router.add_get(prefix + "/v1/models", relay.models)
         app.router.add_get(prefix + "/v1/models/{model_id:.+}", relay.model)

@@ -18,7 +18,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from agentworld.proxy.adapters.translated import MESSAGES, PASSTHROUGH, TRANSLATE
+from agentworld.proxy.adapters.base import PASSTHROUGH, TRANSLATE
+from agentworld.proxy.adapters.translated import MESSAGES
 from agentworld.proxy.agent_request import (
     agent_for,
     get_trajectory,
@@ -27,7 +28,6 @@ from agentworld.proxy.agent_request import (
     upstream_of,
 )
 from agentworld.proxy.bad_request import BadRequest
-from agentworld.proxy.bridge_calls import error_response
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.error_responses import refusal_headers
 from agentworld.proxy.relay import relay_request
@@ -46,7 +46,7 @@ def add_routes(app: web.Application, prefix: str) -> None:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return error_response(MESSAGES, status, message)
+    return MESSAGES.error_response(status, message)
 
 
 def tokenize_body(body: dict[str, Any], up: UpstreamConfig) -> dict[str, Any]:
@@ -85,9 +85,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         if exc.status != 408:  # the errors middleware counts that one as agent_timeout
             st.stats.error("bad_request")
         st.stats.request(ROUTE, exc.status)
-        return error_response(
-            MESSAGES, exc.status, exc.message, headers=refusal_headers(exc.status)
-        )
+        return MESSAGES.error_response(exc.status, exc.message, headers=refusal_headers(exc.status))
     url = base + TOKENIZE
     headers = upstream_headers(
         request.headers, api_key, forward_client_auth=not st.config.auth_token

@@ -12,14 +12,17 @@ import re
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentworld import records
 from agentworld.errors import AgentWorldError, RecordError
-from agentworld.proxy.adapters.openai import Adapter, Injected
 from agentworld.proxy.redact import KnownKeys, redact_record
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
+
+if TYPE_CHECKING:
+    from agentworld.proxy.adapters.base import Adapter
+    from agentworld.proxy.adapters.openai import Injected
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
-from agentworld.proxy.adapters.translated import TRANSLATE
+from agentworld.proxy.adapters.base import TRANSLATE
 from agentworld.proxy.agent_conn import AgentTimeout, read_body
 from agentworld.proxy.agent_request import (
     agent_for,
@@ -20,9 +20,9 @@ from agentworld.proxy.agent_request import (
     upstream_of,
 )
 from agentworld.proxy.bad_request import BadRequest
-from agentworld.proxy.calls import WRITE_ERRORS
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.error_responses import bad_request, error_response
+from agentworld.proxy.pipeline.faults import WRITE_ERRORS
 from agentworld.proxy.state import STATE, State
 from agentworld.proxy.translate import anthropic_models
 from agentworld.proxy.upstream_faults import classify

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.config import UpstreamConfig
-from agentworld.proxy.response_chains import ResponseChains
+from agentworld.proxy.translate.response_chains import ResponseChains
 from agentworld.proxy.upstream_faults import Fault
 
 if TYPE_CHECKING:

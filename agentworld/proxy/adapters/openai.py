@@ -1,16 +1,19 @@
-"""Wire-protocol adapters: checking agent requests, asking vLLM for token ids, and normalising
-requests and responses into the record shape.
+"""The OpenAI chat completions (identity) and legacy completions adapters.
 
-This is the one place that knows the OpenAI chat and completions formats. A
-later adapter (Anthropic Messages, OpenAI Responses) implements the same
-methods and registers its route; nothing else in the proxy changes.
+Checking agent requests, asking vLLM for token ids and log-probs the agent did
+not ask for (and removing them from what it gets), and normalising requests
+and responses into the record shape. The one place that knows these formats.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
+
+from agentworld import raw_ids
+from agentworld.proxy.adapters.base import IDENTITY, Answer, Outbound
 from agentworld.proxy.adapters.openai_checks import (
     MESSAGE_ROLES,
     check_chat_tools,
@@ -29,10 +32,18 @@ from agentworld.proxy.adapters.openai_records import (
     record_prompt,
     record_tokens,
 )
+from agentworld.proxy.adapters.openai_stream import OpenAIRelay
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.error_responses import bad_request, error_response
 from agentworld.proxy.normal_form import normalise_message
+from agentworld.proxy.recorder import failed_step, ok_steps
 from agentworld.proxy.redact import recorded_params
+from agentworld.proxy.translate.response_chains import ResponseChains
+from agentworld.proxy.upstream_faults import Fault
+
+if TYPE_CHECKING:
+    from agentworld.proxy.adapters.base import Exchange
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,67 @@ class Injected:
 
 
 class _OpenAIAdapter:
-    """What the two OpenAI adapters share: the body sent upstream, stripping injected fields."""
+    """What the two OpenAI adapters share: the body sent upstream, stripping injected fields,
+    and the pipeline's interface (``adapters.base.Adapter``) as the identity: the answer
+    and events go to the agent as they came, minus what the proxy asked for itself."""
+
+    protocol: str
+    path: str
+    chat: bool
+    api_key_header = None  # a pass-through key goes as a Bearer token
+
+    def history(self, body: dict[str, Any], chains: ResponseChains) -> tuple[list[Any], str | None]:
+        return [], None  # no previous_response_id here
+
+    def mode(self, up: UpstreamConfig) -> str:
+        return IDENTITY
+
+    def outbound(
+        self,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]] | None,
+        up: UpstreamConfig,
+        mode: str,
+        history: list[Any],
+    ) -> Outbound:
+        sent, injected = self.prepare(body, up)
+        return Outbound(sent, injected, self.path, sent.get("stream") is True)
+
+    def answer(self, x: Exchange, raw: bytes, obj: dict[str, Any], content_type: str) -> Answer:
+        """The upstream's bytes (re-encoded only without what the proxy asked for); the
+        parsed body stays whole for the records, built when they are needed."""
+        call = x.call
+        if call.injected.any:
+            raw = raw_ids.dumps(self.stripped(obj, call.injected))
+        replies = self.replies(obj) if x.threads else None
+        return Answer(raw, content_type, replies, lambda: ok_steps(call, obj, replies))
+
+    def relay(self, x: Exchange, url: str) -> OpenAIRelay:
+        return OpenAIRelay(x, url, self)
+
+    def failed(
+        self, x: Exchange, status: str, error: dict[str, Any], partial: Any = None
+    ) -> list[dict[str, Any]]:
+        return failed_step(x.call, status=status, error=error, partial=partial)
+
+    def refused(
+        self, x: Exchange, fault: Fault, raw: bytes, content_type: str, headers: dict[str, str]
+    ) -> web.Response:
+        """The upstream's error, relayed as it came."""
+        return web.Response(
+            status=fault.status, body=raw, headers={"Content-Type": content_type, **headers}
+        )
+
+    def refusal(self, exc: BadRequest) -> web.Response:
+        return bad_request(exc)
+
+    def server_error(
+        self, status: int, message: str, kind: str, headers: dict[str, str]
+    ) -> web.Response:
+        return error_response(status, message, kind, code=status, headers=headers)
+
+    def replies(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError
 
     def prepare(self, body: dict[str, Any], up: UpstreamConfig) -> tuple[dict[str, Any], Injected]:
         """The body to send upstream (model, sampling defaults, token-id requests)."""
@@ -168,7 +239,9 @@ class ChatAdapter(_OpenAIAdapter):
             req["tools"] = sent["tools"]
         return req
 
-    def messages(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+    def messages(
+        self, body: dict[str, Any], history: list[Any] = (), *, strict: bool = True
+    ) -> list[dict[str, Any]]:
         """The request's messages in the record shape (also what threading compares)."""
         return [normalise_message(m) for m in body["messages"]]
 
@@ -277,6 +350,11 @@ class CompletionsAdapter(_OpenAIAdapter):
         record_prompt(out, prompts[k])
         return out
 
+    def messages(
+        self, body: dict[str, Any], history: list[Any] = (), *, strict: bool = True
+    ) -> None:
+        return None  # a prompt: never threaded
+
     def replies(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         return []  # completions carry no messages: never threaded
 
@@ -300,4 +378,4 @@ class CompletionsAdapter(_OpenAIAdapter):
 
 CHAT = ChatAdapter()
 COMPLETIONS = CompletionsAdapter()
-Adapter = ChatAdapter | CompletionsAdapter
+OpenAIAdapter = ChatAdapter | CompletionsAdapter
