@@ -8,7 +8,7 @@ this module.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -30,6 +30,10 @@ from agentworld.proxy.trajectories import Registry
 from agentworld.proxy.translate.response_chains import ResponseChains
 from agentworld.proxy.write_health import refuse_while_failing
 
+if TYPE_CHECKING:
+    from agentworld.pool import Pool
+    from agentworld.proxy.pool_seam import StepWriter
+
 ROUTE_PREFIXES = (
     "",
     "/t/{trajectory}",
@@ -44,7 +48,9 @@ ROUTE_PREFIXES = (
 )
 
 
-def make_app(config: ProxyConfig, pool: Any, *, writer: Any = None) -> web.Application:
+def make_app(
+    config: ProxyConfig, pool: Pool, *, writer: StepWriter | None = None
+) -> web.Application:
     """The proxy app over an open Pool; creates (and closes) its own writer unless given one."""
     stats = ProxyStats()
     middlewares: list[Any] = [errors_middleware]

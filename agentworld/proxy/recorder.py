@@ -23,6 +23,7 @@ from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 if TYPE_CHECKING:
     from agentworld.proxy.adapters.base import Adapter
     from agentworld.proxy.adapters.openai import Injected
+    from agentworld.proxy.pool_seam import StepWriter
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ class Recorder:
 
     def __init__(
         self,
-        writer: Any,
+        writer: StepWriter,
         stats: ProxyStats,
         *,
         strict: bool,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -22,16 +22,20 @@ from agentworld.proxy.trajectories import Registry
 from agentworld.proxy.translate.response_chains import ResponseChains
 from agentworld.proxy.upstream_http import UpstreamClient
 
+if TYPE_CHECKING:
+    from agentworld.pool import Pool
+    from agentworld.proxy.pool_seam import StepWriter
+
 
 @dataclass
 class State:
     """Everything a request handler needs, held by the app under STATE."""
 
     config: ProxyConfig
-    pool: Any
+    pool: Pool
     stats: ProxyStats
     registry: Registry
-    writer: Any = None
+    writer: StepWriter | None = None  # the pool's PoolWriter, made at startup unless given
     recorder: Recorder | None = None
     session: aiohttp.ClientSession | None = None  # pass-through routes
     upstream: UpstreamClient | None = None  # generation calls
