@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiohttp import web
 
 from agentworld.proxy.bad_request import BadRequest
-from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.config import PROTOCOL_MODES, UpstreamConfig
 from agentworld.proxy.translate.response_chains import ResponseChains
 from agentworld.proxy.upstream_faults import Fault
 
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 # Where a call goes: its own protocol's upstream as is (chat and completions, and
 # ``passthrough`` agents of the other protocols), or a chat upstream (``translate``).
-IDENTITY, PASSTHROUGH, TRANSLATE = "identity", "passthrough", "translate"
-MODES = (PASSTHROUGH, TRANSLATE)  # what an agent's ``protocol_mode`` may say
+TRANSLATE, PASSTHROUGH = PROTOCOL_MODES  # what an agent's ``protocol_mode`` may say
+IDENTITY = "identity"  # chat and completions: always their own protocol's upstream
 
 
 @dataclass
@@ -67,6 +67,7 @@ class Exchange:
     mode: str
     prompt_key: bytes | None  # the thread's key of this call's prompt (automatic threading)
     chains: ResponseChains
+    threads: bool  # this call continues an automatic thread: its replies are continuations
     request_record: dict[str, Any] | None = None
     history: list[Any] = field(default_factory=list)  # what a previous_response_id stands for
     rid: str = ""
@@ -75,11 +76,6 @@ class Exchange:
     @property
     def translate(self) -> bool:
         return self.mode == TRANSLATE
-
-    @property
-    def threads(self) -> bool:
-        """Whether this call continues an automatic thread (its replies are continuations)."""
-        return self.prompt_key is not None and self.call.trajectory.threaded
 
 
 @dataclass

@@ -13,6 +13,7 @@ from multidict import CIMultiDict
 
 from agentworld.proxy.adapters.base import Adapter, Exchange
 from agentworld.proxy.adapters.openai import Injected
+from agentworld.proxy.agent_request import Ident
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.recorder import Call
 from agentworld.proxy.state import State
@@ -37,7 +38,7 @@ def continue_thread(x: Exchange, replies: list[dict[str, Any]] | None) -> None:
 
 
 def thread_call(
-    st: State, request: web.Request, ident: Any, agent: str, messages: list[dict[str, Any]] | None
+    st: State, request: web.Request, ident: Ident, agent: str, messages: list[dict[str, Any]] | None
 ) -> tuple[Trajectory, bytes | None]:
     """Join the open trajectory this conversation continues, or start one."""
     keys: list[bytes] | None = None

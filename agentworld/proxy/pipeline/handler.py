@@ -39,8 +39,8 @@ def route(adapter: Adapter) -> Any:
 
 async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse:
     """POST a generation call in ``adapter``'s wire format (under any trajectory prefix)."""
-    st = request.app[STATE]
-    chains = request.app[CHAINS]
+    app = request.app
+    st, chains = app[STATE], app[CHAINS]
     started_at, t0 = time.time(), time.perf_counter()
     metadata: dict[str, Any] = {}
     try:
@@ -95,6 +95,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
         mode,
         prompt_key,
         chains,
+        threads=prompt_key is not None and t.threaded,
         request_record=sent.request_record,
         history=history,
         rid=sent.rid,
