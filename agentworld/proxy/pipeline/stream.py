@@ -236,14 +236,14 @@ async def _finish(
             continue_thread(x, answer.replies)
         except MALFORMED as exc:
             fault = Fault(502, "upstream_invalid", f"unreadable stream: {exc}")
-    if fault is not None or answer is None:
-        assert fault is not None
+    if fault is not None:
         try:
             await out.write_eof(held + relay.fault_event(fault, from_upstream))
         except WRITE_ERRORS:
             pass
         await record_fault(x, fault, partial)
         return out
+    assert answer is not None
     tail = answer.data
     recs = None
     left = False

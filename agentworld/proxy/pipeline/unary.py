@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -36,7 +37,7 @@ async def unary(
     x: Exchange,
     url: str,
     up: UpstreamConfig,
-    headers: object,
+    headers: Any,
     out_headers: dict[str, str],
 ) -> web.StreamResponse:
     """POST the call upstream and answer the agent; the step recorded as the mode promises."""
