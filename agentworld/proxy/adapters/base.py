@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
@@ -93,6 +93,7 @@ class Answer:
     records: Callable[[], list[dict[str, Any]]]
 
 
+@runtime_checkable
 class Relay(Protocol):
     """One streamed call's events, upstream to agent; made per call by ``Adapter.relay``."""
 
@@ -135,6 +136,7 @@ class Relay(Protocol):
         ...
 
 
+@runtime_checkable
 class Adapter(Protocol):
     """A wire format, as the pipeline uses it (see the module docstring)."""
 
