@@ -15,6 +15,7 @@ record, and how errors look. Responses adds the ``previous_response_id`` chains.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from agentworld.proxy.adapters.base import Exchange
 
 
-class TranslatedAdapter:
+class TranslatedAdapter(ABC):
     """What both adapters share: what they take from their protocol's module as it is, and
     the pipeline's interface (``adapters.base.Adapter``) in either mode."""
 
@@ -154,20 +155,25 @@ class TranslatedAdapter:
             headers=headers,
         )
 
+    @abstractmethod
     def error_body(
         self, status: int, message: str, param: str | None = None, code: str | None = None
     ) -> bytes:
-        raise NotImplementedError
+        """An error body in the protocol's shape, its type by the HTTP status."""
 
+    @abstractmethod
     def overflow(self, prompt: int, window: int) -> tuple[str, str | None]:
-        raise NotImplementedError
+        """(message, code) telling the agent its prompt is over the context window."""
 
+    @abstractmethod
     def error_event(self, status: int, message: str, seq: int) -> bytes:
-        raise NotImplementedError
+        """An error event in the protocol's stream shape (``seq``: Responses' next number)."""
 
+    @abstractmethod
     def new_id(self) -> str:
-        raise NotImplementedError
+        """A fresh id for the protocol object a translated answer is."""
 
+    @abstractmethod
     def to_chat(
         self,
         body: dict[str, Any],
@@ -177,8 +183,9 @@ class TranslatedAdapter:
         model: str | None,
         history: list[Any] = (),
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """The chat-completions body asking a chat upstream the same question."""
 
+    @abstractmethod
     def from_chat(
         self,
         chat: dict[str, Any],
@@ -188,13 +195,15 @@ class TranslatedAdapter:
         window: bool = False,
         history: list[Any] = (),
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """A chat answer as the protocol's answer."""
 
+    @abstractmethod
     def translator(
         self, body: dict[str, Any], rid: str, window: bool = False, history: list[Any] = ()
     ) -> Any:
-        raise NotImplementedError
+        """The per-call translator of chat chunks into the protocol's events."""
 
+    @abstractmethod
     def streamed(
         self,
         tr: Any,
@@ -203,15 +212,17 @@ class TranslatedAdapter:
         tokens: dict[str, Any],
         counts: tuple[int, int, int],
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        """The protocol object a translated stream amounted to (for ``raw``)."""
 
+    @abstractmethod
     def assembler(self) -> Any:
-        raise NotImplementedError
+        """The assembler of the protocol's own events into its answer (pass-through)."""
 
+    @abstractmethod
     def remember(
         self, chains: ResponseChains, trajectory: str, body: dict[str, Any], obj: Any
     ) -> None:
-        raise NotImplementedError
+        """Keep what a later request may point back to (Responses chains)."""
 
     def check(self, body: dict[str, Any]) -> None:
         self._module.check(body)
