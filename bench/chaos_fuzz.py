@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 from agentworld.pool import Pool  # noqa: E402
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig  # noqa: E402
 from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app  # noqa: E402
-from agentworld.proxy.server import ProxyServer  # noqa: E402
+from agentworld.proxy.inprocess import ProxyServer  # noqa: E402
 
 USER = [{"role": "user", "content": "hi"}]
 # A valid body per route; {tid} is an open trajectory's id.

@@ -156,7 +156,7 @@ def main() -> None:
     a = ap.parse_args()
     builds = {"this": ROOT}
     if a.checkout is not None:
-        if not (a.checkout / "agentworld" / "proxy" / "running.py").is_file():
+        if not (a.checkout / "agentworld" / "proxy" / "__init__.py").is_file():
             ap.error(f"--checkout: {a.checkout} is not an AgentWorld checkout")
         builds["base"] = a.checkout.resolve()
     with tempfile.TemporaryDirectory(prefix="aw-restart-") as tmp:

@@ -53,9 +53,6 @@ PEER_IMPORTS: dict[tuple[str, str], str] = {
 # Import cycles known and owned elsewhere: (the package it lies in, a module on it) -> why.
 # The test fails on any other cycle, and when one of these is gone (drop it here then).
 KNOWN_CYCLES: dict[tuple[str, str], str] = {
-    ("agentworld.proxy", "agentworld.proxy.app"): (
-        "issue 28: make_app imports its handlers inside the function and they import app"
-    ),
     ("agentworld.pool", "agentworld.pool.remote_pool"): (
         "Pool.open answers a URL with its subclass RemotePool, which imports its base; the "
         "base names the subclass only inside open(), so importing either never loops"
@@ -266,7 +263,7 @@ def test_help_proxy_and_tui_paths_import_nothing_heavy() -> None:
         {"agentworld.proxy.command", "agentworld.proxy.app", "agentworld.tui.command"}
     )
     reached = _closure({"agentworld.cli", *entry_functions}, module_level_from=entry_functions)
-    assert "agentworld.proxy.passthrough" in reached  # the handlers make_app imports
+    assert "agentworld.proxy.relay" in reached  # the handlers make_app imports
     assert "agentworld.tui.app" in reached
     assert sorted(m for m in reached if m.split(".")[0] in HEAVY) == []
 

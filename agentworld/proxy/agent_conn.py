@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.bad_request import BadRequest
 
 log = logging.getLogger("agentworld.proxy")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.records import MAX_STRING_BYTES
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1

@@ -18,23 +18,23 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from agentworld.proxy import anthropic as am
-from agentworld.proxy.app import (
-    STATE,
+from agentworld.proxy.adapters.base import PASSTHROUGH, TRANSLATE
+from agentworld.proxy.adapters.translated import MESSAGES
+from agentworld.proxy.agent_request import (
     agent_for,
     get_trajectory,
     identify,
     read_json,
-    refusal_headers,
     upstream_of,
 )
-from agentworld.proxy.bridge_calls import error_response
-from agentworld.proxy.calls import upstream_error_message
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.config import UpstreamConfig
-from agentworld.proxy.passthrough import forward
-from agentworld.proxy.protocol_adapters import MESSAGES, PASSTHROUGH, TRANSLATE
-from agentworld.proxy.protocols import BadRequest
-from agentworld.proxy.upstream import classify, upstream_headers
+from agentworld.proxy.error_responses import refusal_headers
+from agentworld.proxy.relay import relay_request
+from agentworld.proxy.state import STATE
+from agentworld.proxy.translate import anthropic as am
+from agentworld.proxy.upstream_faults import classify, upstream_error_message
+from agentworld.proxy.upstream_headers import upstream_headers
 
 PATH = "/v1/messages/count_tokens"
 ROUTE = "anthropic.count_tokens"  # in /aw/stats and /metrics request counts
@@ -46,7 +46,7 @@ def add_routes(app: web.Application, prefix: str) -> None:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return error_response(MESSAGES, status, message)
+    return MESSAGES.error_response(status, message)
 
 
 def tokenize_body(body: dict[str, Any], up: UpstreamConfig) -> dict[str, Any]:
@@ -72,7 +72,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         base = up.urls[slot]
         if (up.protocol_mode or TRANSLATE) == PASSTHROUGH:
             data = orjson.dumps(raw_body)
-            return await forward(request, st, up, base + PATH, api_key, data, anthropic=True)
+            return await relay_request(request, st, up, base + PATH, api_key, data, anthropic=True)
         if up.engine != "vllm":
             raise BadRequest(
                 f"counting tokens needs a tokenizer: agent {agent!r}'s upstream is "
@@ -85,9 +85,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         if exc.status != 408:  # the errors middleware counts that one as agent_timeout
             st.stats.error("bad_request")
         st.stats.request(ROUTE, exc.status)
-        return error_response(
-            MESSAGES, exc.status, exc.message, headers=refusal_headers(exc.status)
-        )
+        return MESSAGES.error_response(exc.status, exc.message, headers=refusal_headers(exc.status))
     url = base + TOKENIZE
     headers = upstream_headers(
         request.headers, api_key, forward_client_auth=not st.config.auth_token

@@ -12,14 +12,18 @@ import re
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentworld import records
 from agentworld.errors import AgentWorldError, RecordError
-from agentworld.proxy.protocols import Adapter, Injected
 from agentworld.proxy.redact import KnownKeys, redact_record
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
+
+if TYPE_CHECKING:
+    from agentworld.proxy.adapters.base import Adapter
+    from agentworld.proxy.adapters.openai import Injected
+    from agentworld.proxy.pool_seam import StepWriter
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +231,7 @@ class Recorder:
 
     def __init__(
         self,
-        writer: Any,
+        writer: StepWriter,
         stats: ProxyStats,
         *,
         strict: bool,

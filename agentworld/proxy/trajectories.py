@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from agentworld import records
-from agentworld.proxy.protocols import thread_form
+from agentworld.proxy.normal_form import thread_form
 
 log = logging.getLogger(__name__)
 

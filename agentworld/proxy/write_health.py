@@ -23,9 +23,10 @@ import orjson
 from aiohttp import web
 
 from agentworld import records
-from agentworld.proxy.app import STATE, State, error_response
-from agentworld.proxy.protocol_adapters import MESSAGES, RESPONSES
-from agentworld.proxy.protocols import CHAT, COMPLETIONS
+from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS
+from agentworld.proxy.adapters.translated import MESSAGES, RESPONSES
+from agentworld.proxy.error_responses import error_response
+from agentworld.proxy.state import STATE, State
 
 log = logging.getLogger("agentworld.proxy")
 

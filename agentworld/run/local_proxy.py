@@ -31,7 +31,7 @@ async def local_proxy(
         )
     try:
         from agentworld.proxy.config import ProxyConfig, UpstreamConfig, resolve_keys
-        from agentworld.proxy.server import ProxyServer
+        from agentworld.proxy.inprocess import ProxyServer
     except ImportError as exc:
         raise ConfigError(
             f"cannot start a proxy in-process ({exc}); start `aw proxy` and pass --proxy URL"

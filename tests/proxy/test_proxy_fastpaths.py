@@ -8,9 +8,9 @@ import pytest
 from multidict import CIMultiDict
 
 from agentworld import records
+from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS, Injected
 from agentworld.proxy.command import _event_loop
-from agentworld.proxy.protocols import CHAT, COMPLETIONS, Injected
-from agentworld.proxy.upstream import upstream_headers
+from agentworld.proxy.upstream_headers import upstream_headers
 
 ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 

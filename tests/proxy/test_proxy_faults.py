@@ -12,7 +12,7 @@ import pytest
 
 from agentworld.errors import PoolError
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig
-from agentworld.proxy.server import ProxyServer
+from agentworld.proxy.inprocess import ProxyServer
 from tests.proxy.conftest import steps_of
 
 USER = [{"role": "user", "content": "hi"}]

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer  # noqa: E402
 
 from agentworld.proxy import upstream_json  # noqa: E402
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig  # noqa: E402
-from agentworld.proxy.server import ProxyServer  # noqa: E402
+from agentworld.proxy.inprocess import ProxyServer  # noqa: E402
 from tests.proxy.conftest import steps_of  # noqa: E402
 
 pytestmark = pytest.mark.slow

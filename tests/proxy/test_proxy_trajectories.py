@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from agentworld.errors import ConfigError
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig
 from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
-from agentworld.proxy.server import ProxyServer
+from agentworld.proxy.inprocess import ProxyServer
 from tests.proxy.conftest import ends_of, steps_of
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from agentworld.proxy import responses as rs
 from agentworld.proxy.redact import (
     MAX_DEPTH,
     is_secret,
@@ -12,6 +11,7 @@ from agentworld.proxy.redact import (
     redact_record,
     without_secrets,
 )
+from agentworld.proxy.translate import responses as rs
 
 CREDENTIALS = [
     "api_key",

@@ -14,7 +14,7 @@ import pytest
 from agentworld import records
 from agentworld.errors import CorruptDataError
 from agentworld.pool import Pool
-from agentworld.proxy import running
+from agentworld.proxy import lifespan
 from agentworld.proxy.trajectories import Registry, Trajectory, prefix_keys, restore
 
 
@@ -170,7 +170,7 @@ def test_a_url_marked_down_is_left_for_the_others_until_its_time_is_up(monkeypat
 async def test_the_sweep_gives_way_in_batches_and_spares_what_became_active(monkeypatch):
     reg = Registry(max_open=0)
     ts = _open(reg, 10)
-    monkeypatch.setattr(running, "SWEEP_BATCH", 3)
+    monkeypatch.setattr(lifespan, "SWEEP_BATCH", 3)
     closed: list[str] = []
     yields = 0
     real_sleep = asyncio.sleep
@@ -192,13 +192,13 @@ async def test_the_sweep_gives_way_in_batches_and_spares_what_became_active(monk
             raise asyncio.CancelledError
         await real_sleep(0)
 
-    monkeypatch.setattr(running, "end_trajectory", end_trajectory)
-    monkeypatch.setattr(running.asyncio, "sleep", sleep)
+    monkeypatch.setattr(lifespan, "end_trajectory", end_trajectory)
+    monkeypatch.setattr(lifespan.asyncio, "sleep", sleep)
     st = SimpleNamespace(
         config=SimpleNamespace(idle_timeout_s=900.0, sweep_interval_s=0.01), registry=reg
     )
     with pytest.raises(asyncio.CancelledError):
-        await running._sweep(st)
+        await lifespan._sweep(st)
     assert closed == [t.id for t in ts if t not in (ts[7], ts[8])]
     assert list(reg.open) == [ts[8].id, ts[7].id]
     assert yields == 3  # before the 4th, 7th and 10th (skipped ones count too)

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from agentworld.proxy.upstream import classify
+from agentworld.proxy.upstream_faults import classify
 from agentworld.proxy.upstream_http import (
     UpstreamClient,
     UpstreamConnectError,

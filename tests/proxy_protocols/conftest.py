@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestServer
 from agentworld.pool import Pool
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig
 from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
-from agentworld.proxy.server import ProxyServer
+from agentworld.proxy.inprocess import ProxyServer
 from tests.proxy_protocols.fakes import FakeAnthropic, FakeResponses, make_fake_protocols_app
 
 

@@ -81,7 +81,7 @@ async def test_an_unreachable_upstream_is_an_anthropic_error(make_proxy):
 
 
 def test_an_engines_odd_creation_time_reads_as_unknown():
-    from agentworld.proxy.anthropic_models import model_info
+    from agentworld.proxy.translate.anthropic_models import model_info
 
     for created in (10**20, "2026", None):
         assert model_info({"id": "m", "created": created})["created_at"] == "1970-01-01T00:00:00Z"

@@ -8,8 +8,8 @@ import anthropic
 import orjson
 import pytest
 
-from agentworld.proxy.anthropic import thinking_signature
 from agentworld.proxy.fake_upstream import ids, render
+from agentworld.proxy.translate.anthropic import thinking_signature
 from tests.proxy_protocols.conftest import steps_of
 
 TOOLS = [

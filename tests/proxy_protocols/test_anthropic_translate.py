@@ -8,12 +8,17 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from agentworld import records
-from agentworld.proxy import anthropic as am
-from agentworld.proxy.anthropic_stream import AnthropicAssembler, ChatToAnthropic, error_event
-from agentworld.proxy.chat_form import name_calls
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.count_tokens import tokenize_body
-from agentworld.proxy.protocols import BadRequest, thread_form
+from agentworld.proxy.normal_form import thread_form
+from agentworld.proxy.translate import anthropic as am
+from agentworld.proxy.translate.anthropic_stream import (
+    AnthropicAssembler,
+    ChatToAnthropic,
+    error_event,
+)
+from agentworld.proxy.translate.chat_form import name_calls
 from tests.proxy_protocols.chat_fixtures import chat_body, chat_chunks, parse_sse
 
 EVENT = TypeAdapter(RawMessageStreamEvent)

@@ -7,9 +7,9 @@ import anthropic
 import openai
 import pytest
 
-from agentworld.proxy.context_window import retry_within_window
 from agentworld.proxy.fake_upstream import ids, render
 from agentworld.proxy.recorder import Call
+from agentworld.proxy.translate.context_window import retry_within_window
 from tests.proxy_protocols.conftest import steps_of
 from tests.proxy_protocols.test_anthropic_sdk import ask as ask_anthropic
 from tests.proxy_protocols.test_anthropic_sdk import client_for as anthropic_client

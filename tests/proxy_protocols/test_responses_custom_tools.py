@@ -8,7 +8,7 @@ import openai
 import orjson
 import pytest
 
-from agentworld.proxy.responses import custom_input
+from agentworld.proxy.translate.responses import custom_input
 from tests.proxy_protocols.conftest import steps_of
 from tests.proxy_protocols.test_responses_sdk import MODES, ask, client_for
 
@@ -100,7 +100,7 @@ async def test_custom_call_input_streams_as_the_model_writes_it(translating, cha
 def test_input_decoder_never_splits_an_escape_or_a_surrogate_pair():
     import random
 
-    from agentworld.proxy.responses_stream import InputDecoder
+    from agentworld.proxy.translate.responses_stream import InputDecoder
 
     rng = random.Random(7)
     for text in (PATCH, 'a "b" \\ c\n\u2028 ✓ 😀', ""):
@@ -121,7 +121,7 @@ def test_input_decoder_never_splits_an_escape_or_a_surrogate_pair():
 def test_arguments_of_another_shape_reach_the_agent_whole_at_the_end():
     """A model that ignores the one-``input`` schema: nothing streams while it writes, and
     the agent gets what it wrote once the call ends."""
-    from agentworld.proxy.responses_stream import ChatToResponses
+    from agentworld.proxy.translate.responses_stream import ChatToResponses
 
     tr = ChatToResponses({"model": "m", "tools": [APPLY_PATCH]}, "resp_1")
 

@@ -9,10 +9,11 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from agentworld import records
-from agentworld.proxy import responses as rs
-from agentworld.proxy.protocols import BadRequest, thread_form
-from agentworld.proxy.response_chains import ResponseChains, Stored
-from agentworld.proxy.responses_stream import ChatToResponses, ResponsesAssembler
+from agentworld.proxy.bad_request import BadRequest
+from agentworld.proxy.normal_form import thread_form
+from agentworld.proxy.translate import responses as rs
+from agentworld.proxy.translate.response_chains import ResponseChains, Stored
+from agentworld.proxy.translate.responses_stream import ChatToResponses, ResponsesAssembler
 from tests.proxy_protocols.chat_fixtures import chat_body, chat_chunks, parse_sse
 
 EVENT = TypeAdapter(ResponseStreamEvent)

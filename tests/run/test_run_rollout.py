@@ -475,7 +475,7 @@ def test_cli_config_errors_surface_as_agentworld_errors(tmp_path):
 
 async def test_in_process_proxy_records_a_real_run(tmp_path):
     """With the real proxy (branch proxy) and its fake vLLM upstream: no --proxy given."""
-    pytest.importorskip("agentworld.proxy.server")
+    pytest.importorskip("agentworld.proxy.inprocess")
     from aiohttp.test_utils import TestServer
 
     from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
@@ -516,12 +516,12 @@ async def test_in_process_proxy_records_a_real_run(tmp_path):
 async def test_summary_counts_what_a_running_proxy_has_not_written_out_yet(tmp_path):
     """A running `aw proxy` commits in batches: the summary waits until the run's end records
     are readable, so turns and tokens are what the pool holds (no half counts)."""
-    pytest.importorskip("agentworld.proxy.server")
+    pytest.importorskip("agentworld.proxy.inprocess")
     from aiohttp.test_utils import TestServer
 
     from agentworld.proxy.config import ProxyConfig, UpstreamConfig
     from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
-    from agentworld.proxy.server import ProxyServer
+    from agentworld.proxy.inprocess import ProxyServer
 
     upstream = TestServer(
         make_fake_app(FakeUpstream("u", reply="Final answer: 5")), host="127.0.0.1"

@@ -425,8 +425,8 @@ async def test_tokenize_bad_input_names_the_field(
 
 async def test_context_window_refusals_are_in_vllms_words(client: Any, engine: Engine):
     """The proxy reads these messages to cut a translated call's max_tokens (as it does vLLM's)."""
-    from agentworld.proxy import context_window
     from agentworld.proxy.recorder import Call
+    from agentworld.proxy.translate import context_window
 
     window = engine.max_model_len
     resp = await client.post("/v1/completions", json={"prompt": [1] * 10, "max_tokens": window})

@@ -1,5 +1,5 @@
-"""What the proxy does around every generation call: threading it into a trajectory, the
-upstream POST, stamping the policy version, and recording failures and cancellations."""
+"""What the pipeline does around every generation call: threading it into a trajectory,
+numbering its step, the upstream request (with failover), and stamping the policy version."""
 
 from __future__ import annotations
 
@@ -11,71 +11,34 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from agentworld.proxy.app import State, error_response
+from agentworld.proxy.adapters.base import Adapter, Exchange
+from agentworld.proxy.adapters.openai import Injected
+from agentworld.proxy.agent_request import Ident
 from agentworld.proxy.config import UpstreamConfig
-from agentworld.proxy.protocols import Injected
-from agentworld.proxy.recorder import Call, RecordFailed, failed_step
+from agentworld.proxy.recorder import Call
+from agentworld.proxy.state import State
 from agentworld.proxy.trajectories import Trajectory, prefix_keys
-from agentworld.proxy.upstream import (
-    POLICY_HEADER,
-    Fault,
-    policy_from,
-    read_limited,
-    relayed,
-    upstream_headers,
-)
+from agentworld.proxy.upstream_faults import read_limited
+from agentworld.proxy.upstream_headers import POLICY_HEADER, policy_from, relayed, upstream_headers
 from agentworld.proxy.upstream_http import UpstreamConnectError, UpstreamResponse
 
 log = logging.getLogger("agentworld.proxy")
 
-# Writing to an agent that went away raises one of these (aiohttp's reset error is both).
-WRITE_ERRORS = (ConnectionResetError, ConnectionError)
 
-
-def upstream_error_message(raw: bytes) -> str:
-    """The message of an upstream error body (OpenAI or vLLM shape), else its text."""
-    try:
-        obj = orjson.loads(raw)
-        err = obj.get("error") if isinstance(obj, dict) else None
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:4000]
-        if isinstance(err, str):
-            return err[:4000]
-        if isinstance(obj, dict) and isinstance(obj.get("message"), str):
-            return obj["message"][:4000]
-    except orjson.JSONDecodeError:
-        pass
-    return raw[:4000].decode("utf-8", "replace") or "(empty body)"
-
-
-def add_continuations(
-    st: State, call: Call, prompt_key: bytes | None, recs: list[dict[str, Any]]
-) -> None:
-    if prompt_key is None or not call.trajectory.threaded:
+def continue_thread(x: Exchange, replies: list[dict[str, Any]] | None) -> None:
+    """The continuation points of an answered call: where the agent's next call, resending
+    ``replies`` after this call's prompt, finds its trajectory. Registered before the
+    answer leaves (the next call may come as soon as it has)."""
+    if replies is None or not x.threads:
         return
-    msgs = [r["response"]["message"] for r in recs if r["status"] == "ok" and r.get("response")]
-    st.registry.add_continuations(call.trajectory, prompt_key, [m for m in msgs if m], call.index)
-
-
-def add_reply_continuations(
-    st: State, call: Call, prompt_key: bytes | None, body: dict[str, Any]
-) -> list[dict[str, Any]] | None:
-    """``add_continuations`` from a successful body, before its step records exist.
-
-    Every choice of such a body becomes an ok step, so each reply continues the
-    thread. Returns the replies (for ``ok_steps``), or None when not threaded.
-    """
-    if prompt_key is None or not call.trajectory.threaded:
-        return None
-    replies = call.adapter.replies(body)
-    st.registry.add_continuations(
-        call.trajectory, prompt_key, [m for m in replies if m], call.index
+    call = x.call
+    x.st.registry.add_continuations(
+        call.trajectory, x.prompt_key, [m for m in replies if m], call.index
     )
-    return replies
 
 
 def thread_call(
-    st: State, request: web.Request, ident: Any, agent: str, messages: list[dict[str, Any]] | None
+    st: State, request: web.Request, ident: Ident, agent: str, messages: list[dict[str, Any]] | None
 ) -> tuple[Trajectory, bytes | None]:
     """Join the open trajectory this conversation continues, or start one."""
     keys: list[bytes] | None = None
@@ -110,7 +73,7 @@ def new_call(
     st: State,
     t: Trajectory,
     up: UpstreamConfig,
-    adapter: Any,
+    adapter: Adapter,
     sent: dict[str, Any],
     injected: Injected,
     *,
@@ -270,37 +233,3 @@ def stamp(st: State, call: Call, headers: Any) -> None:
     # The agent learns the version its step is recorded under, as `aw serve`'s own answers
     # tell it: on every protocol, unary or streamed, since every recorded route relays this.
     call.relay[POLICY_HEADER] = str(call.policy_version)
-
-
-async def record_fault(st: State, call: Call, fault: Fault, partial: Any = None) -> None:
-    st.stats.error("upstream")
-    recs = failed_step(
-        call,
-        status="error",
-        error={"type": fault.type, "message": fault.message, "status": fault.status},
-        partial=partial,
-    )
-    try:
-        await st.recorder.steps(call.trajectory, recs)  # type: ignore[union-attr]
-    except RecordFailed:
-        pass  # the agent already gets an error; the failure is counted and logged
-
-
-async def answer_fault(
-    st: State, call: Call, fault: Fault, headers: dict[str, str]
-) -> web.Response:
-    """Record ``fault`` as the call's failed step; the agent's answer: the fault's status in
-    OpenAI's error shape, with ``headers`` (the step's, and what the upstream's relay)."""
-    await record_fault(st, call, fault)
-    return error_response(
-        fault.status, fault.message, "upstream_error", code=fault.status, headers=headers
-    )
-
-
-def cancelled_steps(call: Call, partial: Any = None) -> list[dict[str, Any]]:
-    return failed_step(
-        call,
-        status="cancelled",
-        error={"type": "client_disconnected", "message": "the agent disconnected mid-call"},
-        partial=partial,
-    )

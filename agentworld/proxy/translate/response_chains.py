@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy.protocols import BadRequest
+from agentworld.proxy.bad_request import BadRequest
 
 MAX_STORED_RESPONSES = 100_000
 MAX_STORED_BYTES = 512 * 1024 * 1024  # of items, as JSON: an agent resending long histories

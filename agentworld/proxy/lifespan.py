@@ -5,22 +5,58 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
+from typing import Any
 
 from aiohttp import web
 
 from agentworld.errors import AgentWorldError
+from agentworld.proxy.adapters.translated import RESPONSES
 from agentworld.proxy.agent_conn import watch_agents
-from agentworld.proxy.app import STATE, State
-from agentworld.proxy.bridge import CHAINS, restore_chains
-from agentworld.proxy.lifecycle import end_trajectory
+from agentworld.proxy.aw_api import end_trajectory
 from agentworld.proxy.recorder import Recorder, RecordFailed
+from agentworld.proxy.relay import make_session
+from agentworld.proxy.state import CHAINS, STATE, State
 from agentworld.proxy.trajectories import restore
-from agentworld.proxy.upstream import make_session
+from agentworld.proxy.translate.response_chains import ResponseChains
 from agentworld.proxy.upstream_http import UpstreamClient
 from agentworld.proxy.write_health import probe_writes, watch_lost
 
 log = logging.getLogger("agentworld.proxy")
+
+
+def restore_chains(chains: ResponseChains, pool: Any, trajectories: Collection[str]) -> int:
+    """After a restart: the Responses answers of the re-opened trajectories go back into the
+    chain store, from what their steps keep (``raw``: the agent's request and the answer it
+    got), so a ``previous_response_id`` an agent got before the restart still finds its
+    conversation. The newest ``chains.max_responses`` at most; returns how many."""
+    if not trajectories:
+        return 0
+    steps = pool.index().steps_of(list(trajectories))
+    rows = [
+        r
+        for rows in steps.values()
+        for r in rows
+        if r.get("protocol") == RESPONSES.protocol and r.get("status") == "ok"
+    ]
+    rows.sort(key=lambda r: r.get("started_at") or 0.0)
+    rows = rows[-chains.max_responses :]
+    got = pool.read_steps(rows)  # each shard or journal read once
+    n = 0
+    for row in rows:
+        try:
+            step = got[row["id"]]
+            if isinstance(step, Exception):
+                raise step
+            raw = step.get("raw") or {}
+            body, answer = raw.get("request"), raw.get("response")
+            if isinstance(body, dict) and isinstance(answer, dict):
+                before = len(chains)
+                RESPONSES.remember(chains, row["trajectory"], body, answer)
+                n += len(chains) > before
+        except Exception as exc:  # the index is a cache; a bad row must not stop the proxy
+            log.warning("restore: cannot read Responses step %s: %s", row.get("id"), exc)
+    return n
 
 
 SWEEP_BATCH = 256  # trajectories closed between two chances for calls to run
@@ -79,7 +115,7 @@ async def _watch_loop(st: State) -> None:
             )
 
 
-async def running(app: web.Application) -> AsyncIterator[None]:
+async def lifespan(app: web.Application) -> AsyncIterator[None]:
     """cleanup_ctx: open the upstream session and the writer, restore trajectories, sweep."""
     st = app[STATE]
     st.session = make_session()
@@ -104,7 +140,7 @@ async def running(app: web.Application) -> AsyncIterator[None]:
             n = await asyncio.to_thread(restore, st.registry, st.pool, instance=st.config.instance)
             if n:
                 log.info("restored %d open trajectories from the pool", n)
-            if n and CHAINS in app:
+            if n:
                 back = list(st.registry.open)  # nothing else is open before serving starts
                 k = await asyncio.to_thread(restore_chains, app[CHAINS], st.pool, back)
                 if k:

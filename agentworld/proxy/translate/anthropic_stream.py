@@ -12,14 +12,14 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy.anthropic import (
+from agentworld.proxy.translate.anthropic import (
     anthropic_usage,
     error_body,
     message_id,
     stop_reason,
     thinking_signature,
 )
-from agentworld.proxy.chat_form import first_choice_pieces, loads_args, short_id, sse
+from agentworld.proxy.translate.chat_form import first_choice_pieces, loads_args, short_id, sse
 from agentworld.raw_ids import RawIds
 
 

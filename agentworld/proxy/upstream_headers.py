@@ -1,19 +1,16 @@
-"""Talking to upstream model servers: headers, fault mapping, and the pass-through session."""
+"""Headers between the agent and its upstream: what goes up, what comes back, the policy version.
+
+Going up, hop-by-hop headers, ``X-AW-*`` and (unless the agent's own key is to be
+forwarded) secrets are dropped and the configured key set. Coming back, a recorded
+route relays only what an SDK acts on (retry, rate limits, request ids); a
+pass-through route relays everything but hop-by-hop headers and cookies.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-import aiohttp
 from multidict import CIMultiDict
-
-from agentworld.proxy.upstream_http import (
-    UpstreamConnectError,
-    UpstreamDisconnected,
-    UpstreamProtocolError,
-)
 
 POLICY_HEADER = "X-AW-Policy-Version"
 
@@ -35,50 +32,6 @@ HOP_HEADERS = frozenset(
     }
 )
 SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
-
-
-@dataclass(frozen=True)
-class Fault:
-    """An upstream failure, as the agent sees it (status) and as the record says it (type)."""
-
-    status: int
-    type: str
-    message: str
-
-
-def classify(exc: BaseException, url: str) -> Fault:
-    """Map a client exception to 502/504 and an error type for the step record."""
-    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        return Fault(504, "upstream_timeout", f"upstream {url} timed out")
-    if isinstance(exc, aiohttp.ClientConnectorError | UpstreamConnectError):
-        return Fault(502, "upstream_unreachable", f"upstream {url} refused the connection: {exc}")
-    if isinstance(
-        exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | UpstreamDisconnected
-    ):
-        return Fault(502, "upstream_disconnected", f"upstream {url} closed the connection: {exc}")
-    if isinstance(exc, UpstreamProtocolError):
-        return Fault(502, "upstream_invalid", f"upstream {url} sent invalid HTTP: {exc}")
-    if isinstance(exc, aiohttp.ClientError | ConnectionError | OSError):
-        return Fault(502, "upstream_error", f"upstream {url} failed: {type(exc).__name__}: {exc}")
-    return Fault(502, "upstream_error", f"upstream {url}: {type(exc).__name__}: {exc}")
-
-
-def not_a_stream(url: str, ctype: str) -> Fault:
-    """A streamed call that the upstream answered 200 without an event stream (garbage,
-    or a whole completion from one that ignores ``stream``): an answer of the wrong shape.
-    Relayed, it would reach the agent's SDK as a stream of no events and no error."""
-    msg = f"upstream {url} answered a stream as {ctype or 'no content type'}, not an event stream"
-    return Fault(502, "upstream_invalid", msg)
-
-
-def make_session() -> aiohttp.ClientSession:
-    """The proxy's one upstream session (connection pooling per upstream host)."""
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
-    return aiohttp.ClientSession(
-        connector=connector,
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent",),
-    )
 
 
 def upstream_headers(
@@ -172,15 +125,3 @@ def policy_from(headers: Mapping[str, str]) -> int | None:
     except ValueError:
         return None
     return n if n >= 0 else None
-
-
-async def read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The whole body, refusing bodies over ``limit`` bytes (bounded memory)."""
-    chunks = []
-    size = 0
-    async for data in resp.content.iter_any():
-        size += len(data)
-        if size > limit:
-            raise aiohttp.ClientPayloadError(f"response body over {limit} bytes")
-        chunks.append(data)
-    return b"".join(chunks)

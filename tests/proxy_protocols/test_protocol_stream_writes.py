@@ -115,3 +115,46 @@ async def test_the_headers_do_not_wait_for_the_upstreams_next_event(
         await proxy.stop()
     (step,) = steps_of(pool)
     assert step["status"] == "ok" and step["protocol"] == "anthropic.messages"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "last"),
+    [
+        ("/v1/messages", ANTHROPIC, "message_stop"),
+        ("/v1/responses", RESPONSES, "response.completed"),
+    ],
+)
+async def test_strict_mode_holds_only_the_closing_events_for_the_disk(
+    make_proxy, pool, monkeypatch, path, body, last
+) -> None:
+    """As for chat (one pipeline): in strict durability a stream read whole sends its
+    translated events at once, and only the closing events wait for the step's fsync."""
+    from agentworld.proxy.recorder import Recorder
+
+    real_steps = Recorder.steps
+
+    async def slow_disk(self, trajectory, recs):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(STALL_S)
+        return await real_steps(self, trajectory, recs)
+
+    monkeypatch.setattr(Recorder, "steps", slow_disk)
+
+    async def whole(reader, writer, n):  # type: ignore[no-untyped-def]
+        writer.write(HEAD + whole_stream())
+        await writer.drain()
+
+    async with ScriptedServer(whole) as up:
+        proxy = await make_proxy(base_of(up), durability="strict")
+        async with aiohttp.ClientSession() as http:
+            t0 = time.perf_counter()
+            async with http.post(proxy.url + path, json=body) as r:
+                first = await r.content.readuntil(b"\n\n")
+                t_first = time.perf_counter() - t0
+                rest = await r.read()
+                t_done = time.perf_counter() - t0
+        assert t_first < STALL_S * 0.6 <= STALL_S * 0.9 <= t_done
+        types = event_types(first + rest)
+        assert types[-1] == last and b'"Hel"' in first + rest
+        await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["status"] == "ok"

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from agentworld.pool.fsck import fsck
-from agentworld.proxy import lifecycle
+from agentworld.proxy import aw_api
 from agentworld.proxy.recorder import Recorder, RecordFailed
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.trajectories import Trajectory
@@ -64,7 +64,7 @@ async def test_complete_with_a_call_in_flight_past_the_wait_writes_the_end_after
 ):
     """Once a 30 s wait ran out, the end record went out with steps 0 and the call's step
     came after it: fsck flagged it and readers dropped the agent's answer."""
-    monkeypatch.setattr(lifecycle, "COMPLETE_WAIT_S", 0.1)
+    monkeypatch.setattr(aw_api, "COMPLETE_WAIT_S", 0.1)
     fake[0].hang_s = 1.0  # the call outlasts the wait
     proxy = await make_proxy()
     tid, url = await created(proxy)

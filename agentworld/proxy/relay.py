@@ -10,24 +10,33 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
-from agentworld.proxy import anthropic_models
+from agentworld.proxy.adapters.base import TRANSLATE
 from agentworld.proxy.agent_conn import AgentTimeout, read_body
-from agentworld.proxy.app import (
-    STATE,
-    BadRequest,
-    State,
+from agentworld.proxy.agent_request import (
     agent_for,
-    bad_request,
-    error_response,
     first_line,
     get_trajectory,
     identify,
     upstream_of,
 )
-from agentworld.proxy.calls import WRITE_ERRORS
+from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.config import UpstreamConfig
-from agentworld.proxy.protocol_adapters import TRANSLATE
-from agentworld.proxy.upstream import classify, response_headers, upstream_headers
+from agentworld.proxy.error_responses import bad_request, error_response
+from agentworld.proxy.pipeline.faults import WRITE_ERRORS
+from agentworld.proxy.state import STATE, State
+from agentworld.proxy.translate import anthropic_models
+from agentworld.proxy.upstream_faults import classify
+from agentworld.proxy.upstream_headers import response_headers, upstream_headers
+
+
+def make_session() -> aiohttp.ClientSession:
+    """The proxy's one upstream session (connection pooling per upstream host)."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
+    return aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+    )
 
 
 def _target(st: State, request: web.Request) -> tuple[UpstreamConfig, str, str | None]:
@@ -41,7 +50,7 @@ def _target(st: State, request: web.Request) -> tuple[UpstreamConfig, str, str |
     return up, up.urls[st.registry.first_up(agent, len(up.urls))], key
 
 
-async def passthrough(request: web.Request) -> web.StreamResponse:
+async def relay_v1(request: web.Request) -> web.StreamResponse:
     """Any other /v1/* path: forwarded as is (streamed both ways), not recorded."""
     return await _pass(request, request.match_info["tail"])
 
@@ -85,10 +94,10 @@ async def _pass(request: web.Request, tail: str) -> web.StreamResponse:
         )
     except web.RequestPayloadError as exc:  # a body its Content-Encoding does not decode
         return bad_request(BadRequest(f"the request body could not be read: {first_line(exc)}"))
-    return await forward(request, st, up, url, api_key, data)
+    return await relay_request(request, st, up, url, api_key, data)
 
 
-async def forward(
+async def relay_request(
     request: web.Request,
     st: State,
     up: UpstreamConfig,

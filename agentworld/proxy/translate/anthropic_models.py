@@ -20,9 +20,10 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from agentworld.proxy import anthropic as am
 from agentworld.proxy.config import UpstreamConfig
-from agentworld.proxy.upstream import classify, upstream_headers
+from agentworld.proxy.translate import anthropic as am
+from agentworld.proxy.upstream_faults import classify
+from agentworld.proxy.upstream_headers import upstream_headers
 
 DEFAULT_LIMIT = 20  # Anthropic's page size when the client names none
 MAX_LIMIT = 1000

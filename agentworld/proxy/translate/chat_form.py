@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from agentworld.proxy.protocols import BadRequest, check_tool_name
+from agentworld.proxy.bad_request import BadRequest
+from agentworld.proxy.normal_form import check_tool_name
 
 # Chat finish reasons as the record stores them (the chat adapter's own vocabulary).
 STOP, LENGTH, TOOL_CALLS, CONTENT_FILTER = "stop", "length", "tool_calls", "content_filter"

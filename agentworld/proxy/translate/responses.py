@@ -32,7 +32,10 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy.chat_form import (
+from agentworld.proxy.bad_request import BadRequest
+from agentworld.proxy.normal_form import check_tool_name
+from agentworld.proxy.redact import recorded_params
+from agentworld.proxy.translate.chat_form import (
     CONTENT_FILTER,
     LENGTH,
     STOP,
@@ -48,8 +51,6 @@ from agentworld.proxy.chat_form import (
     short_id,
     text_of,
 )
-from agentworld.proxy.protocols import BadRequest, check_tool_name
-from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "openai.responses"
 PATH = "/v1/responses"

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy.chat_form import first_choice_pieces, short_id, sse
-from agentworld.proxy.responses import (
+from agentworld.proxy.translate.chat_form import first_choice_pieces, short_id, sse
+from agentworld.proxy.translate.responses import (
     call_item_for,
     called,
     called_names,

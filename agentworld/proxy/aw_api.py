@@ -12,19 +12,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentworld import __version__, records
 from agentworld.errors import PoolError, RecordError
-from agentworld.proxy.app import (
-    STATE,
-    BadRequest,
-    State,
+from agentworld.proxy.agent_request import (
     agent_for,
     check_name,
-    error_response,
     get_trajectory,
     identify,
     read_json,
 )
-from agentworld.proxy.protocols import normalise_message
+from agentworld.proxy.bad_request import BadRequest
+from agentworld.proxy.error_responses import error_response
+from agentworld.proxy.normal_form import normalise_message
 from agentworld.proxy.recorder import RecordFailed
+from agentworld.proxy.state import STATE, State
 from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 
 log = logging.getLogger("agentworld.proxy")

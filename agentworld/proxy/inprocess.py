@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentworld.proxy.app import STATE, State, make_app
+from agentworld.proxy.app import make_app
 from agentworld.proxy.config import ProxyConfig
+from agentworld.proxy.state import STATE, State
+
+if TYPE_CHECKING:
+    from agentworld.pool import Pool
+    from agentworld.proxy.pool_seam import StepWriter
 
 
 class ProxyServer:
@@ -21,11 +26,11 @@ class ProxyServer:
     def __init__(
         self,
         config: ProxyConfig,
-        pool: Any,
+        pool: Pool | str | os.PathLike[str],
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        writer: Any = None,
+        writer: StepWriter | None = None,
     ) -> None:
         if isinstance(pool, str | os.PathLike):
             from agentworld.pool import Pool

@@ -23,7 +23,10 @@ import base64
 import hashlib
 from typing import Any
 
-from agentworld.proxy.chat_form import (
+from agentworld.proxy.bad_request import BadRequest
+from agentworld.proxy.normal_form import check_tool_name
+from agentworld.proxy.redact import recorded_params
+from agentworld.proxy.translate.chat_form import (
     CONTENT_FILTER,
     LENGTH,
     STOP,
@@ -40,8 +43,6 @@ from agentworld.proxy.chat_form import (
     short_id,
     text_of,
 )
-from agentworld.proxy.protocols import BadRequest, check_tool_name
-from agentworld.proxy.redact import recorded_params
 
 PROTOCOL = "anthropic.messages"
 PATH = "/v1/messages"

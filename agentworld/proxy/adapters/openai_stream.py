@@ -1,0 +1,115 @@
+"""A chat or completions stream relayed as the upstream sent it: the identity ``Relay``.
+
+Each event goes to the agent byte for byte unless the proxy asked for token ids
+or log-probs the agent did not (then it is re-encoded without them), while the
+assembler rebuilds the whole answer for the record. ``[DONE]`` is held back: the
+pipeline sends it once the step is registered (and durable, in strict mode).
+
+This is the proxy's hottest loop (every token of every streamed call), so it
+parses the usual one-line ``data: `` event inline and allocates nothing per
+event beyond what the agent is sent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agentworld.proxy import upstream_json
+from agentworld.proxy.adapters.base import Answer
+from agentworld.proxy.recorder import ok_steps
+from agentworld.proxy.sse import MALFORMED, StreamAssembler, encode_event, event_data
+from agentworld.proxy.upstream_faults import Fault
+
+if TYPE_CHECKING:
+    from agentworld.proxy.adapters.base import Exchange
+    from agentworld.proxy.adapters.openai import OpenAIAdapter
+
+DONE = b"data: [DONE]\n\n"
+
+
+class OpenAIRelay:
+    """The events of one streamed chat or completions call (see the module docstring)."""
+
+    def __init__(self, x: Exchange, url: str, adapter: OpenAIAdapter) -> None:
+        self._x = x
+        self._url = url
+        self._adapter = adapter
+        self.asm = StreamAssembler(chat=adapter.chat)
+        self.done = False
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        return self.asm.error
+
+    def content_type(self, upstream: str) -> str:
+        return upstream
+
+    def ends_in(self, data: bytes) -> bool:
+        return b"data: [DONE]" in data
+
+    def feed(self, events: list[bytes], parts: list[bytes]) -> Fault | None:
+        call = self._x.call
+        strip = call.injected.any
+        adapter = self._adapter
+        injected = call.injected
+        add = self.asm.add
+        loads = upstream_json.loads
+        for ev in events:
+            if ev[:6] == b"data: " and b"\n" not in ev:
+                payload: bytes | None = ev[6:]  # the usual one-line event, inline
+            else:
+                payload = event_data(ev)
+            if payload is None:
+                parts.append(ev + b"\n\n")
+            elif payload[:1] != b"{" and payload.strip() == b"[DONE]":
+                self.done = True  # released after the step is registered (and durable, if strict)
+            else:
+                try:
+                    obj = loads(payload)
+                except orjson.JSONDecodeError:
+                    # Not an event of this protocol: the agent gets the protocol's error
+                    # event (not garbage and [DONE]), and the step its error.
+                    msg = f"upstream {self._url} sent an event that is not JSON: {payload[:80]!r}"
+                    return Fault(502, "upstream_invalid", msg)
+                try:
+                    add(obj)
+                    if strip and obj.__class__ is dict:
+                        adapter.strip(obj, injected)
+                        parts.append(encode_event(obj))
+                    else:
+                        parts.append(ev + b"\n\n")
+                except MALFORMED as exc:
+                    msg = f"upstream {self._url} sent a malformed event: {exc}"
+                    return Fault(502, "upstream_invalid", msg)
+        return None
+
+    def partial(self) -> Any:
+        return self.asm.result()
+
+    def end_fault(self) -> Fault | None:
+        asm = self.asm
+        if asm.error is not None:
+            return None
+        if self.done and not asm.chunks:  # [DONE] after nothing of the protocol's
+            msg = f"upstream {self._url} sent [DONE] without any chat event before it"
+            return Fault(502, "upstream_invalid", msg)
+        if not self.done:
+            msg = f"upstream {self._url} ended the stream before [DONE]"
+            return Fault(502, "upstream_disconnected", msg)
+        return None
+
+    def close(self, partial: Any) -> Answer:
+        x = self._x
+        replies = self._adapter.replies(partial) if x.threads else None
+        call = x.call
+        return Answer(DONE, "", replies, lambda: ok_steps(call, partial, replies))
+
+    def fault_event(self, fault: Fault, from_upstream: bool) -> bytes:
+        if from_upstream:  # the upstream's error event went to the agent as it came
+            return b""
+        return self.error_event(fault.status, fault.message, "upstream_error")
+
+    def error_event(self, status: int, message: str, kind: str) -> bytes:
+        return encode_event({"error": {"message": message, "type": kind, "code": status}})

@@ -1,0 +1,54 @@
+"""What the proxy's handlers share, held by the app under typed keys.
+
+A module of its own so that the handlers and the app that routes to them both
+import it, and neither imports the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from agentworld.proxy.agent_conn import AgentConnections
+from agentworld.proxy.config import ProxyConfig
+from agentworld.proxy.recorder import Recorder
+from agentworld.proxy.redact import KnownKeys
+from agentworld.proxy.stats import ProxyStats
+from agentworld.proxy.trajectories import Registry
+from agentworld.proxy.translate.response_chains import ResponseChains
+from agentworld.proxy.upstream_http import UpstreamClient
+
+if TYPE_CHECKING:
+    from agentworld.pool import Pool
+    from agentworld.proxy.pool_seam import StepWriter
+
+
+@dataclass
+class State:
+    """Everything a request handler needs, held by the app under STATE."""
+
+    config: ProxyConfig
+    pool: Pool
+    stats: ProxyStats
+    registry: Registry
+    writer: StepWriter | None = None  # the pool's PoolWriter, made at startup unless given
+    recorder: Recorder | None = None
+    session: aiohttp.ClientSession | None = None  # pass-through routes
+    upstream: UpstreamClient | None = None  # generation calls
+    policy_version: int = 0
+    own_writer: bool = True
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    agent_conns: AgentConnections = field(default_factory=AgentConnections)
+    known_keys: KnownKeys = field(default_factory=KnownKeys)  # masked in every record
+
+    def set_policy(self, version: int) -> None:
+        self.policy_version = version
+
+
+STATE: web.AppKey[State] = web.AppKey("agentworld_proxy_state", State)
+# The Responses answers a later ``previous_response_id`` may point back to.
+CHAINS: web.AppKey[ResponseChains] = web.AppKey("agentworld_response_chains", ResponseChains)
