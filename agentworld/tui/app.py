@@ -15,6 +15,7 @@ from textual.screen import Screen
 from agentworld.errors import AgentWorldError
 from agentworld.pool import Selection
 from agentworld.tui.data import PoolData, TuiConfig, open_pool
+from agentworld.tui.diff import DiffScreen
 from agentworld.tui.group import GroupScreen
 from agentworld.tui.help import HelpScreen, bindings_of, key_name, what_it_does
 from agentworld.tui.inspector import InspectorScreen
@@ -61,6 +62,7 @@ class AgentWorldApp(App[None]):
         self.open_trajectory = open_trajectory  # `aw tui --open tr_…`: inspect it at once
         self.refresh_s = refresh_s
         self.selection = Selection()
+        self.marked: str | None = None  # the trajectory `d` marked, to diff another against
         self._decoder: Decoder | None = None
         self._tokenizer_sought = False  # looked for one without --tokenizer (once)
         self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
@@ -192,6 +194,23 @@ class AgentWorldApp(App[None]):
 
     def show_group(self, group: str, focus: str | None = None) -> None:
         self.push_screen(GroupScreen(group, focus))
+
+    def diff_mark(self, trajectory_id: str) -> None:
+        """``d`` on a trajectory (list or group view): mark it, or, with another marked,
+        open the diff of the two (the marked one on the left); ``d`` on the marked one
+        unmarks it."""
+        marked = self.marked
+        if marked is None or marked == trajectory_id:
+            self.marked = None if marked == trajectory_id else trajectory_id
+            self.notify(
+                f"marked {trajectory_id}: d on another trajectory diffs the two"
+                if self.marked
+                else f"unmarked {trajectory_id}",
+                timeout=3,
+            )
+            return
+        self.marked = None
+        self.push_screen(DiffScreen(marked, trajectory_id))
 
     def action_review(self) -> None:
         self.push_screen(InspectorScreen(None, review=True, selection=self.selection))

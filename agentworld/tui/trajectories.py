@@ -115,6 +115,12 @@ class TrajectoriesScreen(CuratingScreen):
         ),
         Binding("enter", "inspect", "Inspect", show=False, tooltip="Open the trajectory"),
         Binding("g", "group", "Group", tooltip="The trajectory's group, side by side"),
+        Binding(
+            "d",
+            "diff",
+            "Diff",
+            tooltip="Diff: mark this trajectory, or diff it against the marked one",
+        ),
         Binding("s", "sort", "Sort", tooltip="Sort by the next column"),
         Binding("S", "reverse", "Reverse", show=False, tooltip="Reverse the order"),
         Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
@@ -272,6 +278,11 @@ class TrajectoriesScreen(CuratingScreen):
             self.aw.show_group(row["group"], tid)
         elif row:
             self.notify("this trajectory has no group", severity="warning")
+
+    def action_diff(self) -> None:
+        tid = self.current_id()
+        if tid:
+            self.aw.diff_mark(tid)
 
     def action_sort(self) -> None:
         self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]
