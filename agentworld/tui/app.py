@@ -12,9 +12,10 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from agentworld.errors import AgentWorldError
+from agentworld.errors import AgentWorldError, ConfigError
 from agentworld.pool import Selection
 from agentworld.tui.data import PoolData, TuiConfig, open_pool
+from agentworld.tui.dialog import ChoiceDialog
 from agentworld.tui.diff import DiffScreen
 from agentworld.tui.group import GroupScreen
 from agentworld.tui.help import HelpScreen, bindings_of, key_name, what_it_does
@@ -22,6 +23,7 @@ from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.monitor import MonitorScreen
 from agentworld.tui.runs import RunsScreen
+from agentworld.tui.saved_filters import SavedFilters
 from agentworld.tui.tokens import Decoder, find_tokenizer, load_decoder
 from agentworld.tui.trajectories import TrajectoriesScreen
 
@@ -55,12 +57,15 @@ class AgentWorldApp(App[None]):
         start: str = "monitor",
         refresh_s: float = REFRESH_S,
         open_trajectory: str | None = None,
+        saved_filter: str | None = None,
     ):
         super().__init__()
         self.data = data
         self.start_mode = start
         self.open_trajectory = open_trajectory  # `aw tui --open tr_…`: inspect it at once
         self.refresh_s = refresh_s
+        self.saved_filter = saved_filter  # `aw tui --filter NAME`: the list opens with it
+        self.saved_filters = SavedFilters(data.pool.root)
         self.selection = Selection()
         self.marked: str | None = None  # the trajectory `d` marked, to diff another against
         self._decoder: Decoder | None = None
@@ -74,6 +79,8 @@ class AgentWorldApp(App[None]):
 
     def on_mount(self) -> None:
         self.switch_mode(self.start_mode)
+        if self.saved_filter:
+            self.call_after_refresh(self.recall_filter, self.saved_filter)
         if self.open_trajectory:
             self.call_after_refresh(self.inspect, self.open_trajectory)
         if self.refresh_s > 0:
@@ -212,6 +219,50 @@ class AgentWorldApp(App[None]):
         self.marked = None
         self.push_screen(DiffScreen(marked, trajectory_id))
 
+    # -- saved filters (kept in the pool's filters.toml) ---------------------------------------
+
+    def save_filter(self, name: str, text: str) -> None:
+        """Save the filter line ``text`` as ``name``; a problem is a notice."""
+        try:
+            self.saved_filters.save(name, text)
+        except (ConfigError, OSError) as exc:
+            self.notify(f"filter not saved: {exc}", severity="error", timeout=REFRESH_NOTICE_S)
+            return
+        self.notify(f"saved filter {name!r}: f in the list or ctrl+p recalls it", timeout=3)
+
+    def _saved(self) -> dict[str, str] | None:
+        """The saved filters, or None (said in a notice) when their file does not read."""
+        try:
+            return self.saved_filters.load()
+        except ConfigError as exc:
+            self.notify(str(exc), severity="error", timeout=REFRESH_NOTICE_S)
+            return None
+
+    def choose_filter(self) -> None:
+        """Pick a saved filter from a list, and show the list with it."""
+        saved = self._saved()
+        if saved is None:
+            return
+        if not saved:
+            self.notify("no saved filters yet: w in the list saves the filter line", timeout=4)
+            return
+        self.push_screen(
+            ChoiceDialog("Recall a saved filter", {k: f"{k}   {v}" for k, v in saved.items()}),
+            lambda name: None if name is None else self.call_later(self.recall_filter, name),
+        )
+
+    async def recall_filter(self, name: str) -> None:
+        """Show the list with the filter saved as ``name``."""
+        try:
+            text = self.saved_filters.get(name)
+        except ConfigError as exc:
+            self.notify(str(exc), severity="error", timeout=REFRESH_NOTICE_S)
+            return
+        await self.action_go("trajectories")
+        screen = self.screen
+        if isinstance(screen, TrajectoriesScreen):
+            screen.apply_filter(text)
+
     def action_review(self) -> None:
         self.push_screen(InspectorScreen(None, review=True, selection=self.selection))
 
@@ -255,6 +306,8 @@ class AgentWorldApp(App[None]):
                 yield SystemCommand(
                     title, f"key {key_name(b)}", partial(owner.run_action, b.action)
                 )
+        for name, text in (self._saved() or {}).items():
+            yield SystemCommand(f"Filter: {name}", text, partial(self.recall_filter, name))
 
 
 def make_app(
@@ -264,6 +317,7 @@ def make_app(
     clock: Callable[[], float] = time.time,
     refresh_s: float = REFRESH_S,
     open_trajectory: str | None = None,
+    saved_filter: str | None = None,
 ) -> AgentWorldApp:
     """Open the pool and build the app; the CLI, textual-serve and tests all start here.
 
@@ -275,4 +329,5 @@ def make_app(
         start=start,
         refresh_s=refresh_s,
         open_trajectory=open_trajectory,
+        saved_filter=saved_filter,
     )

@@ -18,8 +18,10 @@ from agentworld.pool.index_queries import TRAJECTORY_SORTS
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.data import Page
 from agentworld.tui.delivery import deliver
+from agentworld.tui.dialog import PromptDialog
 from agentworld.tui.filters import FILTER_HELP, parse_filter
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
+from agentworld.tui.saved_filters import FILTERS_FILE
 from agentworld.tui.suggest import FilterSuggester
 
 PAGE_SIZE = 100
@@ -126,6 +128,8 @@ class TrajectoriesScreen(CuratingScreen):
         Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
         Binding("left_square_bracket", "prev_page", "Prev page", key_display="[", show=False),
         Binding("a", "arm_all", "All matching", tooltip="The next label applies to every match"),
+        Binding("w", "save_filter", "Save filter", show=False, tooltip="Save the filter by name"),
+        Binding("f", "recall_filter", "Filters", show=False, tooltip="Recall a saved filter"),
         *CURATION_BINDINGS,
     ]
 
@@ -141,6 +145,7 @@ class TrajectoriesScreen(CuratingScreen):
         self._to_top = False  # a new sort, filter or page starts at its first row
         self._stale = False  # new records arrived while the user was pressing keys
         self.suggester = FilterSuggester()
+        self.pending_filter: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -156,7 +161,10 @@ class TrajectoriesScreen(CuratingScreen):
             table.add_column(c, key=c, width=width)
         table.focus()
         self.set_interval(HOLD_STILL_S / 2, self._reload_if_stale)
-        self.reload()
+        if self.pending_filter is not None:
+            self.apply_filter(self.pending_filter)
+        else:
+            self.reload()
         self._load_suggestions()
 
     @work(thread=True, exclusive=True, group="suggestions")
@@ -243,8 +251,16 @@ class TrajectoriesScreen(CuratingScreen):
     # -- filter --------------------------------------------------------------------------
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.apply_filter(event.value)
+
+    def apply_filter(self, text: str) -> None:
+        """Show what the filter line ``text`` selects (and put it in the filter line)."""
+        if not self.is_mounted:  # a mode screen made a moment ago: on_mount applies it
+            self.pending_filter = text
+            return
+        self.query_one("#filter", Input).value = text
         try:
-            sel = parse_filter(event.value)
+            sel = parse_filter(text)
         except ConfigError as exc:
             self._status(str(exc))
             return
@@ -253,6 +269,22 @@ class TrajectoriesScreen(CuratingScreen):
         self.page_offset = 0
         self.query_one("#list", DataTable).focus()
         self.reload(to_top=True)
+
+    def action_save_filter(self) -> None:
+        text = self.query_one("#filter", Input).value.strip()
+        if not text:
+            self.notify("the filter line is empty: nothing to save", severity="warning")
+            return
+        self.app.push_screen(
+            PromptDialog(
+                "Save the filter as (letters, digits, - and _)",
+                hint=f"{text}   (kept in the pool's {FILTERS_FILE})",
+            ),
+            lambda name: None if not name else self.aw.save_filter(name.strip(), text),
+        )
+
+    def action_recall_filter(self) -> None:
+        self.aw.choose_filter()
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
