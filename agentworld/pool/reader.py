@@ -17,6 +17,7 @@ from agentworld.pool.index import _read_superseded
 from agentworld.pool.journal import journal_records, scan_journal
 from agentworld.pool.labels import LabelEntry, apply_labels
 from agentworld.pool.layout import JOURNAL_SUFFIX, Layout
+from agentworld.pool.search_text import step_search_text
 from agentworld.pool.shards import invalid_line, iter_shard_lines, read_shard_bytes
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Trajectory:
             "policy_max": max(pv) if pv else None,
             "first_at": min(times) if times else None,
             "last_at": (self.end or {}).get("ended_at") or (max(times) if times else None),
+            "texts": [step_search_text(s) for s in self.steps],
         }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from agentworld.errors import ConfigError
 from agentworld.pool.labels import QUALITIES
+from agentworld.pool.search_text import text_matches
 
 TRAJECTORY_STATUSES = ("open", "done", "failed", "timeout", "cancelled")
 
@@ -63,7 +64,8 @@ class Selection:
         )
 
     def matches(self, t: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-        """Whether a trajectory summary (see Index.trajectory columns) passes, given its labels."""
+        """Whether a trajectory summary (``Trajectory.summary``: its fields, and ``texts``,
+        each step's search text) passes, given its labels."""
         for key in ("agent", "dataset", "split", "task", "group"):
             want = getattr(self, key)
             if want is not None and t.get(key) != want:
@@ -94,6 +96,5 @@ class Selection:
             return False
         if self.labelled is not None and bool(labels) != self.labelled:
             return False
-        return not (
-            self.text is not None and self.text.lower() not in (t.get("preview") or "").lower()
-        )
+        # The index's own rule and fields (search_text.py): every role, tool results too.
+        return not self.text or text_matches(self.text, t.get("texts") or ())
