@@ -24,6 +24,7 @@ from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.monitor import MonitorScreen
 from agentworld.tui.runs import RunsScreen
 from agentworld.tui.saved_filters import SavedFilters
+from agentworld.tui.screenshot import local_fonts
 from agentworld.tui.tokens import Decoder, find_tokenizer, load_decoder
 from agentworld.tui.trajectories import TrajectoriesScreen
 
@@ -287,6 +288,10 @@ class AgentWorldApp(App[None]):
         for screen in self.screen_stack:
             if screen is not event.origin and hasattr(screen, "reload"):
                 screen.reload()
+
+    def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
+        """Textual's SVG of the screen, with system fonts instead of a CDN's (screenshot.py)."""
+        return local_fonts(super().export_screenshot(title=title, simplify=simplify))
 
     # -- command palette ----------------------------------------------------------------------
 
