@@ -15,6 +15,7 @@ from textual.screen import Screen
 from agentworld.errors import AgentWorldError, ConfigError
 from agentworld.pool import Selection
 from agentworld.tui.data import PoolData, TuiConfig, open_pool
+from agentworld.tui.decoders import Fetch, Load, NoDecoder, TokenDecoders
 from agentworld.tui.dialog import ChoiceDialog
 from agentworld.tui.diff import DiffScreen
 from agentworld.tui.group import GroupScreen
@@ -22,10 +23,11 @@ from agentworld.tui.help import HelpScreen, bindings_of, key_name, what_it_does
 from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.monitor import MonitorScreen
+from agentworld.tui.remote_tokens import RemoteTokensError
 from agentworld.tui.runs import RunsScreen
 from agentworld.tui.saved_filters import SavedFilters
 from agentworld.tui.screenshot import local_fonts
-from agentworld.tui.tokens import Decoder, find_tokenizer, load_decoder
+from agentworld.tui.tokens import Decoder, load_decoder
 from agentworld.tui.trajectories import TrajectoriesScreen
 
 REFRESH_S = 1.0
@@ -69,8 +71,7 @@ class AgentWorldApp(App[None]):
         self.saved_filters = SavedFilters(data.pool.root)
         self.selection = Selection()
         self.marked: str | None = None  # the trajectory `d` marked, to diff another against
-        self._decoder: Decoder | None = None
-        self._tokenizer_sought = False  # looked for one without --tokenizer (once)
+        self.decoders = TokenDecoders(data.config.tokenizer_path, data.config.models_dir)
         self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
         self.refresh_problem: str | None = None  # why the last refresh failed, while it fails
         # Until the first refresh is done, the index may be cold (being built from every
@@ -87,8 +88,9 @@ class AgentWorldApp(App[None]):
         if self.refresh_s > 0:
             self.set_interval(self.refresh_s, self.refresh_pool)
         self.refresh_pool()
-        if self.data.config.tokenizer_path:
-            self._load_tokenizer(self.data.config.tokenizer_path)
+        path = self.decoders.loading()
+        if path:
+            self._load_tokenizer(path)
 
     def on_unmount(self) -> None:
         self.data.close()
@@ -156,40 +158,65 @@ class AgentWorldApp(App[None]):
             self.refresh_problem = None
             self.notify("pool readable again: refreshing", timeout=3)
 
+    # -- token decoders (decoders.py keeps the state, these run it) --------------------------
+
     @work(thread=True, group="tokenizer")
     def _load_tokenizer(self, path: str) -> None:
         try:
             decoder = load_decoder(path)
         except Exception as exc:  # a bad path must not take the app down
+            self.decoders.loaded(None)
             self.call_from_thread(self.notify, f"tokenizer {path}: {exc}", severity="error")
             return
-        self._decoder = decoder
-        self.call_from_thread(self._decoder_loaded, path)
+        self.decoders.loaded(decoder)
+        self.call_from_thread(
+            self._decoder_ready, f"tokenizer {path} loaded: tokens are shown as text"
+        )
 
-    def _decoder_loaded(self, path: str) -> None:
-        self.notify(f"tokenizer {path} loaded: tokens are shown as text", timeout=2)
+    @work(thread=True, group="tokenizer")
+    def _fetch_pieces(self, fetch: Fetch) -> None:
+        remote = fetch.remote
+        try:
+            remote.fetch(fetch.ids)
+        except RemoteTokensError as exc:
+            self.decoders.fetched(remote, ok=False)
+            self.call_from_thread(
+                self.notify,
+                f"token ids shown: {exc} (aw tui --tokenizer PATH decodes locally)",
+                severity="warning",
+                timeout=6,
+            )
+            return
+        self.decoders.fetched(remote, ok=True)
+        self.call_from_thread(self._decoder_ready, None)
+
+    def _decoder_ready(self, notice: str | None) -> None:
+        if notice:
+            self.notify(notice, timeout=2)
         for screen in self.screen_stack:  # an open token view shows text now, not ids
             if isinstance(screen, InspectorScreen):
                 screen.render_step()
 
-    def decoder(self) -> Decoder | None:
-        """Token-id → text, once a tokenizer has loaded; ids otherwise."""
-        return self._decoder
+    def decoder(self, step: dict[str, Any]) -> Decoder | None:
+        """Token-id → text for ``step``, once a tokenizer has loaded or its server has
+        decoded its ids; None: show ids."""
+        return self.decoders.for_step(step)
 
     def want_decoder(self, step: dict[str, Any]) -> None:
-        """The token view opened on ``step``: without --tokenizer, find one once (the
-        model folder the step names, or the embedded default) and load it."""
-        if self._decoder is not None or self._tokenizer_sought or self.data.config.tokenizer_path:
-            return
-        self._tokenizer_sought = True
-        path = find_tokenizer(step, self.data.config.models_dir)
-        if path is None:
-            self.notify(
-                "token ids shown: no tokenizer found for this model (aw tui --tokenizer PATH)",
-                timeout=4,
-            )
-            return
-        self._load_tokenizer(path)
+        """The token view shows ``step``: get what decodes it, if nothing does yet (a
+        tokenizer on disk for its model, else the server that generated it)."""
+        plan = self.decoders.plan(step)
+        if isinstance(plan, Load):
+            self._load_tokenizer(plan.path)
+        elif isinstance(plan, Fetch):
+            if plan.first:
+                self.notify(
+                    f"no local tokenizer: decoding with {plan.remote.base_url}/detokenize",
+                    timeout=3,
+                )
+            self._fetch_pieces(plan)
+        elif isinstance(plan, NoDecoder):
+            self.notify(plan.reason, timeout=4)
 
     # -- navigation (called by screens) ------------------------------------------------------
 
