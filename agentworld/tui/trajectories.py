@@ -219,6 +219,8 @@ class TrajectoriesScreen(CuratingScreen):
             first = p.offset + 1 if p.rows else 0
             out.append(f"{first:,}-{p.offset + len(p.rows):,} of {p.total:,}", style="bold")
             out.append(f"  sort {self.sort_key} {'↓' if self.descending else '↑'}")
+        if self.aw.marked:
+            out.append(f"  marked {self.aw.marked[-10:]}: d on another diffs", style="bold")
         if self.all_armed and self.page is not None:
             out.append(
                 f"  next label applies to ALL {self.page.total:,} matching",
@@ -231,6 +233,9 @@ class TrajectoriesScreen(CuratingScreen):
         if not self._shown or table.cursor_row < 0 or table.cursor_row >= len(self._shown):
             return None
         return self._shown[table.cursor_row]["id"]
+
+    def on_screen_resume(self) -> None:
+        self._status()  # a mark may have been used (a diff opened) or set in the group view
 
     def on_pool_refreshed(self, event: PoolRefreshed) -> None:
         # New agents, datasets or groups may have arrived (or the index was still being
@@ -315,6 +320,7 @@ class TrajectoriesScreen(CuratingScreen):
         tid = self.current_id()
         if tid:
             self.aw.diff_mark(tid)
+            self._status()
 
     def action_sort(self) -> None:
         self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]

@@ -157,12 +157,14 @@ async def test_diff_from_the_list_marks_then_diffs_against_the_cursor(pool_path:
         first = screen.current_id()
         await pilot.press("d")
         assert app.marked == first
+        assert f"marked {first[-10:]}" in str(screen.query_one("#status").render())
         await pilot.press("down", "d")
         await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.model)
         assert (app.screen.left_id, app.screen.right_id) == (first, screen.current_id())
         assert app.marked is None
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, TrajectoriesScreen))
+        await until(pilot, lambda: "marked" not in str(screen.query_one("#status").render()))
 
 
 async def test_diff_is_in_the_command_palette(pool_path: Path) -> None:

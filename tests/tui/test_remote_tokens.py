@@ -12,11 +12,10 @@ from textual.widgets import Static
 from agentworld import records
 from agentworld.tui.app import make_app
 from agentworld.tui.data import TuiConfig
-from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.remote_tokens import RemoteDecoder, RemoteTokensError, server_of
 
 from .conftest import T0, write_pool
-from .test_screens import until
+from .test_screens import shown_inspector, until
 
 VOCAB = {i: f"w{i} " for i in range(200)}  # a fake tokenizer: id i is "w<i> "
 
@@ -108,9 +107,7 @@ async def test_token_view_decodes_with_the_steps_server(
     app = app_on(pool)
     async with app.run_test(size=(100, 30)) as pilot:
         app.inspect("tr_remote")
-        await until(
-            pilot, lambda: isinstance(app.screen, InspectorScreen) and app.screen.trajectory
-        )
+        await shown_inspector(pilot)
         await pilot.press("t")
         body = lambda: str(app.screen.query_one("#body", Static).render())  # noqa: E731
         await until(pilot, lambda: "w99" in body())  # no second key: it changes once fetched
@@ -124,9 +121,7 @@ async def test_an_unreachable_server_is_a_notice_and_ids_stay(
     app = app_on(pool)
     async with app.run_test(size=(100, 30)) as pilot:
         app.inspect("tr_remote")
-        await until(
-            pilot, lambda: isinstance(app.screen, InspectorScreen) and app.screen.trajectory
-        )
+        await shown_inspector(pilot)
         await pilot.press("t")
         await until(pilot, lambda: any("unreachable" in n.message for n in app._notifications))
         body = str(app.screen.query_one("#body", Static).render())
