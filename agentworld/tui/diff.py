@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
+from rich import box
+from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
@@ -157,6 +159,18 @@ def side_line(mark: str, side: Side, style: str) -> Text:
     return out
 
 
+def pair_table(row: Aligned) -> Table:
+    """One row of the alignment as a two-column table: one widget a row, where a
+    container of two would triple the widgets to mount (200 messages: 1.8 s)."""
+    table = Table(box=box.MINIMAL, show_header=False, show_edge=False, expand=True, padding=(0, 1))
+    table.add_column(ratio=1)
+    table.add_column(ratio=1)
+    table.add_row(
+        _cell_text(row.left, row.kind == "left"), _cell_text(row.right, row.kind == "right")
+    )
+    return table
+
+
 def _cell_text(cell: Cell | None, only: bool) -> Text:
     if cell is None:
         return Text("")
@@ -177,8 +191,6 @@ class DiffScreen(Screen[None]):
     DiffScreen #dinfo { height: 3; padding: 0 1; background: $boost; }
     DiffScreen #rows { height: 1fr; }
     DiffScreen .pair { height: auto; }
-    DiffScreen .cell { width: 1fr; height: auto; padding: 0 1; }
-    DiffScreen .cell-left { border-right: vkey $primary-darken-2; }
     DiffScreen .differs { background: $boost; }
     DiffScreen .current { border-left: thick $warning; }
     DiffScreen .fold, DiffScreen .divider { height: 1; padding: 0 1; color: $text-muted; }
@@ -273,10 +285,8 @@ class DiffScreen(Screen[None]):
             row = m.rows[i]
             if i == m.shared and m.stops:
                 widgets.append(Static(f"▼ first difference: message {i + 1}", classes="divider"))
-            pair = Horizontal(
-                Static(_cell_text(row.left, row.kind == "left"), classes="cell cell-left"),
-                Static(_cell_text(row.right, row.kind == "right"), classes="cell"),
-                classes="pair" + ("" if row.kind == "same" else " differs"),
+            pair = Static(
+                pair_table(row), classes="pair" + ("" if row.kind == "same" else " differs")
             )
             self._row_widgets[i] = pair
             widgets.append(pair)

@@ -120,3 +120,13 @@ def test_cli_passes_the_filter_to_the_app(pool_path: Path, monkeypatch: pytest.M
     result = CliRunner().invoke(cli(), ["tui", "--pool", str(pool_path), "--filter", "mine"])
     assert result.exit_code == 0, result.output
     assert seen["saved_filter"] == "mine" and seen["start"] == "trajectories"
+
+
+def test_web_passes_the_filter_to_each_tab(pool_path: Path) -> None:
+    pytest.importorskip("textual_serve")
+    from agentworld.tui.command import web_server
+
+    server = web_server(
+        pool_path, None, None, "ann", "monitor", "127.0.0.1", 8566, filter_name="mine"
+    )
+    assert "--filter mine" in server.command
