@@ -47,8 +47,9 @@ class Trajectory:
         src = self.steps[0] if self.steps else self.end or {}
         return src.get(key)
 
-    def summary(self) -> dict[str, Any]:
-        """Fields Selection.matches understands."""
+    def summary(self, *, texts: bool = True) -> dict[str, Any]:
+        """Fields Selection.matches understands; ``texts``: with each step's search text
+        (as much work as parsing a small step: left out where no words are sought)."""
         pv = [s["policy_version"] for s in self.steps] or (
             [self.end["policy_version"]] if self.end else []
         )
@@ -66,7 +67,7 @@ class Trajectory:
             "policy_max": max(pv) if pv else None,
             "first_at": min(times) if times else None,
             "last_at": (self.end or {}).get("ended_at") or (max(times) if times else None),
-            "texts": [step_search_text(s) for s in self.steps],
+            "texts": [step_search_text(s) for s in self.steps] if texts else None,
         }
 
 

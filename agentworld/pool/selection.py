@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentworld.errors import ConfigError
 from agentworld.pool.labels import QUALITIES
 from agentworld.pool.search_text import text_matches
+
+if TYPE_CHECKING:
+    from agentworld.pool.reader import Trajectory
 
 TRAJECTORY_STATUSES = ("open", "done", "failed", "timeout", "cancelled")
 
@@ -62,6 +65,10 @@ class Selection:
             quality=tuple(q for q in (quality or "").split(",") if q),
             **filters,
         )
+
+    def admits(self, t: Trajectory) -> bool:
+        """Whether a trajectory read from the pool passes (its summary, as ``matches``)."""
+        return self.matches(t.summary(texts=self.text is not None), t.labels)
 
     def matches(self, t: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
         """Whether a trajectory summary (``Trajectory.summary``: its fields, and ``texts``,
