@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 
-.PHONY: venv install install-base browser demo test lint bench clean
+.PHONY: venv install install-base browser demo test lint bench screenshots clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ test: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+
+# docs/tui-*.svg: the TUI's snapshot tests (100×30), regenerated and copied to docs/.
+screenshots: install
+	$(PY) -m pytest -q tests/tui/test_snapshots.py --snapshot-update
+	$(PY) tests/tui/docs_screenshots.py
 
 bench: install
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

@@ -128,7 +128,7 @@ class Pool:
         """Stream trajectories with labels applied, keeping those the selection matches."""
         labels = self.labels.effective()
         for t in iter_trajectories(self.layout, labels, journals=journals):
-            if selection is None or selection.matches(t.summary(), t.labels):
+            if selection is None or selection.admits(t):
                 yield t
 
     def _fetch(self, row: dict[str, Any]) -> dict[str, Any]:

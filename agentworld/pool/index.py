@@ -24,14 +24,13 @@ from agentworld.pool.index_queries import IndexQueries
 from agentworld.pool.journal import parse_journal, scan_journal, split_trailer
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, hidden_shards
+from agentworld.pool.search_text import step_search_text
 from agentworld.pool.shards import iter_shard_lines
 
 log = logging.getLogger(__name__)
 
 INDEX_VERSION = 5  # 4: sources.mtime_ns (a shard changed since it was read); 5: a step's
 # search text holds every role it added, not one message
-PREVIEW_CHARS = 240
-SEARCH_CHARS = 1_000  # of each message a step's search text takes
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -93,37 +92,6 @@ class RefreshReport:
     changed: list[str] = field(default_factory=list)  # shards whose size or mtime moved
 
 
-def _content_str(c: Any) -> str:
-    return c if isinstance(c, str) else orjson.dumps(c).decode() if c else ""
-
-
-def _text_of(step: dict[str, Any]) -> str:
-    """A step's searchable text, every role: it leads with the last prompt message and
-    the response (the list's preview is its start), then the other messages: all of
-    them on a trajectory's first step (the system prompt, the task, any history it
-    came with), later only those since the last assistant turn (tool results). The
-    earlier ones were taken with the step that answered them; taking them again
-    would grow the index with the square of the turns."""
-    parts = []
-    req = step.get("request") or {}
-    msgs = [m for m in req.get("messages") or () if isinstance(m, dict)]
-    if msgs:
-        parts.append(_content_str(msgs[-1].get("content"))[:SEARCH_CHARS])
-    elif req.get("prompt"):
-        parts.append(req["prompt"][-PREVIEW_CHARS:])
-    resp = step.get("response") or {}
-    msg = resp.get("message") or {}
-    c = msg.get("content")
-    parts.append((c if isinstance(c, str) else resp.get("text") or "")[:SEARCH_CHARS])
-    for call in msg.get("tool_calls") or ():
-        parts.append(f"{call.get('name')}({call.get('arguments', '')[:80]})")
-    turns = [i for i, m in enumerate(msgs) if m.get("role") == "assistant"]
-    start = turns[-1] + 1 if turns and step.get("index") != 0 else 0
-    for m in msgs[start:-1]:
-        parts.append(_content_str(m.get("content"))[:SEARCH_CHARS])
-    return " | ".join(p for p in parts if p)[: SEARCH_CHARS * 3]
-
-
 def _count(reported: Any, ids: Any) -> int | None:
     """A step's token count: the usage the upstream reported, else its ids'. A pool may
     hold records from before counts had to be integers: anything else counts as unknown."""
@@ -157,7 +125,7 @@ def _step_row(rec: dict[str, Any], source: str, line: int) -> tuple[Any, ...]:
         _count(usage.get("completion_tokens"), tokens.get("completion_ids")),
         tokens.get("source"),
         f"{err.get('type')}: {err.get('message')}"[:500] if err else None,
-        _text_of(rec),
+        step_search_text(rec),
         source,
         line,
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from agentworld.pool.search_text import like_escape, like_pattern
 from agentworld.pool.selection import Selection
 
 _IN_CHUNK = 500  # ids per IN (...): old SQLite builds take at most 999 parameters
@@ -85,9 +86,10 @@ class IndexQueries:
             clauses.append("l.any_label IS NULL")
         if sel.text:
             clauses.append(
-                "EXISTS (SELECT 1 FROM steps s WHERE s.trajectory = t.id AND s.text LIKE ?)"
+                "EXISTS (SELECT 1 FROM steps s WHERE s.trajectory = t.id"
+                " AND s.text LIKE ? ESCAPE '\\')"
             )
-            args.append(f"%{sel.text}%")
+            args.append(like_pattern(sel.text))
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
 
     def count_trajectories(self, sel: Selection = Selection()) -> int:
@@ -170,8 +172,7 @@ class IndexQueries:
         out = self._matching("id >= ? AND id < ?", (prefix, prefix + "\uffff"))
         if out or len(prefix) < MIN_SUFFIX:
             return out
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        return self._matching("id LIKE ? ESCAPE '\\'", ("%" + escaped,))
+        return self._matching("id LIKE ? ESCAPE '\\'", ("%" + like_escape(prefix),))
 
     def _matching(self, where: str, args: tuple[str, ...]) -> list[tuple[str, str]]:
         out = []

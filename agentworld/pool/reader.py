@@ -17,6 +17,7 @@ from agentworld.pool.index import _read_superseded
 from agentworld.pool.journal import journal_records, scan_journal
 from agentworld.pool.labels import LabelEntry, apply_labels
 from agentworld.pool.layout import JOURNAL_SUFFIX, Layout
+from agentworld.pool.search_text import step_search_text
 from agentworld.pool.shards import invalid_line, iter_shard_lines, read_shard_bytes
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,9 @@ class Trajectory:
         src = self.steps[0] if self.steps else self.end or {}
         return src.get(key)
 
-    def summary(self) -> dict[str, Any]:
-        """Fields Selection.matches understands."""
+    def summary(self, *, texts: bool = True) -> dict[str, Any]:
+        """Fields Selection.matches understands; ``texts``: with each step's search text
+        (as much work as parsing a small step: left out where no words are sought)."""
         pv = [s["policy_version"] for s in self.steps] or (
             [self.end["policy_version"]] if self.end else []
         )
@@ -65,6 +67,7 @@ class Trajectory:
             "policy_max": max(pv) if pv else None,
             "first_at": min(times) if times else None,
             "last_at": (self.end or {}).get("ended_at") or (max(times) if times else None),
+            "texts": [step_search_text(s) for s in self.steps] if texts else None,
         }
 
 

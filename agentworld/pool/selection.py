@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentworld.errors import ConfigError
 from agentworld.pool.labels import QUALITIES
+from agentworld.pool.search_text import text_matches
+
+if TYPE_CHECKING:
+    from agentworld.pool.reader import Trajectory
 
 TRAJECTORY_STATUSES = ("open", "done", "failed", "timeout", "cancelled")
 
@@ -62,8 +66,13 @@ class Selection:
             **filters,
         )
 
+    def admits(self, t: Trajectory) -> bool:
+        """Whether a trajectory read from the pool passes (its summary, as ``matches``)."""
+        return self.matches(t.summary(texts=self.text is not None), t.labels)
+
     def matches(self, t: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-        """Whether a trajectory summary (see Index.trajectory columns) passes, given its labels."""
+        """Whether a trajectory summary (``Trajectory.summary``: its fields, and ``texts``,
+        each step's search text) passes, given its labels."""
         for key in ("agent", "dataset", "split", "task", "group"):
             want = getattr(self, key)
             if want is not None and t.get(key) != want:
@@ -94,6 +103,5 @@ class Selection:
             return False
         if self.labelled is not None and bool(labels) != self.labelled:
             return False
-        return not (
-            self.text is not None and self.text.lower() not in (t.get("preview") or "").lower()
-        )
+        # The index's own rule and fields (search_text.py): every role, tool results too.
+        return not self.text or text_matches(self.text, t.get("texts") or ())

@@ -119,7 +119,7 @@ def make_plan(
     groups: list[str] = []
     rewards: list[float] = []
     for t in iter_trajectories(layout, labels, sources=sources, include_open=False):
-        if not selection.matches(t.summary(), t.labels):
+        if not selection.admits(t):
             continue
         plan.matched += 1
         if not cfg.include_infra_failures and infra_failure(t) is not None:
@@ -307,7 +307,7 @@ class PoolBatches(IterableDataset):
                 max_seq_len=self.cfg.max_seq_len,
             )
             self.stats.add(stats)
-            version = t.summary()["policy_max"]
+            version = t.summary(texts=False)["policy_max"]
             for r in out:
                 r.advantage = self.plan.advantages[t.id]
                 r.reward = self.plan.rewards.get(t.id)

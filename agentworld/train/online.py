@@ -145,7 +145,7 @@ class OnlineUpdates:
             if rank_of(group, self.acc.num_processes) != self.acc.process_index:
                 continue
             trajs = [self.pool.get_trajectory(tid) for tid in tids]
-            trajs = [t for t in trajs if sel.matches(t.summary(), t.labels)]
+            trajs = [t for t in trajs if sel.admits(t)]
             if not cfg.include_infra_failures:  # not the model's doing: no advantage
                 trajs = [t for t in trajs if infra_failure(t) is None]
             if cfg.algo != "sft":
@@ -170,7 +170,7 @@ class OnlineUpdates:
                     max_seq_len=cfg.max_seq_len,
                 )
                 self.stats.add(stats)
-                version = t.summary()["policy_max"]
+                version = t.summary(texts=False)["policy_max"]
                 for r in out:
                     r.advantage, r.reward, r.policy_version = adv, t.reward, version
                 rows.extend(out)

@@ -12,16 +12,22 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from agentworld.errors import AgentWorldError
+from agentworld.errors import AgentWorldError, ConfigError
 from agentworld.pool import Selection
 from agentworld.tui.data import PoolData, TuiConfig, open_pool
+from agentworld.tui.decoders import Fetch, Load, NoDecoder, TokenDecoders
+from agentworld.tui.dialog import ChoiceDialog
+from agentworld.tui.diff import DiffScreen
 from agentworld.tui.group import GroupScreen
 from agentworld.tui.help import HelpScreen, bindings_of, key_name, what_it_does
 from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.monitor import MonitorScreen
+from agentworld.tui.remote_tokens import RemoteTokensError
 from agentworld.tui.runs import RunsScreen
-from agentworld.tui.tokens import Decoder, find_tokenizer, load_decoder
+from agentworld.tui.saved_filters import SavedFilters
+from agentworld.tui.screenshot import local_fonts
+from agentworld.tui.tokens import Decoder, load_decoder
 from agentworld.tui.trajectories import TrajectoriesScreen
 
 REFRESH_S = 1.0
@@ -54,15 +60,18 @@ class AgentWorldApp(App[None]):
         start: str = "monitor",
         refresh_s: float = REFRESH_S,
         open_trajectory: str | None = None,
+        saved_filter: str | None = None,
     ):
         super().__init__()
         self.data = data
         self.start_mode = start
         self.open_trajectory = open_trajectory  # `aw tui --open tr_…`: inspect it at once
         self.refresh_s = refresh_s
+        self.saved_filter = saved_filter  # `aw tui --filter NAME`: the list opens with it
+        self.saved_filters = SavedFilters(data.pool.root)
         self.selection = Selection()
-        self._decoder: Decoder | None = None
-        self._tokenizer_sought = False  # looked for one without --tokenizer (once)
+        self.marked: str | None = None  # the trajectory `d` marked, to diff another against
+        self.decoders = TokenDecoders(data.config.tokenizer_path, data.config.models_dir)
         self.last_key_at = 0.0  # monotonic time of the last key: lists hold still while typing
         self.refresh_problem: str | None = None  # why the last refresh failed, while it fails
         # Until the first refresh is done, the index may be cold (being built from every
@@ -72,13 +81,16 @@ class AgentWorldApp(App[None]):
 
     def on_mount(self) -> None:
         self.switch_mode(self.start_mode)
+        if self.saved_filter:
+            self.call_after_refresh(self.recall_filter, self.saved_filter)
         if self.open_trajectory:
             self.call_after_refresh(self.inspect, self.open_trajectory)
         if self.refresh_s > 0:
             self.set_interval(self.refresh_s, self.refresh_pool)
         self.refresh_pool()
-        if self.data.config.tokenizer_path:
-            self._load_tokenizer(self.data.config.tokenizer_path)
+        path = self.decoders.loading()
+        if path:
+            self._load_tokenizer(path)
 
     def on_unmount(self) -> None:
         self.data.close()
@@ -146,40 +158,65 @@ class AgentWorldApp(App[None]):
             self.refresh_problem = None
             self.notify("pool readable again: refreshing", timeout=3)
 
+    # -- token decoders (decoders.py keeps the state, these run it) --------------------------
+
     @work(thread=True, group="tokenizer")
     def _load_tokenizer(self, path: str) -> None:
         try:
             decoder = load_decoder(path)
         except Exception as exc:  # a bad path must not take the app down
+            self.decoders.loaded(None)
             self.call_from_thread(self.notify, f"tokenizer {path}: {exc}", severity="error")
             return
-        self._decoder = decoder
-        self.call_from_thread(self._decoder_loaded, path)
+        self.decoders.loaded(decoder)
+        self.call_from_thread(
+            self._decoder_ready, f"tokenizer {path} loaded: tokens are shown as text"
+        )
 
-    def _decoder_loaded(self, path: str) -> None:
-        self.notify(f"tokenizer {path} loaded: tokens are shown as text", timeout=2)
+    @work(thread=True, group="tokenizer")
+    def _fetch_pieces(self, fetch: Fetch) -> None:
+        remote = fetch.remote
+        try:
+            remote.fetch(fetch.ids)
+        except RemoteTokensError as exc:
+            self.decoders.fetched(remote, ok=False)
+            self.call_from_thread(
+                self.notify,
+                f"token ids shown: {exc} (aw tui --tokenizer PATH decodes locally)",
+                severity="warning",
+                timeout=6,
+            )
+            return
+        self.decoders.fetched(remote, ok=True)
+        self.call_from_thread(self._decoder_ready, None)
+
+    def _decoder_ready(self, notice: str | None) -> None:
+        if notice:
+            self.notify(notice, timeout=2)
         for screen in self.screen_stack:  # an open token view shows text now, not ids
             if isinstance(screen, InspectorScreen):
                 screen.render_step()
 
-    def decoder(self) -> Decoder | None:
-        """Token-id → text, once a tokenizer has loaded; ids otherwise."""
-        return self._decoder
+    def decoder(self, step: dict[str, Any]) -> Decoder | None:
+        """Token-id → text for ``step``, once a tokenizer has loaded or its server has
+        decoded its ids; None: show ids."""
+        return self.decoders.for_step(step)
 
     def want_decoder(self, step: dict[str, Any]) -> None:
-        """The token view opened on ``step``: without --tokenizer, find one once (the
-        model folder the step names, or the embedded default) and load it."""
-        if self._decoder is not None or self._tokenizer_sought or self.data.config.tokenizer_path:
-            return
-        self._tokenizer_sought = True
-        path = find_tokenizer(step, self.data.config.models_dir)
-        if path is None:
-            self.notify(
-                "token ids shown: no tokenizer found for this model (aw tui --tokenizer PATH)",
-                timeout=4,
-            )
-            return
-        self._load_tokenizer(path)
+        """The token view shows ``step``: get what decodes it, if nothing does yet (a
+        tokenizer on disk for its model, else the server that generated it)."""
+        plan = self.decoders.plan(step)
+        if isinstance(plan, Load):
+            self._load_tokenizer(plan.path)
+        elif isinstance(plan, Fetch):
+            if plan.first:
+                self.notify(
+                    f"no local tokenizer: decoding with {plan.remote.base_url}/detokenize",
+                    timeout=3,
+                )
+            self._fetch_pieces(plan)
+        elif isinstance(plan, NoDecoder):
+            self.notify(plan.reason, timeout=4)
 
     # -- navigation (called by screens) ------------------------------------------------------
 
@@ -192,6 +229,67 @@ class AgentWorldApp(App[None]):
 
     def show_group(self, group: str, focus: str | None = None) -> None:
         self.push_screen(GroupScreen(group, focus))
+
+    def diff_mark(self, trajectory_id: str) -> None:
+        """``d`` on a trajectory (list or group view): mark it, or, with another marked,
+        open the diff of the two (the marked one on the left); ``d`` on the marked one
+        unmarks it."""
+        marked = self.marked
+        if marked is None or marked == trajectory_id:
+            self.marked = None if marked == trajectory_id else trajectory_id
+            self.notify(
+                f"marked {trajectory_id}: d on another trajectory diffs the two"
+                if self.marked
+                else f"unmarked {trajectory_id}",
+                timeout=3,
+            )
+            return
+        self.marked = None
+        self.push_screen(DiffScreen(marked, trajectory_id))
+
+    # -- saved filters (kept in the pool's filters.toml) ---------------------------------------
+
+    def save_filter(self, name: str, text: str) -> None:
+        """Save the filter line ``text`` as ``name``; a problem is a notice."""
+        try:
+            self.saved_filters.save(name, text)
+        except (ConfigError, OSError) as exc:
+            self.notify(f"filter not saved: {exc}", severity="error", timeout=REFRESH_NOTICE_S)
+            return
+        self.notify(f"saved filter {name!r}: f in the list or ctrl+p recalls it", timeout=3)
+
+    def _saved(self) -> dict[str, str] | None:
+        """The saved filters, or None (said in a notice) when their file does not read."""
+        try:
+            return self.saved_filters.load()
+        except ConfigError as exc:
+            self.notify(str(exc), severity="error", timeout=REFRESH_NOTICE_S)
+            return None
+
+    def choose_filter(self) -> None:
+        """Pick a saved filter from a list, and show the list with it."""
+        saved = self._saved()
+        if saved is None:
+            return
+        if not saved:
+            self.notify("no saved filters yet: w in the list saves the filter line", timeout=4)
+            return
+        self.push_screen(
+            ChoiceDialog("Recall a saved filter", {k: f"{k}   {v}" for k, v in saved.items()}),
+            lambda name: None if name is None else self.call_later(self.recall_filter, name),
+        )
+
+    async def recall_filter(self, name: str) -> None:
+        """Show the list with the filter saved as ``name``."""
+        try:
+            text = self.saved_filters.get(name)
+        except ConfigError as exc:
+            self.notify(str(exc), severity="error", timeout=REFRESH_NOTICE_S)
+            return
+        await self.action_go("trajectories")
+        screen = self.screen
+        if isinstance(screen, TrajectoriesScreen):
+            screen.apply_filter(text)
 
     def action_review(self) -> None:
         self.push_screen(InspectorScreen(None, review=True, selection=self.selection))
@@ -218,6 +316,10 @@ class AgentWorldApp(App[None]):
             if screen is not event.origin and hasattr(screen, "reload"):
                 screen.reload()
 
+    def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
+        """Textual's SVG of the screen, with system fonts instead of a CDN's (screenshot.py)."""
+        return local_fonts(super().export_screenshot(title=title, simplify=simplify))
+
     # -- command palette ----------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -236,6 +338,8 @@ class AgentWorldApp(App[None]):
                 yield SystemCommand(
                     title, f"key {key_name(b)}", partial(owner.run_action, b.action)
                 )
+        for name, text in (self._saved() or {}).items():
+            yield SystemCommand(f"Filter: {name}", text, partial(self.recall_filter, name))
 
 
 def make_app(
@@ -245,6 +349,7 @@ def make_app(
     clock: Callable[[], float] = time.time,
     refresh_s: float = REFRESH_S,
     open_trajectory: str | None = None,
+    saved_filter: str | None = None,
 ) -> AgentWorldApp:
     """Open the pool and build the app; the CLI, textual-serve and tests all start here.
 
@@ -256,4 +361,5 @@ def make_app(
         start=start,
         refresh_s=refresh_s,
         open_trajectory=open_trajectory,
+        saved_filter=saved_filter,
     )

@@ -30,6 +30,11 @@ def tui(
     open_id: str | None = typer.Option(
         None, "--open", help="Open this trajectory in the inspector (a link to it: tr_…)."
     ),
+    filter_name: str | None = typer.Option(
+        None,
+        "--filter",
+        help="Open the trajectory list with this saved filter (the pool's filters.toml).",
+    ),
     web: bool = typer.Option(False, "--web", help="Serve the app in a browser (textual-serve)."),
     host: str = typer.Option("127.0.0.1", "--host", help="With --web: address to bind."),
     port: int = typer.Option(8566, "--port", help="With --web: port."),
@@ -41,7 +46,9 @@ def tui(
         raise ConfigError(f"--start: expected monitor, trajectories or runs, got {start!r}")
     resolved = resolve_author(author)
     if web:
-        web_server(pool, proxy, tokenizer, resolved, start, host, port, runs, open_id).serve()
+        web_server(
+            pool, proxy, tokenizer, resolved, start, host, port, runs, open_id, filter_name
+        ).serve()
         return
     from agentworld.model_folder import default_aw_home
     from agentworld.tui.app import make_app
@@ -55,7 +62,12 @@ def tui(
         runs_path=str(runs),
         models_dir=str(default_aw_home() / "models"),
     )
-    make_app(config, start="trajectories" if open_id else start, open_trajectory=open_id).run()
+    make_app(
+        config,
+        start="trajectories" if open_id or filter_name else start,
+        open_trajectory=open_id,
+        saved_filter=filter_name,
+    ).run()
 
 
 def web_server(
@@ -68,6 +80,7 @@ def web_server(
     port: int,
     runs: Path = Path("runs"),
     open_id: str | None = None,
+    filter_name: str | None = None,
 ) -> Any:
     """The textual-serve server `aw tui --web` runs: one `aw tui` process per browser tab."""
     from agentworld.errors import MissingExtraError
@@ -97,6 +110,8 @@ def web_server(
         args += ["--tokenizer", tokenizer]
     if open_id:
         args += ["--open", open_id]
+    if filter_name:
+        args += ["--filter", filter_name]
     return Server(
         shlex.join(args),
         host=host,

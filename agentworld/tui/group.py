@@ -58,6 +58,12 @@ class GroupScreen(CuratingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to where the group was opened"),
         Binding("enter", "inspect", "Inspect", show=False, tooltip="Open the trajectory"),
+        Binding(
+            "d",
+            "diff",
+            "Diff",
+            tooltip="Diff: mark this trajectory, or diff it against the marked one",
+        ),
         *CURATION_BINDINGS,
     ]
 
@@ -174,6 +180,11 @@ class GroupScreen(CuratingScreen):
         t = self.current()
         if t is not None:
             self.aw.inspect(t.id)
+
+    def action_diff(self) -> None:
+        t = self.current()
+        if t is not None:
+            self.aw.diff_mark(t.id)
 
     def label_targets(self) -> list[str]:
         t = self.current()

@@ -23,7 +23,7 @@ from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.delivery import deliver
 from agentworld.tui.fulltext import FullTextScreen
 from agentworld.tui.messages import TrajectoryLabelled
-from agentworld.tui.tokens import Decoder, token_view
+from agentworld.tui.tokens import token_view
 from agentworld.tui.transcript import (
     Clip,
     new_from,
@@ -335,6 +335,8 @@ class InspectorScreen(CuratingScreen):
         meta = self.query_one("#meta", Static)
         meta.set_class(not self.details, "line")
         meta.update(step_metadata(step) if self.details else step_summary(step, "▸ "))
+        if self.show_tokens:  # a step whose ids nothing decodes yet: get what does
+            self.aw.want_decoder(step)
         key = self.body_key(step, prev)
         if key != self.body_shown:
             self.show_body(key, self.body(step, prev))
@@ -344,13 +346,13 @@ class InspectorScreen(CuratingScreen):
         after a label (a new Trajectory, the same steps) keeps it."""
         ids = (self.step_i, step.get("id"), prev.get("id") if prev else None)
         if self.show_tokens:
-            return ("tokens", *ids, self.decoder() is not None)
+            return ("tokens", *ids, self.aw.decoder(step) is not None)
         return ("transcript", *ids, self.full_history)
 
     def body(self, step: dict[str, Any], prev: dict[str, Any] | None) -> Text:
         """The step's tokens, or its transcript with long texts clipped."""
         if self.show_tokens:
-            return token_view(step, prev, decode=self.decoder())
+            return token_view(step, prev, decode=self.aw.decoder(step))
         text = self.transcript(step, prev, CLIP)
         if self.highlight:
             text.highlight_words([self.highlight], "bold black on yellow", case_sensitive=False)
@@ -366,9 +368,6 @@ class InspectorScreen(CuratingScreen):
     def show_body(self, key: tuple[Any, ...] | None, body: Text) -> None:
         self.body_shown = key
         self.query_one("#body", Static).update(body)
-
-    def decoder(self) -> Decoder | None:
-        return self.aw.decoder()
 
     def target_name(self) -> str:
         t = self.trajectory
@@ -402,9 +401,6 @@ class InspectorScreen(CuratingScreen):
 
     def action_toggle_tokens(self) -> None:
         self.show_tokens = not self.show_tokens
-        t = self.trajectory
-        if self.show_tokens and t is not None and t.steps:
-            self.aw.want_decoder(t.steps[self.step_i])
         self.render_step()
 
     def action_toggle_details(self) -> None:

@@ -18,8 +18,10 @@ from agentworld.pool.index_queries import TRAJECTORY_SORTS
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.data import Page
 from agentworld.tui.delivery import deliver
+from agentworld.tui.dialog import PromptDialog
 from agentworld.tui.filters import FILTER_HELP, parse_filter
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
+from agentworld.tui.saved_filters import FILTERS_FILE
 from agentworld.tui.suggest import FilterSuggester
 
 PAGE_SIZE = 100
@@ -115,11 +117,19 @@ class TrajectoriesScreen(CuratingScreen):
         ),
         Binding("enter", "inspect", "Inspect", show=False, tooltip="Open the trajectory"),
         Binding("g", "group", "Group", tooltip="The trajectory's group, side by side"),
+        Binding(
+            "d",
+            "diff",
+            "Diff",
+            tooltip="Diff: mark this trajectory, or diff it against the marked one",
+        ),
         Binding("s", "sort", "Sort", tooltip="Sort by the next column"),
         Binding("S", "reverse", "Reverse", show=False, tooltip="Reverse the order"),
         Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
         Binding("left_square_bracket", "prev_page", "Prev page", key_display="[", show=False),
         Binding("a", "arm_all", "All matching", tooltip="The next label applies to every match"),
+        Binding("w", "save_filter", "Save filter", show=False, tooltip="Save the filter by name"),
+        Binding("f", "recall_filter", "Filters", show=False, tooltip="Recall a saved filter"),
         *CURATION_BINDINGS,
     ]
 
@@ -135,6 +145,7 @@ class TrajectoriesScreen(CuratingScreen):
         self._to_top = False  # a new sort, filter or page starts at its first row
         self._stale = False  # new records arrived while the user was pressing keys
         self.suggester = FilterSuggester()
+        self.pending_filter: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -150,7 +161,10 @@ class TrajectoriesScreen(CuratingScreen):
             table.add_column(c, key=c, width=width)
         table.focus()
         self.set_interval(HOLD_STILL_S / 2, self._reload_if_stale)
-        self.reload()
+        if self.pending_filter is not None:
+            self.apply_filter(self.pending_filter)
+        else:
+            self.reload()
         self._load_suggestions()
 
     @work(thread=True, exclusive=True, group="suggestions")
@@ -205,6 +219,8 @@ class TrajectoriesScreen(CuratingScreen):
             first = p.offset + 1 if p.rows else 0
             out.append(f"{first:,}-{p.offset + len(p.rows):,} of {p.total:,}", style="bold")
             out.append(f"  sort {self.sort_key} {'↓' if self.descending else '↑'}")
+        if self.aw.marked:
+            out.append(f"  marked {self.aw.marked[-10:]}: d on another diffs", style="bold")
         if self.all_armed and self.page is not None:
             out.append(
                 f"  next label applies to ALL {self.page.total:,} matching",
@@ -217,6 +233,9 @@ class TrajectoriesScreen(CuratingScreen):
         if not self._shown or table.cursor_row < 0 or table.cursor_row >= len(self._shown):
             return None
         return self._shown[table.cursor_row]["id"]
+
+    def on_screen_resume(self) -> None:
+        self._status()  # a mark may have been used (a diff opened) or set in the group view
 
     def on_pool_refreshed(self, event: PoolRefreshed) -> None:
         # New agents, datasets or groups may have arrived (or the index was still being
@@ -237,8 +256,16 @@ class TrajectoriesScreen(CuratingScreen):
     # -- filter --------------------------------------------------------------------------
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.apply_filter(event.value)
+
+    def apply_filter(self, text: str) -> None:
+        """Show what the filter line ``text`` selects (and put it in the filter line)."""
+        if not self.is_mounted:  # a mode screen made a moment ago: on_mount applies it
+            self.pending_filter = text
+            return
+        self.query_one("#filter", Input).value = text
         try:
-            sel = parse_filter(event.value)
+            sel = parse_filter(text)
         except ConfigError as exc:
             self._status(str(exc))
             return
@@ -247,6 +274,22 @@ class TrajectoriesScreen(CuratingScreen):
         self.page_offset = 0
         self.query_one("#list", DataTable).focus()
         self.reload(to_top=True)
+
+    def action_save_filter(self) -> None:
+        text = self.query_one("#filter", Input).value.strip()
+        if not text:
+            self.notify("the filter line is empty: nothing to save", severity="warning")
+            return
+        self.app.push_screen(
+            PromptDialog(
+                "Save the filter as (letters, digits, - and _)",
+                hint=f"{text}   (kept in the pool's {FILTERS_FILE})",
+            ),
+            lambda name: None if not name else self.aw.save_filter(name.strip(), text),
+        )
+
+    def action_recall_filter(self) -> None:
+        self.aw.choose_filter()
 
     def action_focus_filter(self) -> None:
         self.query_one("#filter", Input).focus()
@@ -272,6 +315,12 @@ class TrajectoriesScreen(CuratingScreen):
             self.aw.show_group(row["group"], tid)
         elif row:
             self.notify("this trajectory has no group", severity="warning")
+
+    def action_diff(self) -> None:
+        tid = self.current_id()
+        if tid:
+            self.aw.diff_mark(tid)
+            self._status()
 
     def action_sort(self) -> None:
         self.sort_key = SORTS[(SORTS.index(self.sort_key) + 1) % len(SORTS)]

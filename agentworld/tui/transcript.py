@@ -92,7 +92,8 @@ def clipped(value: Any, clip: Clip | None, style: str = "") -> Text:
     return out
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """A message's content as text: parts' text joined, other parts as ``<type>``."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -123,7 +124,7 @@ def message_text(m: dict[str, Any], out: Text | None = None, clip: Clip | None =
         out.append("reasoning: ", style="italic dim")
         out.append(clipped(m["reasoning"], clip, style="italic dim"))
         out.append("\n")
-    content = _content_text(m.get("content"))
+    content = content_text(m.get("content"))
     if content:
         out.append(clipped(content, clip))
         out.append("\n")
@@ -138,13 +139,13 @@ def message_text(m: dict[str, Any], out: Text | None = None, clip: Clip | None =
     return out
 
 
-def _gist(m: Any) -> Any:
+def message_gist(m: Any) -> Any:
     """What must match for a message resent by the agent to count as the one it had sent
     (agents drop reasoning, or re-serialise tool arguments, when they send it back)."""
     if not isinstance(m, dict):
         return m
     calls = tuple(c.get("name") if isinstance(c, dict) else c for c in m.get("tool_calls") or ())
-    return m.get("role"), _content_text(m.get("content")).strip(), m.get("tool_call_id"), calls
+    return m.get("role"), content_text(m.get("content")).strip(), m.get("tool_call_id"), calls
 
 
 def new_from(step: dict[str, Any], prev: dict[str, Any] | None) -> int:
@@ -160,7 +161,9 @@ def new_from(step: dict[str, Any], prev: dict[str, Any] | None) -> int:
     n = len(before)
     if not n or len(msgs) <= n:
         return 0
-    if msgs[:n] == before or [_gist(m) for m in msgs[:n]] == [_gist(m) for m in before]:
+    if msgs[:n] == before or [message_gist(m) for m in msgs[:n]] == [
+        message_gist(m) for m in before
+    ]:
         return n
     return 0
 

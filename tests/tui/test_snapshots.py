@@ -8,6 +8,7 @@ import pytest
 from textual.pilot import Pilot
 
 from agentworld.tui import queries
+from agentworld.tui.diff import DiffScreen
 from agentworld.tui.group import GroupScreen
 from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.monitor import MonitorScreen
@@ -103,3 +104,11 @@ def test_runs_snapshot(pool_path: Path, snap_compare) -> None:
     assert snap_compare(
         app_for(pool_path, start="runs", refresh_s=0), terminal_size=SIZE, run_before=ready
     )
+
+
+def test_diff_snapshot(pool_path: Path, snap_compare) -> None:
+    async def ready(pilot: Pilot) -> None:
+        pilot.app.push_screen(DiffScreen("tr_grp-a_0", "tr_grp-a_1"))
+        await settle(pilot, lambda a: isinstance(a.screen, DiffScreen) and a.screen.model)
+
+    assert snap_compare(app_for(pool_path, refresh_s=0), terminal_size=SIZE, run_before=ready)

@@ -34,10 +34,10 @@ async def test_token_view_decodes_with_configured_tokenizer(
     app = make_app(config, start="trajectories", clock=lambda: T0)
     async with app.run_test(size=(100, 30)) as pilot:
         for _ in range(500):
-            if app.decoder() is not None:
+            if app.decoders.local is not None:
                 break
             await pilot.pause(0.02)
-        assert app.decoder() is not None
+        assert app.decoders.local is not None
         app.inspect("tr_grp-a_1")
         for _ in range(200):
             if isinstance(app.screen, InspectorScreen) and app.screen.trajectory:
