@@ -143,6 +143,7 @@ class TrajectoriesScreen(CuratingScreen):
         self.all_armed = False
         self._shown: list[dict[str, Any]] = []
         self._to_top = False  # a new sort, filter or page starts at its first row
+        self._asked = 0  # pages asked for: only the newest one asked is shown
         self._stale = False  # new records arrived while the user was pressing keys
         self.suggester = FilterSuggester()
         self.pending_filter: str | None = None
@@ -176,17 +177,22 @@ class TrajectoriesScreen(CuratingScreen):
 
     def reload(self, *, to_top: bool = False) -> None:
         self._to_top = self._to_top or to_top
-        self._load(self.selection, self.sort_key, self.descending, self.page_offset)
+        self._asked += 1
+        self._load(self._asked, self.selection, self.sort_key, self.descending, self.page_offset)
 
     @work(thread=True, exclusive=True, group="page")
-    def _load(self, sel: Selection, sort: str, descending: bool, offset: int) -> None:
+    def _load(self, asked: int, sel: Selection, sort: str, descending: bool, offset: int) -> None:
         page = self.aw.data.page(
             sel, sort=sort, descending=descending, limit=PAGE_SIZE, offset=offset
         )
-        deliver(self, self.show, page)
+        deliver(self, self.show, page, asked)
 
-    def show(self, page: Page) -> None:
+    def show(self, page: Page, asked: int | None = None) -> None:
         """Display one page, keeping the cursor on the same trajectory where possible."""
+        if asked is not None and asked != self._asked:
+            # An exclusive worker's thread is not stopped: a page asked for before a new
+            # sort, filter or refresh can arrive after the newer one, and must not win.
+            return
         if page.selection != self.selection:
             return  # a newer filter is on its way
         self.page = page

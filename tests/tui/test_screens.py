@@ -83,6 +83,21 @@ async def test_list_shows_pages_sorts_and_filters(pool_path: Path) -> None:
         )
 
 
+async def test_a_page_asked_before_a_new_sort_never_replaces_it(pool_path: Path) -> None:
+    # An exclusive thread worker is not stopped when a newer one starts: the page of a
+    # refresh asked just before "S" could arrive after the reversed one and undo it.
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        stale = screen.page
+        asked_before = screen._asked
+        await pilot.press("S")
+        await until(pilot, lambda: screen.current_id() == "tr_grp-a_0")
+        screen.show(stale, asked_before)  # the late page of the request before
+        await pilot.pause()
+        assert screen.current_id() == "tr_grp-a_0"
+        assert screen._shown[0]["id"] == "tr_grp-a_0"
+
+
 async def test_filter_line_completes_keys_and_values(pool_path: Path) -> None:
     async with app_for(pool_path).run_test(size=SIZE) as pilot:
         screen = await loaded_list(pilot)
