@@ -23,9 +23,11 @@ median over rounds of what one round measured side by side.
 Modes (``--modes``, all by default):
 
 - ``unary`` / ``stream``: concurrency 32 (``--connections``), ``--seconds`` a run;
-- ``latency``: concurrency 1 for ``--latency-s`` (300) per target, in ``--rounds`` slices;
-  added p99 = the target's p99 minus the upstream's own, over the whole run (wrk's
-  histograms merged);
+- ``latency``: concurrency 1 for ``--latency-s`` (300) per target, in 20 s slices that
+  rotate; added p99 = the target's p99 minus the upstream's own, over the whole run (wrk's
+  histograms merged). wrk counts the calls a stall held back (its coordinated-omission
+  correction: a 100 ms stall at 0.6 ms a call adds ~170 samples, steps of run time /
+  calls apart), so a stall weighs in p99 as it does for agents queued behind it;
 - ``bigbody``: a probe at concurrency 1 while another agent sends ``--big-mb`` (20) MB chat
   bodies (a growing conversation, three turns): the worst probe latency is the stall
   one agent's big call puts on the others.

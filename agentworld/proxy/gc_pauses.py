@@ -16,17 +16,21 @@ bounded by ``young_threshold`` allocations. Frozen objects are still freed by
 reference counting when the registry drops them; only cyclic garbage among them
 (an exception kept in a cycle by a call that was in flight during a collection)
 would never be reclaimed, so a watchdog thread unfreezes and collects everything
-once the frozen heap outgrows its limit (twice what the last such collection
-left, or that plus ``margin_objects``): one long pause where the live heap has
-doubled, none while it holds steady.
+once the process outgrows its limit (twice the resident memory the last such
+collection left, or that plus ``margin_bytes``): one long pause where the live
+heap has doubled, none while it holds steady. The watchdog reads the resident
+size from /proc, not ``gc.get_freeze_count()``: that walks the frozen list,
+~10 ms with the GIL held at a million objects.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -34,8 +38,17 @@ log = logging.getLogger(__name__)
 # Objects allocated (net) before a young collection: ~6 a call survive, so a
 # collection every ~800 calls, each pausing about a millisecond.
 YOUNG_THRESHOLD = 5_000
-MARGIN_OBJECTS = 1_000_000  # ~100,000 open trajectories' worth of live objects
+MARGIN_BYTES = 1 << 30  # ~100,000 open trajectories' worth of live objects and more
 CHECK_EVERY_S = 30.0
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (Linux /proc; elsewhere the frozen object count)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return gc.get_freeze_count()
 
 
 class GcPauses:
@@ -45,13 +58,15 @@ class GcPauses:
         self,
         *,
         young_threshold: int = YOUNG_THRESHOLD,
-        margin_objects: int = MARGIN_OBJECTS,
+        margin: int = MARGIN_BYTES,
         check_every_s: float = CHECK_EVERY_S,
+        size: Callable[[], int] = resident_bytes,
     ) -> None:
         self.young_threshold = young_threshold
-        self.margin_objects = margin_objects
+        self.margin = margin  # in ``size``'s unit
         self.check_every_s = check_every_s
-        self.limit = 0  # frozen objects beyond which ``reclaim`` runs
+        self.size = size  # what outgrowing the limit is measured in
+        self.limit = 0  # the ``size`` beyond which ``reclaim`` runs
         self.reclaims = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -90,8 +105,8 @@ class GcPauses:
             gc.freeze()
 
     def over_limit(self) -> bool:
-        """Whether the frozen heap outgrew its limit (cyclic garbage may be piling up)."""
-        return gc.get_freeze_count() > self.limit
+        """Whether the process outgrew its limit (cyclic garbage may be piling up)."""
+        return self.size() > self.limit
 
     def reclaim(self) -> int:
         """Unfreeze everything and collect it all (one long pause); freeze what lives on and
@@ -104,7 +119,7 @@ class GcPauses:
         self._set_limit()
         self.reclaims += 1
         log.info(
-            "gc: %d frozen objects checked, %d collected in %.0f ms; next check above %d",
+            "gc: %d frozen objects checked, %d collected in %.0f ms; next reclaim above %d",
             before,
             found,
             (time.perf_counter() - t0) * 1000,
@@ -113,8 +128,8 @@ class GcPauses:
         return found
 
     def _set_limit(self) -> None:
-        live = gc.get_freeze_count()
-        self.limit = max(2 * live, live + self.margin_objects)
+        live = self.size()
+        self.limit = max(2 * live, live + self.margin)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.check_every_s):

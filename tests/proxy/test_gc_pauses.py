@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentworld.proxy.gc_pauses import GcPauses
+from agentworld.proxy.gc_pauses import GcPauses, resident_bytes
 
 
 class Node:
@@ -22,7 +22,8 @@ class Node:
 
 @pytest.fixture
 def policy() -> Iterator[GcPauses]:
-    p = GcPauses(young_threshold=100_000, margin_objects=1_000)
+    # The limit in frozen objects, not resident bytes: doubling it takes a small ballast.
+    p = GcPauses(young_threshold=100_000, margin=1_000, size=gc.get_freeze_count)
     p.install(watchdog=False)
     try:
         yield p
@@ -88,3 +89,9 @@ def test_a_cycle_frozen_while_alive_is_reclaimed_past_the_limit(policy: GcPauses
     assert ref() is None
     assert not policy.over_limit()  # the limit follows what lives on
     del ballast
+
+
+def test_the_default_limit_is_in_resident_bytes() -> None:
+    p = GcPauses()
+    assert p.size is resident_bytes
+    assert 10 << 20 < resident_bytes() < 64 << 30
