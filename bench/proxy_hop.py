@@ -35,7 +35,8 @@ Modes (``--modes``, all by default):
     python bench/proxy_hop.py [--baseline DIR] [--modes unary,stream,latency,bigbody]
                               [--rounds 3] [--seconds 10] [--latency-s 300] [--short] [--pin]
 
-``--short`` is a ~2-minute sanity run (5 s runs, a 30 s latency mode, a 10 MB body).
+``--short`` is a ~2-minute sanity run (2 rounds of 4 s runs, a 20 s latency mode, a 10 MB
+body; ~3 minutes with ``--baseline``).
 ``--pin`` puts wrk and the upstream on CPU 0 and the targets on CPU 1 (taskset), so the
 load generator never takes the hop's core; without it the scheduler places them. The
 figures in docs/benchmarks.md say which.
@@ -336,7 +337,7 @@ def main() -> None:
     p.add_argument("--pin", action="store_true", help="wrk + upstream on CPU 0, targets on 1")
     args = p.parse_args()
     if args.short:
-        args.seconds, args.latency_s, args.big_mb = 5.0, 30.0, 10
+        args.rounds, args.seconds, args.latency_s, args.big_mb = 2, 4.0, 20.0, 10
     args.big_s = args.big_s or max(10.0, args.big_mb * 0.8)
     if shutil.which("wrk") is None:
         print("proxy_hop: skipped, wrk is not installed (apt-get install wrk)")
