@@ -104,6 +104,7 @@ def proxy(
     from agentworld.pool.remote_sync import start_uploader
     from agentworld.proxy.app import make_app
     from agentworld.proxy.config import ProxyConfig, UpstreamConfig, load_agents, resolve_keys
+    from agentworld.proxy.gc_pauses import GcPauses
 
     if engine not in ("vllm", "openai"):
         raise ConfigError(f"--engine: 'vllm' or 'openai', got {engine!r}")
@@ -152,7 +153,7 @@ def proxy(
         + (f"; uploading shards to {uploader.pusher.store.name}" if uploader else ""),
         err=True,
     )
-    _tune_gc()
+    GcPauses().install()  # short collector pauses (gc_pauses.py)
     _raise_open_files_limit()
     web.run_app(
         app,
@@ -170,24 +171,6 @@ def proxy(
     )
     if uploader is not None:  # the writer sealed its journal on shutdown: send that shard too
         uploader.stop()
-
-
-def _tune_gc() -> None:
-    """Fewer, cheaper cyclic collections for a long-running server process.
-
-    The objects alive after start-up (modules, config, the app) are frozen out of
-    every collection, and the youngest generation is collected every 20,000
-    allocations instead of 700: a proxy allocates a few hundred objects a call,
-    almost none of them in cycles, and its full collections walk every open
-    trajectory. Measured with bench/proxy_overhead.py, this took the proxy's
-    collector from about 35 us to under 10 us a call.
-    """
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(20_000, gen1, gen2)
 
 
 OPEN_FILES_WANTED = 65536
