@@ -86,7 +86,7 @@ REPLY = {"role": "assistant", "content": "the same answer"}
 
 def twins(registry: type, n: int) -> Any:
     """A registry of ``n`` open trajectories all waiting at one continuation point."""
-    from agentworld.proxy.trajectories import prefix_keys
+    from agentworld.proxy.registry import prefix_keys
 
     reg = filled(registry, n)
     key = prefix_keys("agent", ASKED)[-1]
@@ -100,7 +100,7 @@ def twin_calls(reg: Any, calls: int) -> float:
     others') and one that goes on (found among them, from a connection none had)."""
     import inspect
 
-    from agentworld.proxy.trajectories import prefix_keys
+    from agentworld.proxy.registry import prefix_keys
 
     key = prefix_keys("agent", ASKED)[-1]
     more = prefix_keys("agent", [*ASKED, REPLY, {"role": "user", "content": "go on"}])
@@ -147,7 +147,7 @@ def restore_s(registry: type, n: int, rounds: int) -> float:
 def _restore_s(registry: type, pool: Any, n: int, rounds: int) -> float:
     """``restore_s`` in ``pool``, a temporary one it fills first."""
     from agentworld import records
-    from agentworld.proxy.trajectories import restore
+    from agentworld.proxy.registry import restore
 
     with pool.writer() as w:
         for i in range(n):
@@ -192,7 +192,7 @@ def main() -> None:
         ap.error(f"--checkout: {a.checkout} is not an AgentWorld checkout")
     sys.path.insert(0, str(a.checkout.resolve()))
     import agentworld
-    from agentworld.proxy.trajectories import Registry
+    from agentworld.proxy.registry import Registry
 
     print(f"# registry of {Path(agentworld.__file__).parents[1]}, medians of {a.rounds} rounds")
     regs = {n: filled(Registry, n) for n in (a.small, a.large)}

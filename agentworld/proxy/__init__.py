@@ -19,9 +19,10 @@ The rooms, and the path of one call (``POST /t/T/v1/chat/completions``):
   (its ``Relay``) into the agent's, and gives its protocol's errors.
 - ``translate/`` is the translation itself: Messages and Responses to and from
   chat, their streams, ``previous_response_id`` chains, context-window handling.
-- The upstream client: ``upstream_http.py`` (the HTTP/1.1 client of generation
-  calls), ``upstream_json.py``, ``upstream_headers.py``, ``upstream_faults.py``.
-- The registry: ``trajectories.py`` (open trajectories, automatic threading).
+- ``upstream/`` is the upstream client: ``client.py`` (the HTTP/1.1 client of
+  generation calls), ``answer_json.py`` (an answer parsed with its prompt ids kept
+  as bytes), ``headers.py`` (what goes up and comes back), ``faults.py``.
+- The registry: ``registry.py`` (open trajectories, automatic threading).
 - Recording: ``recorder.py`` (steps, through ``redact.py``, into the writer the
   ``pool_seam.py`` protocol types), ``write_health.py`` (a pool that cannot be written).
 - The ``/aw/`` API: ``aw_api.py`` (trajectories, rewards, white-box steps, stats).

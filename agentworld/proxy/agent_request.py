@@ -18,8 +18,8 @@ from agentworld.proxy.agent_conn import read_body
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.body_check import check_body
 from agentworld.proxy.config import DEFAULT_AGENT, UpstreamConfig
+from agentworld.proxy.registry import Trajectory, UnknownTrajectory
 from agentworld.proxy.state import State
-from agentworld.proxy.trajectories import Trajectory, UnknownTrajectory
 
 
 def first_line(exc: BaseException) -> str:

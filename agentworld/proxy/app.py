@@ -24,9 +24,9 @@ from agentworld.proxy.middlewares import (
 )
 from agentworld.proxy.pipeline.handler import route
 from agentworld.proxy.redact import KnownKeys
+from agentworld.proxy.registry import Registry
 from agentworld.proxy.state import CHAINS, STATE, State
 from agentworld.proxy.stats import ProxyStats
-from agentworld.proxy.trajectories import Registry
 from agentworld.proxy.translate.response_chains import ResponseChains
 from agentworld.proxy.write_health import refuse_while_failing
 

@@ -23,8 +23,8 @@ from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.error_responses import error_response
 from agentworld.proxy.normal_form import normalise_message
 from agentworld.proxy.recorder import RecordFailed
+from agentworld.proxy.registry import MAX_STEP_IDS, Trajectory
 from agentworld.proxy.state import STATE, State
-from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 
 log = logging.getLogger("agentworld.proxy")
 

@@ -33,8 +33,8 @@ from agentworld.proxy.error_responses import refusal_headers
 from agentworld.proxy.relay import relay_request
 from agentworld.proxy.state import STATE
 from agentworld.proxy.translate import anthropic as am
-from agentworld.proxy.upstream_faults import classify, upstream_error_message
-from agentworld.proxy.upstream_headers import upstream_headers
+from agentworld.proxy.upstream.faults import classify, upstream_error_message
+from agentworld.proxy.upstream.headers import upstream_headers
 
 PATH = "/v1/messages/count_tokens"
 ROUTE = "anthropic.count_tokens"  # in /aw/stats and /metrics request counts

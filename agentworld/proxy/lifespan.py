@@ -15,11 +15,11 @@ from agentworld.proxy.adapters.translated import RESPONSES
 from agentworld.proxy.agent_conn import watch_agents
 from agentworld.proxy.aw_api import end_trajectory
 from agentworld.proxy.recorder import Recorder, RecordFailed
+from agentworld.proxy.registry import restore
 from agentworld.proxy.relay import make_session
 from agentworld.proxy.state import CHAINS, STATE, State
-from agentworld.proxy.trajectories import restore
 from agentworld.proxy.translate.response_chains import ResponseChains
-from agentworld.proxy.upstream_http import UpstreamClient
+from agentworld.proxy.upstream.client import UpstreamClient
 from agentworld.proxy.write_health import probe_writes, watch_lost
 
 log = logging.getLogger("agentworld.proxy")

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from agentworld import records
 from agentworld.errors import AgentWorldError, RecordError
 from agentworld.proxy.redact import KnownKeys, redact_record
+from agentworld.proxy.registry import MAX_STEP_IDS, Trajectory
 from agentworld.proxy.stats import ProxyStats
-from agentworld.proxy.trajectories import MAX_STEP_IDS, Trajectory
 
 if TYPE_CHECKING:
     from agentworld.proxy.adapters.base import Adapter

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from agentworld.proxy.upstream_headers import SECRET_HEADERS
+from agentworld.proxy.upstream.headers import SECRET_HEADERS
 
 # Read in a name with case and separators left out ("x-api-key" -> "xapikey").
 CREDENTIAL_WORDS = (

@@ -25,8 +25,8 @@ from agentworld.proxy.error_responses import bad_request, error_response
 from agentworld.proxy.pipeline.faults import WRITE_ERRORS
 from agentworld.proxy.state import STATE, State
 from agentworld.proxy.translate import anthropic_models
-from agentworld.proxy.upstream_faults import classify
-from agentworld.proxy.upstream_headers import response_headers, upstream_headers
+from agentworld.proxy.upstream.faults import classify
+from agentworld.proxy.upstream.headers import response_headers, upstream_headers
 
 
 def make_session() -> aiohttp.ClientSession:

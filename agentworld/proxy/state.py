@@ -17,10 +17,10 @@ from agentworld.proxy.agent_conn import AgentConnections
 from agentworld.proxy.config import ProxyConfig
 from agentworld.proxy.recorder import Recorder
 from agentworld.proxy.redact import KnownKeys
+from agentworld.proxy.registry import Registry
 from agentworld.proxy.stats import ProxyStats
-from agentworld.proxy.trajectories import Registry
 from agentworld.proxy.translate.response_chains import ResponseChains
-from agentworld.proxy.upstream_http import UpstreamClient
+from agentworld.proxy.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
     from agentworld.pool import Pool

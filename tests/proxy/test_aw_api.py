@@ -13,8 +13,8 @@ import pytest
 from agentworld.pool.fsck import fsck
 from agentworld.proxy import aw_api
 from agentworld.proxy.recorder import Recorder, RecordFailed
+from agentworld.proxy.registry import Trajectory
 from agentworld.proxy.stats import ProxyStats
-from agentworld.proxy.trajectories import Trajectory
 from tests.proxy.conftest import ends_of, steps_of
 from tests.proxy.test_proxy_trajectories import client, get, post
 

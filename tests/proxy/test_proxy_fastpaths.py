@@ -10,7 +10,7 @@ from multidict import CIMultiDict
 from agentworld import records
 from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS, Injected
 from agentworld.proxy.command import _event_loop
-from agentworld.proxy.upstream_headers import upstream_headers
+from agentworld.proxy.upstream.headers import upstream_headers
 
 ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 

@@ -339,7 +339,7 @@ async def test_other_v1_paths_pass_through_unrecorded(proxy, pool):
 async def test_upstream_connection_is_kept_alive_across_unary_and_streamed_calls(
     proxy, pool, monkeypatch
 ):
-    from agentworld.proxy.upstream_http import UpstreamClient
+    from agentworld.proxy.upstream.client import UpstreamClient
 
     opened = []
     connect = UpstreamClient._connect

@@ -15,9 +15,9 @@ serve_tiny = pytest.importorskip("agentworld.serve.tiny")
 import openai  # noqa: E402
 from aiohttp.test_utils import TestServer  # noqa: E402
 
-from agentworld.proxy import upstream_json  # noqa: E402
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig  # noqa: E402
 from agentworld.proxy.inprocess import ProxyServer  # noqa: E402
+from agentworld.proxy.upstream import answer_json  # noqa: E402
 from tests.proxy.conftest import steps_of  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ async def test_proxy_records_aw_serve_token_ids(tmp_path, pool, monkeypatch, raw
     """``raw``: the prompt ids travel as the engine's bytes (RawIds) as a long prompt's would:
     the threshold is lowered so that this short prompt takes that path too."""
     if raw:
-        monkeypatch.setattr(upstream_json, "MIN_RAW_BYTES", 8)
+        monkeypatch.setattr(answer_json, "MIN_RAW_BYTES", 8)
     model_dir = serve_tiny.make_tiny_model(tmp_path / "policy0", seed=0)
     engine = serve_engine.Engine(model_dir, device="cpu", max_batch_size=4, model_name="tiny")
     upstream = TestServer(serve_server.make_app(engine), host="127.0.0.1")

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from agentworld.proxy.config import UpstreamConfig
 from tests.proxy.conftest import steps_of
-from tests.proxy.test_upstream_http import ScriptedServer
+from tests.proxy.test_upstream_client import ScriptedServer
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 STALL_S = 0.6

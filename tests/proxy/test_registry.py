@@ -15,7 +15,7 @@ from agentworld import records
 from agentworld.errors import CorruptDataError
 from agentworld.pool import Pool
 from agentworld.proxy import lifespan
-from agentworld.proxy.trajectories import Registry, Trajectory, prefix_keys, restore
+from agentworld.proxy.registry import Registry, Trajectory, prefix_keys, restore
 
 
 def _open(reg: Registry, n: int, agent: str = "a") -> list[Trajectory]:

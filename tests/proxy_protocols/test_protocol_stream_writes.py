@@ -21,7 +21,7 @@ from tests.proxy.test_proxy_stream_headers import (
     sse,
     stream_writes,
 )
-from tests.proxy.test_upstream_http import ScriptedServer
+from tests.proxy.test_upstream_client import ScriptedServer
 
 ANTHROPIC = {
     "model": "m",

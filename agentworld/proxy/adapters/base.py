@@ -30,7 +30,7 @@ from aiohttp import web
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.config import PROTOCOL_MODES, UpstreamConfig
 from agentworld.proxy.translate.response_chains import ResponseChains
-from agentworld.proxy.upstream_faults import Fault
+from agentworld.proxy.upstream.faults import Fault
 
 if TYPE_CHECKING:
     from agentworld.proxy.adapters.openai import Injected

@@ -40,7 +40,7 @@ from agentworld.proxy.normal_form import normalise_message
 from agentworld.proxy.recorder import failed_step, ok_steps
 from agentworld.proxy.redact import recorded_params
 from agentworld.proxy.translate.response_chains import ResponseChains
-from agentworld.proxy.upstream_faults import Fault
+from agentworld.proxy.upstream.faults import Fault
 
 if TYPE_CHECKING:
     from agentworld.proxy.adapters.base import Exchange

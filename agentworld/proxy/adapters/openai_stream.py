@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentworld.proxy import upstream_json
 from agentworld.proxy.adapters.base import Answer
 from agentworld.proxy.recorder import ok_steps
 from agentworld.proxy.sse import MALFORMED, StreamAssembler, encode_event, event_data
-from agentworld.proxy.upstream_faults import Fault
+from agentworld.proxy.upstream import answer_json
+from agentworld.proxy.upstream.faults import Fault
 
 if TYPE_CHECKING:
     from agentworld.proxy.adapters.base import Exchange
@@ -55,7 +55,7 @@ class OpenAIRelay:
         adapter = self._adapter
         injected = call.injected
         add = self.asm.add
-        loads = upstream_json.loads
+        loads = answer_json.loads
         for ev in events:
             if ev[:6] == b"data: " and b"\n" not in ev:
                 payload: bytes | None = ev[6:]  # the usual one-line event, inline

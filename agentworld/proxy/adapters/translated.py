@@ -36,7 +36,7 @@ from agentworld.proxy.translate.anthropic_stream import AnthropicAssembler, Chat
 from agentworld.proxy.translate.chat_form import short_id, sse
 from agentworld.proxy.translate.response_chains import ResponseChains, Stored
 from agentworld.proxy.translate.responses_stream import ChatToResponses, ResponsesAssembler
-from agentworld.proxy.upstream_faults import Fault
+from agentworld.proxy.upstream.faults import Fault
 
 if TYPE_CHECKING:
     from agentworld.proxy.adapters.base import Exchange

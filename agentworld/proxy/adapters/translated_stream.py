@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentworld.proxy import upstream_json
 from agentworld.proxy.adapters.base import Answer
 from agentworld.proxy.adapters.openai import CHAT
 from agentworld.proxy.adapters.translated_steps import ok_step
 from agentworld.proxy.sse import MALFORMED, StreamAssembler, event_data
 from agentworld.proxy.translate.chat_form import chat_usage, name_calls
 from agentworld.proxy.translate.context_window import clamped
-from agentworld.proxy.upstream_faults import Fault
+from agentworld.proxy.upstream import answer_json
+from agentworld.proxy.upstream.faults import Fault
 
 if TYPE_CHECKING:
     from agentworld.proxy.adapters.base import Exchange
@@ -76,7 +76,7 @@ class TranslatedRelay(_ProtocolRelay):
                 self.done = True  # the protocol's own closing events follow the record
                 continue
             try:
-                obj = upstream_json.loads(payload)
+                obj = answer_json.loads(payload)
             except orjson.JSONDecodeError:
                 continue
             try:
@@ -128,7 +128,7 @@ class PassthroughRelay(_ProtocolRelay):
                 parts.append(ev + b"\n\n")
                 continue
             try:
-                obj = upstream_json.loads(payload)
+                obj = answer_json.loads(payload)
             except orjson.JSONDecodeError:
                 parts.append(ev + b"\n\n")
                 continue

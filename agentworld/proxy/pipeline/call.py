@@ -16,11 +16,11 @@ from agentworld.proxy.adapters.openai import Injected
 from agentworld.proxy.agent_request import Ident
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.recorder import Call
+from agentworld.proxy.registry import Trajectory, prefix_keys
 from agentworld.proxy.state import State
-from agentworld.proxy.trajectories import Trajectory, prefix_keys
-from agentworld.proxy.upstream_faults import read_limited
-from agentworld.proxy.upstream_headers import POLICY_HEADER, policy_from, relayed, upstream_headers
-from agentworld.proxy.upstream_http import UpstreamConnectError, UpstreamResponse
+from agentworld.proxy.upstream.client import UpstreamConnectError, UpstreamResponse
+from agentworld.proxy.upstream.faults import read_limited
+from agentworld.proxy.upstream.headers import POLICY_HEADER, policy_from, relayed, upstream_headers
 
 log = logging.getLogger("agentworld.proxy")
 

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from agentworld.proxy.adapters.base import Exchange
 from agentworld.proxy.recorder import RecordFailed
-from agentworld.proxy.upstream_faults import Fault
+from agentworld.proxy.upstream.faults import Fault
 
 # Writing to an agent that went away raises one of these (aiohttp's reset error is both).
 WRITE_ERRORS = (ConnectionResetError, ConnectionError)

@@ -32,14 +32,14 @@ from agentworld.proxy.pipeline.faults import (
 from agentworld.proxy.recorder import Call, RecordFailed, mark_left
 from agentworld.proxy.sse import MALFORMED, EventSplitter, SSEError
 from agentworld.proxy.translate.context_window import retry_within_window
-from agentworld.proxy.upstream_faults import (
+from agentworld.proxy.upstream.client import UpstreamResponse
+from agentworld.proxy.upstream.faults import (
     Fault,
     classify,
     not_a_stream,
     read_limited,
     upstream_error_message,
 )
-from agentworld.proxy.upstream_http import UpstreamResponse
 
 # A first read holding the whole stream (its end included) and no bigger than this goes
 # to the agent in one write (see ``_pump``); its first event is then late by the time it

@@ -14,7 +14,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agentworld.proxy import upstream_json
 from agentworld.proxy.adapters.base import Exchange
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.pipeline.call import continue_thread, post_upstream
@@ -29,7 +28,8 @@ from agentworld.proxy.pipeline.faults import (
 from agentworld.proxy.recorder import RecordFailed, mark_left
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.translate.context_window import retry_within_window
-from agentworld.proxy.upstream_faults import Fault, classify, upstream_error_message
+from agentworld.proxy.upstream import answer_json
+from agentworld.proxy.upstream.faults import Fault, classify, upstream_error_message
 
 
 async def unary(
@@ -65,7 +65,7 @@ async def unary(
         return adapter.refused(x, fault, raw, ctype, out_headers)
     # The answer waits only for the continuation points the agent's next call needs.
     try:
-        obj = upstream_json.loads(raw)
+        obj = answer_json.loads(raw)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
         answer = adapter.answer(x, raw, obj, ctype)

@@ -22,8 +22,8 @@ from aiohttp import web
 
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.translate import anthropic as am
-from agentworld.proxy.upstream_faults import classify
-from agentworld.proxy.upstream_headers import upstream_headers
+from agentworld.proxy.upstream.faults import classify
+from agentworld.proxy.upstream.headers import upstream_headers
 
 DEFAULT_LIMIT = 20  # Anthropic's page size when the client names none
 MAX_LIMIT = 1000

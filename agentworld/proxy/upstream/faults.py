@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from agentworld.proxy.upstream_http import (
+from agentworld.proxy.upstream.client import (
     UpstreamConnectError,
     UpstreamDisconnected,
     UpstreamProtocolError,

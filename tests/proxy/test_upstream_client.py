@@ -8,13 +8,13 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from agentworld.proxy.upstream_faults import classify
-from agentworld.proxy.upstream_http import (
+from agentworld.proxy.upstream.client import (
     UpstreamClient,
     UpstreamConnectError,
     UpstreamDisconnected,
     UpstreamProtocolError,
 )
+from agentworld.proxy.upstream.faults import classify
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
@@ -119,7 +119,7 @@ def test_chunk_decoder_at_every_split_point_and_with_the_whole_body_at_once(ext:
     exactly once, end it at the last chunk, and leave the bytes after it in the buffer."""
     from multidict import CIMultiDict
 
-    from agentworld.proxy.upstream_http import UpstreamResponse, _Conn
+    from agentworld.proxy.upstream.client import UpstreamResponse, _Conn
 
     payload = [b"data: %d\n\n" % i * (i + 1) for i in range(6)]
     body = b"".join(b"%x%s\r\n%s\r\n" % (len(p), ext, p) for p in payload)
@@ -263,9 +263,9 @@ async def test_connection_closed_by_the_server_while_idle_is_not_reused() -> Non
 async def test_idle_connections_are_retired_before_the_server_drops_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agentworld.proxy import upstream_http
+    from agentworld.proxy.upstream import client as upstream_client
 
-    monkeypatch.setattr(upstream_http, "_IDLE_S", 0.05)
+    monkeypatch.setattr(upstream_client, "_IDLE_S", 0.05)
 
     async def script(r, w, n):  # type: ignore[no-untyped-def]
         w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")

@@ -1,4 +1,4 @@
-"""upstream_json.loads: vLLM's prompt ids cut out as RawIds, everything else exactly as parsed."""
+"""answer_json.loads: vLLM's prompt ids cut out as RawIds, everything else exactly as parsed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from agentworld.proxy import upstream_json
+from agentworld.proxy.upstream import answer_json
 from agentworld.raw_ids import RawIds
 
 LONG = list(range(5, 30_005, 7))  # well over MIN_RAW_BYTES once rendered
@@ -35,7 +35,7 @@ def raw_places(obj: Any, path: str = "") -> list[str]:
 
 
 def check(raw: bytes, expect_raw: list[str]) -> Any:
-    got = upstream_json.loads(raw)
+    got = answer_json.loads(raw)
     assert plain(got) == orjson.loads(raw)
     assert raw_places(got) == expect_raw
     return got
@@ -129,6 +129,6 @@ def test_spaces_around_the_colon_are_fine():
 def test_invalid_json_still_raises():
     ids = orjson.dumps(LONG)
     with pytest.raises(orjson.JSONDecodeError):
-        upstream_json.loads(b'{"prompt_token_ids":' + ids + b",}")
+        answer_json.loads(b'{"prompt_token_ids":' + ids + b",}")
     with pytest.raises(orjson.JSONDecodeError):
-        upstream_json.loads(b'{"prompt_token_ids":' + ids)
+        answer_json.loads(b'{"prompt_token_ids":' + ids)
