@@ -52,12 +52,8 @@ PEER_IMPORTS: dict[tuple[str, str], str] = {
 
 # Import cycles known and owned elsewhere: (the package it lies in, a module on it) -> why.
 # The test fails on any other cycle, and when one of these is gone (drop it here then).
-KNOWN_CYCLES: dict[tuple[str, str], str] = {
-    ("agentworld.pool", "agentworld.pool.remote_pool"): (
-        "Pool.open answers a URL with its subclass RemotePool, which imports its base; the "
-        "base names the subclass only inside open(), so importing either never loops"
-    ),
-}
+# None today (the proxy's through app.py and the pool's through Pool.open are gone).
+KNOWN_CYCLES: dict[tuple[str, str], str] = {}
 
 HEAVY = ("torch", "transformers", "vllm", "accelerate")
 

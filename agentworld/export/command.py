@@ -82,7 +82,8 @@ def export(
     from agentworld.export import export as run_export
     from agentworld.export.manifest import manifest_path
     from agentworld.export.select import explain_empty
-    from agentworld.pool import Pool, Selection
+    from agentworld.pool import Selection
+    from agentworld.pool.opener import open_pool
 
     options = ExportOptions(
         rows=rows,
@@ -106,7 +107,7 @@ def export(
         tag=tag,
         trainable_only=not include_untrainable,
     )
-    pool = Pool.open(pool_path)
+    pool = open_pool(pool_path)
     total = pool.index().count_trajectories(sel)
     empty = explain_empty(pool, sel) if total == 0 else []
     console = Console(stderr=True)  # no bar off a terminal: Rich would leave a blank line
@@ -147,9 +148,9 @@ def pool_import(
 ) -> None:
     """Bring outside trajectories in as steps (protocol 'import'); bad rows are named by line."""
     from agentworld.export.ingest import ImportOptions, import_file
-    from agentworld.pool import Pool
+    from agentworld.pool.opener import open_pool
 
-    pool = Pool.open(pool_path)
+    pool = open_pool(pool_path)
     opts = ImportOptions(
         agent=agent,
         dataset=dataset,

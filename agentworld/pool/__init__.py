@@ -37,18 +37,16 @@ class Pool:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, recover: bool = True) -> Pool:
-        """Open an existing pool, refusing unknown format versions, and recover dead writers.
-
-        ``path`` may be an object-store URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
-        ``file://``): the pool is then read through a local mirror (remote_pool.py).
-        """
+        """Open an existing pool folder, refusing unknown format versions, and recover dead
+        writers. An object-store URL is opened by ``agentworld.pool.opener.open_pool``
+        (a ``RemotePool``; this base class does not know its subclass)."""
         from agentworld.pool.remote_store import remote_url
 
-        url = remote_url(path)
-        if url is not None:
-            from agentworld.pool.remote_pool import RemotePool
-
-            return RemotePool.open_url(url)
+        if remote_url(path) is not None:
+            raise PoolError(
+                f"{path}: an object-store URL; open it with "
+                "agentworld.pool.opener.open_pool (Pool.open takes a pool folder)"
+            )
         layout = Layout(Path(path))
         check_version(layout)
         pool = cls(layout)

@@ -41,9 +41,9 @@ def _console(stderr: bool = False) -> Any:
 
 
 def _open(path: Path) -> Any:
-    from agentworld.pool import Pool
+    from agentworld.pool.opener import open_pool
 
-    pool = Pool.open(path)
+    pool = open_pool(path)
     for r in pool.recovered:
         msg = f"recovered journal {r.journal}: {r.records} records"
         if r.torn_bytes:
@@ -435,10 +435,10 @@ def reindex(pool_path: Path = POOL_OPTION) -> None:
 @pool_app.command()
 def seal(pool_path: Path = POOL_OPTION) -> None:
     """Seal journals left by writers that are gone (also done whenever a pool is opened)."""
-    from agentworld.pool import Pool
     from agentworld.pool.maintenance import seal_idle
+    from agentworld.pool.opener import open_pool
 
-    pool = Pool.open(pool_path, recover=False)
+    pool = open_pool(pool_path, recover=False)
     for r in seal_idle(pool):
         msg = f"sealed {r.journal}: {r.records} records -> {r.shard or 'nothing to keep'}"
         if r.torn_bytes:
@@ -454,11 +454,11 @@ def fsck(
 ) -> None:
     """Verify every shard's hash, every record, journal and label file, and the index."""
     from agentworld.errors import CorruptDataError
-    from agentworld.pool import Pool
     from agentworld.pool.fsck import fsck as run_fsck
+    from agentworld.pool.opener import open_pool
 
     # Opened without recovery so that torn journal tails are reported, not cut.
-    pool = Pool.open(pool_path, recover=False)
+    pool = open_pool(pool_path, recover=False)
     pool.fetch_all(verify=False)  # a remote pool's shards, bad ones too: fsck names them
     with _progress() as bar:
         task = bar.add_task("checking", total=None)

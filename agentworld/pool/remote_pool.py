@@ -1,6 +1,6 @@
 """A pool in an object store, read through a local mirror that fetches shards by hash on demand.
 
-``Pool.open("s3://bucket/prefix")`` lands here. The mirror is a pool folder
+``open_pool("s3://bucket/prefix")`` (pool/opener.py) lands here. The mirror is a pool folder
 under ``$AW_HOME/remote/<url key>/`` holding the store's POOL.toml, its label
 objects, the shards fetched so far (named by hash, so a cached one never goes
 stale) and the SQLite index. Listing comes from the object listing plus each

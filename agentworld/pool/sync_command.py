@@ -23,10 +23,10 @@ def merge(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Union another pool's sealed shards and label lines into this pool (safe while writing)."""
-    from agentworld.pool import Pool
     from agentworld.pool.merge import merge_pools
+    from agentworld.pool.opener import open_pool
 
-    pool = Pool.open(pool_path)
+    pool = open_pool(pool_path)
     report = merge_pools(pool.layout, other)
     if as_json:
         sys.stdout.write(json.dumps(asdict(report), indent=2) + "\n")
@@ -82,12 +82,12 @@ def diff(
 
 def _local(path: str | Path) -> Path:
     """A folder to diff: the pool itself, or a remote pool's mirror with every shard fetched."""
-    from agentworld.pool import Pool
+    from agentworld.pool.opener import open_pool
     from agentworld.pool.remote_store import remote_url
 
     if remote_url(path) is None:
         return Path(path)
-    pool = Pool.open(path)
+    pool = open_pool(path)
     pool.fetch_all()
     return pool.root
 

@@ -345,11 +345,12 @@ def end_lost(opts: RunOptions, p: Prepared, groups: set[str]) -> int:
     (error type ``proxy``: infrastructure); returns how many."""
     from agentworld import records
     from agentworld.pool import Pool
+    from agentworld.pool.opener import open_pool
     from agentworld.pool.remote_store import remote_url
     from agentworld.pool.remote_sync import push
 
     url = remote_url(opts.pool)
-    shared = Pool.open(opts.pool)
+    shared = open_pool(opts.pool)
     try:
         idx = shared.index()
         open_ones = [
@@ -368,7 +369,7 @@ def end_lost(opts: RunOptions, p: Prepared, groups: set[str]) -> int:
     target = (
         Pool.create(Path(tempfile.mkdtemp(prefix="aw-ray-ends-")) / "pool")
         if url
-        else Pool.open(opts.pool)
+        else open_pool(opts.pool)
     )
     with target.writer(name="ray-driver") as w:
         for tid, group, task, n_steps in open_ones:

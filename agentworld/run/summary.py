@@ -45,13 +45,13 @@ def pool_stats(
     ``wait_s``: read at once, a run of one-step trajectories showed 0.5 turns each.
     """
     from agentworld.errors import AgentWorldError
-    from agentworld.pool import Pool
+    from agentworld.pool.opener import open_pool
     from agentworld.pool.remote_store import remote_url
 
     if remote_url(pool_path) is None and not (pool_path / "POOL.toml").exists():
         return None
     try:
-        pool = Pool.open(pool_path, recover=False)
+        pool = open_pool(pool_path, recover=False)
     except AgentWorldError:
         return None
     try:

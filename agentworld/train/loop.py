@@ -17,7 +17,7 @@ from rich.text import Text
 from agentworld.curves import PNG
 from agentworld.errors import ConfigError, PoolError
 from agentworld.model_folder import require_model_folder
-from agentworld.pool import Pool
+from agentworld.pool.opener import open_pool
 from agentworld.pool.reader import source_paths
 from agentworld.train.advantages import advantage_stats
 from agentworld.train.checkpoint import (
@@ -185,7 +185,7 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     main = acc.is_main_process
     console = console or Console(stderr=True)
     out_dir = Path(cfg.output_dir)
-    pool = Pool.open(cfg.pool, recover=False)
+    pool = open_pool(cfg.pool, recover=False)
     pool.fetch_all()  # an s3:// pool: every shard into the local cache first (the plan reads all)
     if main:
         console.print(Text(cfg.to_toml()))

@@ -20,6 +20,7 @@ import orjson
 
 from agentworld.pool import Pool, Selection, Trajectory
 from agentworld.pool.index import Index, RefreshReport
+from agentworld.pool.opener import open_pool as open_pool_at
 from agentworld.tui import queries
 from agentworld.tui.curation import Curator, LabelAction
 
@@ -45,7 +46,7 @@ def open_pool(path: str | Path) -> Pool:
     label line``, exit 6) before the app starts; the app's first refresh would otherwise
     meet it in a worker, and Textual would end the app with a traceback.
     """
-    pool = Pool.open(path)
+    pool = open_pool_at(path)
     try:
         for _ in pool.labels.entries():
             pass

@@ -14,6 +14,7 @@ import pytest
 
 from agentworld.errors import PoolError
 from agentworld.pool import Pool, Selection
+from agentworld.pool.opener import open_pool
 from agentworld.pool.remote_store import RemoteStore, remote_url
 from agentworld.pool.remote_sync import ShardUploader, pull, push
 from tests import s3_fixture
@@ -55,7 +56,7 @@ def test_push_then_list_reads_rows_objects_not_shards(pool: Pool, s3_url: str) -
     assert report.shards_copied == 1 and report.rows_objects == 1
     assert push(pool.layout, s3_url).shards_copied == 0  # idempotent
 
-    remote = Pool.open(s3_url)
+    remote = open_pool(s3_url)
     idx = remote.index()
     assert idx.stats()["trajectories"] == 4
     assert idx.stats()["steps"] == 12
@@ -69,9 +70,16 @@ def test_push_then_list_reads_rows_objects_not_shards(pool: Pool, s3_url: str) -
 
 def test_open_refuses_a_prefix_that_is_not_a_pool(s3_url: str) -> None:
     with pytest.raises(PoolError, match="not a pool"):
-        Pool.open(s3_url)
+        open_pool(s3_url)
     with pytest.raises(PoolError, match="local disk"):
         Pool.create(s3_url)
+
+
+def test_pool_open_names_the_opener_of_a_url(s3_url: str) -> None:
+    # The base class does not import its remote subclass (no import cycle): a URL given
+    # to it says where URLs are opened.
+    with pytest.raises(PoolError, match="open_pool"):
+        Pool.open(s3_url)
 
 
 def test_writer_uploads_each_shard_when_sealed(tmp_path: Path, s3_url: str) -> None:
@@ -93,7 +101,7 @@ def test_writer_uploads_each_shard_when_sealed(tmp_path: Path, s3_url: str) -> N
     uploader.stop()
     assert uploader.last_error is None
     assert len(store.list("objects/")) == 2
-    assert Pool.open(s3_url).index().stats()["trajectories"] == 2
+    assert open_pool(s3_url).index().stats()["trajectories"] == 2
 
 
 def test_pull_copies_what_is_missing_verified(pool: Pool, tmp_path: Path, s3_url: str) -> None:
@@ -118,7 +126,7 @@ def test_pull_copies_what_is_missing_verified(pool: Pool, tmp_path: Path, s3_url
 def test_labels_go_up_as_new_objects_never_rewritten(pool: Pool, s3_url: str) -> None:
     fill_pool(pool, trajectories=2)
     push(pool.layout, s3_url)
-    remote = Pool.open(s3_url)
+    remote = open_pool(s3_url)
     store = RemoteStore(s3_url)
     remote.labels.set(["trajectory:tr_0000"], {"quality": "bad"}, author="bob")
     first = store.list("labels/")
@@ -201,7 +209,7 @@ def test_remote_named_in_pool_toml(pool: Pool, s3_url: str) -> None:
 def test_shard_cache_is_named_by_hash(pool: Pool, s3_url: str) -> None:
     fill_pool(pool, trajectories=1)
     push(pool.layout, s3_url)
-    remote = Pool.open(s3_url)
+    remote = open_pool(s3_url)
     remote.fetch_all()
     for p in (remote.root / "objects").rglob("*.jsonl.zst"):
         assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name[:64]
@@ -281,7 +289,7 @@ def test_a_label_object_that_does_not_match_its_name_is_refused(pool: Pool, s3_u
     push(pool.layout, s3_url)
     RemoteStore(s3_url).put_if_absent("labels/eve/2026-12-01.0123456789abcdef.jsonl", b"{}\n")
     with pytest.raises(PoolError, match="does not match the hash"):
-        Pool.open(s3_url)
+        open_pool(s3_url)
 
 
 async def test_the_tui_lists_a_remote_pool(pool: Pool, s3_url: str) -> None:

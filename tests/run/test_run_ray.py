@@ -11,6 +11,7 @@ import pytest
 from aw_run_fakes import HERE, REPO
 
 from agentworld.pool import Pool
+from agentworld.pool.opener import open_pool
 from agentworld.run.session import run_session
 from tests import s3_fixture
 from tests.run import ray_fixtures
@@ -73,7 +74,7 @@ async def test_ray_run_into_an_object_store_pool(tmp_path, ray_cluster, upstream
     opts = ray_opts(tmp_path, upstream, "agentworld.run.agents.baseline:solve", s3_url)
     report, _ = await run_session(opts)
     assert [r.status for r in report.results] == ["done"] * 6
-    remote = Pool.open(s3_url)
+    remote = open_pool(s3_url)
     assert remote.index().stats()["trajectories_by_status"] == {"done": 6}
     # The secret reached neither the node's pool nor Ray's own logs.
     from ray._private.worker import _global_node

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentworld.pool import Pool
+from agentworld.pool.opener import open_pool
 from agentworld.run.session import RunOptions, run_session
 from tests import s3_fixture
 from tests.run.test_run_rollout import _setup
@@ -39,7 +40,7 @@ async def test_run_uploads_its_shards_to_the_remote(tmp_path, s3_url):
     finally:
         await upstream.close()
     assert [r.status for r in report.results] == ["done"] * 6
-    remote = Pool.open(s3_url)
+    remote = open_pool(s3_url)
     assert remote.index().stats()["trajectories_by_status"] == {"done": 6}
     local = Pool.open(tmp_path / "pool")
     assert {p.name for p in local.layout.shard_paths()} == set(remote.layout.mirror.listing)
