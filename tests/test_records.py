@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import copy
 import math
+import os
 from typing import Any
 
 import pytest
