@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from typing import Any
 
 import pytest
@@ -365,3 +366,35 @@ def test_fast_json_check_is_never_looser_than_the_full_one_on_generated_values()
     for _ in range(64):
         deep = [deep]
     assert not accepts(_set(step(), "metadata", {"v": deep}))  # depth 65 inside metadata
+
+
+def test_ids_draw_randomness_in_bulk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One getrandom per id cost a syscall (and a GIL hand-off) on every proxied call:
+    the tails come from bulk draws, each still used once."""
+    draws: list[int] = []
+    real = os.urandom
+
+    def counted(n: int) -> bytes:
+        draws.append(n)
+        return real(n)
+
+    monkeypatch.setattr(records.os, "urandom", counted)
+    ids = [records.new_id("st") for _ in range(1000)]
+    assert len(set(ids)) == 1000 and len({rid[-16:] for rid in ids}) == 1000
+    assert len(draws) <= 1000 // 200 + 1, len(draws)
+
+
+def test_a_forked_child_mints_ids_of_its_own() -> None:
+    records.new_id("st")  # the queue holds tails drawn by this process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids must not be the parent's next ones
+        os.close(read)
+        os.write(write, "\n".join(records.new_id("st")[-16:] for _ in range(8)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child = set(f.read().split("\n"))
+    os.waitpid(pid, 0)
+    mine = {records.new_id("st")[-16:] for _ in range(8)}
+    assert len(child) == 8 and not child & mine

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections import deque
 
 import pytest
 from multidict import CIMultiDict
@@ -43,8 +44,11 @@ def reference_id(prefix: str, ms: int, rnd: bytes) -> str:
 )
 def test_new_id_digits_match_the_reference_scheme(monkeypatch, ms, rnd):
     monkeypatch.setattr(records.time, "time_ns", lambda: ms * 1_000_000 + 999_999)
-    monkeypatch.setattr(records.os, "urandom", lambda n: rnd[:n])
+    # Tails come from bulk draws: with none queued, the next id takes a draw's first 16 bytes.
+    monkeypatch.setattr(records, "_id_tails", deque())
+    monkeypatch.setattr(records.os, "urandom", lambda n: (rnd * (n // 16 + 1))[:n])
     assert records.new_id("st") == reference_id("st", ms, rnd)
+    assert records.new_id("st") == reference_id("st", ms, rnd)  # the draw's next 16 bytes
 
 
 def chat_body() -> dict:
