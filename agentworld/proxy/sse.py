@@ -140,7 +140,11 @@ class StreamAssembler:
         self.chunks = 0
 
     def add(self, chunk: Any) -> None:
-        """Take one parsed ``data:`` object (this runs once per streamed token: keep it lean)."""
+        """Take one parsed ``data:`` object (this runs once per streamed token: keep it lean).
+
+        A chat choice is read inline, here: a Python call per choice costs about as much
+        as the rest of the choice's reading.
+        """
         if not isinstance(chunk, dict):
             return
         choices = chunk.get("choices")
@@ -160,20 +164,22 @@ class StreamAssembler:
         fingerprint = chunk.get("system_fingerprint")
         if fingerprint is not None:
             self.top["system_fingerprint"] = fingerprint
-        if choices:
+        if not choices:
+            return
+        if not self.chat:
             for c in choices:
                 if isinstance(c, dict):
-                    self._add_choice(c)
-
-    def _add_choice(self, c: dict[str, Any]) -> None:
-        i = c.get("index", 0)
-        ch = self.choices.get(i)
-        if ch is None:
-            if not isinstance(i, int):
-                return
-            ch = self.choices[i] = _Choice(i)
-        lp = c.get("logprobs")
-        if self.chat:
+                    self._add_text(c)
+            return
+        for c in choices:
+            if c.__class__ is not dict and not isinstance(c, dict):
+                continue
+            i = c.get("index", 0)
+            ch = self.choices.get(i)
+            if ch is None:
+                if not isinstance(i, int):
+                    continue
+                ch = self.choices[i] = _Choice(i)
             delta = c.get("delta")
             if delta:
                 content = delta.get("content")
@@ -182,20 +188,41 @@ class StreamAssembler:
                     ch.saw_content = True
                 if len(delta) > 1 or content is None:
                     self._add_delta_rest(ch, delta)
+            lp = c.get("logprobs")
             if lp and isinstance(lp.get("content"), list):
                 if ch.logprobs is None:
                     ch.logprobs = []
-                ch.logprobs.extend(lp["content"])
-        else:
-            text = c.get("text")
-            if text.__class__ is str:
-                ch.text.append(text)
-            if lp and isinstance(lp.get("token_logprobs"), list):
-                if ch.token_logprobs is None:
-                    ch.token_logprobs = []
-                ch.token_logprobs.extend(lp["token_logprobs"])
-            if isinstance(c.get("prompt_token_ids"), list | RawIds):
-                ch.prompt_token_ids = c["prompt_token_ids"]
+                ch.logprobs += lp["content"]
+            ids = c.get("token_ids")
+            if ids.__class__ is list:
+                if ch.token_ids is None:
+                    ch.token_ids = []
+                ch.token_ids += ids
+            reason = c.get("finish_reason")
+            if reason is not None and isinstance(reason, str):
+                ch.finish_reason = reason
+            stop = c.get("stop_reason")
+            if stop is not None:
+                ch.stop_reason = stop
+
+    def _add_text(self, c: dict[str, Any]) -> None:
+        """A completions choice (``text``, ``logprobs.token_logprobs``, prompt ids)."""
+        i = c.get("index", 0)
+        ch = self.choices.get(i)
+        if ch is None:
+            if not isinstance(i, int):
+                return
+            ch = self.choices[i] = _Choice(i)
+        text = c.get("text")
+        if text.__class__ is str:
+            ch.text.append(text)
+        lp = c.get("logprobs")
+        if lp and isinstance(lp.get("token_logprobs"), list):
+            if ch.token_logprobs is None:
+                ch.token_logprobs = []
+            ch.token_logprobs.extend(lp["token_logprobs"])
+        if isinstance(c.get("prompt_token_ids"), list | RawIds):
+            ch.prompt_token_ids = c["prompt_token_ids"]
         ids = c.get("token_ids")
         if ids.__class__ is list:
             if ch.token_ids is None:

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections import deque
+from types import SimpleNamespace
 
+import orjson
 import pytest
 from multidict import CIMultiDict
 
-from agentworld import records
+from agentworld import raw_ids, records
 from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS, Injected
+from agentworld.proxy.adapters.openai_stream import OpenAIRelay
 from agentworld.proxy.command import _event_loop
+from agentworld.proxy.sse import StreamAssembler, encode_event
+from agentworld.proxy.upstream import answer_json
 from agentworld.proxy.upstream.headers import upstream_headers
 
 ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -137,3 +143,72 @@ def test_event_loop_choice():
     finally:
         if loop is not None:
             loop.close()
+
+
+def _vllm_events() -> list[bytes]:
+    """vLLM-shaped chat chunks: unicode, escapes, reasoning, tool-call deltas, two choices,
+    a long prompt (its ids parsed as RawIds), finish and usage chunks, spaced JSON."""
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def lp(*tokens: str) -> dict:
+        return {
+            "content": [
+                {"token": t, "logprob": -0.5, "bytes": [1], "top_logprobs": []} for t in tokens
+            ]
+        }
+
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}],
+         "prompt_token_ids": list(range(100_000, 102_000))},
+        {**head, "choices": [
+            {"index": 0, "delta": {"content": "héllo ✓ 😀"}, "logprobs": lp("hé", "llo"), "token_ids": [5, 6]},
+            {"index": 1, "delta": {"reasoning_content": 'a"b\\c\n\t\u0001'}, "logprobs": lp("a"), "token_ids": [7]},
+        ]},
+        {**head, "choices": [{"index": 1, "delta": {"tool_calls": [
+            {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": '}}]},
+            "logprobs": lp("{"), "token_ids": [8]}]},
+        {**head, "choices": [{"index": 1, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"ü"}'}}]},
+            "logprobs": lp("}"), "token_ids": [9], "finish_reason": "tool_calls", "stop_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "logprobs": None, "token_ids": [], "finish_reason": "stop"}]},
+        {**head, "choices": [], "usage": {"prompt_tokens": 2000, "completion_tokens": 5, "total_tokens": 2005}},
+    ]  # fmt: skip
+    events = [b"data: " + orjson.dumps(c) for c in chunks]
+    events.append(b"data: " + json.dumps(chunks[1]).encode())  # spaced, \u-escaped: re-encoded
+    return events
+
+
+@pytest.mark.parametrize(
+    "injected",
+    [Injected(True, True), Injected(True, False), Injected(False, True), Injected(False, False)],
+)
+def test_the_chat_relay_agrees_with_parse_strip_and_encode(injected):
+    """The relay parses and re-encodes a token's event inline: the agent gets what
+    ``answer_json.loads`` + ``strip`` + ``encode_event`` make of it, byte for byte, and
+    the assembler what ``answer_json.loads`` gives."""
+    events = _vllm_events()
+    x = SimpleNamespace(call=SimpleNamespace(injected=injected), threads=False)
+    relay = OpenAIRelay(x, "http://up", CHAT)
+    parts: list[bytes] = []
+    assert relay.feed(events, parts) is None
+    expected = []
+    asm = StreamAssembler(chat=True)
+    for ev in events:
+        obj = answer_json.loads(ev[6:])
+        asm.add(obj)
+        if injected.any:
+            CHAT.strip(obj, injected)
+            expected.append(encode_event(obj))
+        else:
+            expected.append(ev + b"\n\n")
+    assert parts == expected
+    assert "prompt_token_ids" not in parts[0].decode() or not injected.token_ids
+    got, want = relay.partial(), asm.result()
+    assert raw_ids.dumps(got) == raw_ids.dumps(want)
+    first, second = got["choices"]
+    assert first["message"]["content"] == "héllo ✓ 😀" + "héllo ✓ 😀"  # the spaced copy too
+    assert first["token_ids"] == [5, 6, 5, 6]
+    assert second["message"]["reasoning"] == 'a"b\\c\n\t\u0001' * 2
+    assert second["message"]["tool_calls"][0]["function"]["arguments"] == '{"x": "ü"}'
+    assert second["token_ids"] == [7, 8, 9, 7] and len(second["logprobs"]["content"]) == 4
+    assert got["usage"]["total_tokens"] == 2005
+    assert len(got["prompt_token_ids"]) == 2000
