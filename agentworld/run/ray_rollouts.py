@@ -242,6 +242,7 @@ async def run_on_ray(
     pending: dict[Any, tuple[Any, str, str]] = {}  # ref -> (task, group, node)
     queue = [(task, new_id("gr")) for task in p.tasks]
     lost_groups: set[str] = set()
+    cancelled_groups: set[str] = set()  # interrupted, and their task never returned
     in_flight = max(1, (opts.concurrency or p.agent.concurrency) // opts.n)
     started_at = time.monotonic()
     shipped = replace(p, runner=None, scorer=None)  # rebuilt on the node (may not pickle)
@@ -291,7 +292,8 @@ async def run_on_ray(
         for ref, (task, group, _node) in pending.items():
             try:
                 record(await asyncio.to_thread(ray.get, ref, timeout=60))
-            except Exception:
+            except Exception:  # the task died before its episodes could end themselves
+                cancelled_groups.add(group)
                 record(_lost(task, group, opts.n, "cancelled", "the run was interrupted"))
         for task, group in queue:
             record(_lost(task, group, opts.n, "cancelled", "the run was interrupted"))
@@ -303,6 +305,8 @@ async def run_on_ray(
         await asyncio.to_thread(_stop_all, ray, proxies)
     if lost_groups:
         await asyncio.to_thread(end_lost, opts, p, lost_groups)
+    if cancelled_groups:
+        await asyncio.to_thread(end_lost, opts, p, cancelled_groups, cancelled=True)
     ids = [r.trajectory for r in report.results if r.trajectory]
     stats = pool_stats(opts.pool, ids)
     return report, summarise(report, success_threshold=p.dataset.success_threshold, stats=stats)
@@ -340,9 +344,10 @@ def _stop_all(ray: Any, proxies: dict[str, Any]) -> None:
         ray.kill(proxies[node])
 
 
-def end_lost(opts: RunOptions, p: Prepared, groups: set[str]) -> int:
+def end_lost(opts: RunOptions, p: Prepared, groups: set[str], *, cancelled: bool = False) -> int:
     """Give the trajectories of lost groups that reached the pool without an end a failed end
-    (error type ``proxy``: infrastructure); returns how many."""
+    (error type ``proxy``: infrastructure), or with ``cancelled`` (an interrupted run whose
+    task never returned) a cancelled one; returns how many."""
     from agentworld import records
     from agentworld.pool import Pool
     from agentworld.pool.opener import open_pool
@@ -377,13 +382,17 @@ def end_lost(opts: RunOptions, p: Prepared, groups: set[str]) -> int:
                 records.make_end(
                     trajectory=tid,
                     agent=p.agent.name,
-                    status="failed",
+                    status="cancelled" if cancelled else "failed",
                     steps=int(n_steps or 0),
                     dataset=p.dataset.name,
                     split=p.split,
                     task=task,
                     group=group,
-                    error={"type": LOST, "message": "the Ray node running it died"},
+                    error=(
+                        {"type": "cancelled", "message": "the run was interrupted"}
+                        if cancelled
+                        else {"type": LOST, "message": "the Ray node running it died"}
+                    ),
                 )
             )
     target.close()

@@ -134,3 +134,41 @@ async def test_cancelling_a_ray_run_ends_the_groups_in_flight_cancelled(
     pool.close()
     assert sorted(e["status"] for e in ends if e["task"] != "t1") == ["done"] * 4
     assert [e["status"] for e in ends if e["task"] == "t1"] == ["cancelled"] * 2
+
+
+async def test_an_interrupted_group_whose_task_never_returns_still_ends_cancelled(
+    tmp_path, ray_cluster, upstream, test_agents, monkeypatch
+):
+    # Under load the cancelled Ray task can fail to return within the driver's wait: its
+    # trajectories reached the pool and must not stay open there.
+    import asyncio
+
+    notes = Path(os.environ["AW_NODE_NOTES"])
+    for old in notes.glob("*.node"):
+        old.unlink()
+    real_get = ray_cluster.get
+
+    def get(ref, *args, **kw):  # the driver's wait after cancelling: as if the task died
+        if kw.get("timeout") == 60:
+            raise ray_cluster.exceptions.GetTimeoutError("the task did not return")
+        return real_get(ref, *args, **kw)
+
+    monkeypatch.setattr(ray_cluster, "get", get)
+    agent = f"{test_agents}:note_node_then_hang_on_t1"
+    run = asyncio.create_task(run_session(ray_opts(tmp_path, upstream, agent, tmp_path / "pool")))
+    for _ in range(600):
+        if len(list(notes.glob("t*.node"))) == 6 or run.done():
+            break
+        await asyncio.sleep(0.1)
+    assert not run.done(), run.result()
+    run.cancel()
+    report, _ = await run
+    assert [r.status for r in report.results if r.task == "t1"] == ["cancelled"] * 2
+    pool = Pool.open(tmp_path / "pool")
+    by_status = pool.index().stats()["trajectories_by_status"]
+    ends = [r for r in pool.iter_records() if r["kind"] == "end" and r["task"] == "t1"]
+    pool.close()
+    assert "open" not in by_status
+    assert ends and {(e["status"], e["error"]["type"]) for e in ends} == {
+        ("cancelled", "cancelled")
+    }
