@@ -2,6 +2,9 @@
 
 The rooms, and the path of one call (``POST /t/T/v1/chat/completions``):
 
+- ``front/`` is where a call comes in: the proxy's own HTTP/1.1 server for plain
+  generation calls (``front/protocol.py``), which hands any other connection to
+  aiohttp's server of the same app.
 - ``app.py`` assembles the app: ``middlewares.py`` (errors, auth, access log),
   the routes, ``lifespan.py`` (upstream clients, pool writer, restore, sweeper).
   ``state.py`` holds what every handler shares (``STATE``); no handler imports app.

@@ -65,6 +65,33 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
         parts.append(chunk)
 
 
+async def answer_now(request: web.Request, out: web.Response) -> None:
+    """Send all of ``out`` now, before the handler returns (what it does next, recording
+    the step, must not delay the agent). A request the front serves writes it itself."""
+    if not isinstance(request, web.BaseRequest):  # the front's (front/request.py)
+        request.answer_now(out)
+        return
+    await out.prepare(request)
+    await out.write_eof()
+
+
+def stream_answer(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
+    """A 200 stream to ``request``'s agent, begun by its ``prepare``."""
+    if not isinstance(request, web.BaseRequest):
+        return request.stream(200, headers)
+    return web.StreamResponse(status=200, headers=headers)
+
+
+def answer_begun(request: web.Request) -> bool:
+    """Whether a response to ``request`` was prepared (its head sent, or held for its body)."""
+    if not isinstance(request, web.BaseRequest):
+        return request.answer_begun
+    w = request.writer
+    return bool(
+        w.output_size > 0 or getattr(w, "_headers_buf", None) or getattr(w, "_headers_written", 0)
+    )
+
+
 class AgentConnections:
     """The agent connections that have sent a request, and since when each cannot write.
 

@@ -25,7 +25,7 @@ from agentworld.proxy.middlewares import (
 from agentworld.proxy.pipeline.handler import route
 from agentworld.proxy.redact import KnownKeys
 from agentworld.proxy.registry import Registry
-from agentworld.proxy.state import CHAINS, STATE, State
+from agentworld.proxy.state import CHAINS, GENERATION, STATE, State
 from agentworld.proxy.stats import ProxyStats
 from agentworld.proxy.translate.response_chains import ResponseChains
 from agentworld.proxy.write_health import refuse_while_failing
@@ -77,9 +77,10 @@ def make_app(
     app[CHAINS] = ResponseChains()
     app.cleanup_ctx.append(lifespan.lifespan)
 
-    generation = [(a.path, route(a)) for a in (CHAT, COMPLETIONS, MESSAGES, RESPONSES)]
+    generation = {a.path: route(a) for a in (CHAT, COMPLETIONS, MESSAGES, RESPONSES)}
+    app[GENERATION] = generation
     for prefix in ROUTE_PREFIXES:
-        for path, handler in generation:  # recorded: the one pipeline
+        for path, handler in generation.items():  # recorded: the one pipeline
             app.router.add_post(prefix + path, handler)
         count_tokens.add_routes(app, prefix)  # Anthropic's token count (not recorded)
         app.router.add_get(prefix + "/v1/models", relay.models)

@@ -96,14 +96,13 @@ def proxy(
     """Serve an OpenAI-compatible proxy that records every call into the pool."""
     import logging
 
-    from aiohttp import web
-
     from agentworld import listen
     from agentworld.errors import ConfigError
     from agentworld.pool import Pool
     from agentworld.pool.remote_sync import start_uploader
-    from agentworld.proxy.app import make_app
+    from agentworld.proxy.app import ROUTE_PREFIXES, make_app
     from agentworld.proxy.config import ProxyConfig, UpstreamConfig, load_agents, resolve_keys
+    from agentworld.proxy.front import site as front_site
     from agentworld.proxy.gc_pauses import GcPauses
 
     if engine not in ("vllm", "openai"):
@@ -155,12 +154,12 @@ def proxy(
     )
     GcPauses().install()  # short collector pauses (gc_pauses.py)
     _raise_open_files_limit()
-    web.run_app(
+    front_site.run(
         app,
-        sock=socks,
+        socks,
+        ROUTE_PREFIXES,
+        _event_loop(uvloop),
         access_log=None,
-        print=None,
-        loop=_event_loop(uvloop),
         # An agent that hangs up cancels its call: the upstream connection is closed
         # (vLLM then stops generating) and the step is recorded as cancelled.
         handler_cancellation=True,

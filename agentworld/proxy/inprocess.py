@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentworld.proxy.app import make_app
+from agentworld.proxy.app import ROUTE_PREFIXES, make_app
 from agentworld.proxy.config import ProxyConfig
+from agentworld.proxy.front.site import FrontSite
 from agentworld.proxy.state import STATE, State
 
 if TYPE_CHECKING:
     from agentworld.pool import Pool
+    from agentworld.proxy.front.protocol import Front
     from agentworld.proxy.pool_seam import StepWriter
 
 
@@ -41,10 +43,16 @@ class ProxyServer:
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
+        self._site: FrontSite | None = None
 
     @property
     def state(self) -> State:
         return self.app[STATE]
+
+    @property
+    def front(self) -> Front | None:
+        """The front serving generation calls (``front/``), once started."""
+        return self._site.front if self._site is not None else None
 
     @property
     def url(self) -> str:
@@ -71,9 +79,9 @@ class ProxyServer:
             lingering_time=min(10.0, self.state.config.client_timeout_s),
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._site = FrontSite(self._runner, ROUTE_PREFIXES, host=self.host, port=self.port)
+        await self._site.start()
+        self.port = self._site.port
         return self
 
     async def stop(self) -> None:

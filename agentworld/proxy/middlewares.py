@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from agentworld.proxy.agent_conn import answer_begun
 from agentworld.proxy.agent_request import check_headers, first_line
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.error_responses import bad_request, error_response, refusal_for
@@ -50,14 +51,6 @@ def auth_middleware(token: str, stats: ProxyStats) -> Any:
     return auth
 
 
-def _answer_begun(request: web.Request) -> bool:
-    """Whether a response to ``request`` was prepared (its head sent, or held for its body)."""
-    w = request.writer
-    return bool(
-        w.output_size > 0 or getattr(w, "_headers_buf", None) or getattr(w, "_headers_written", 0)
-    )
-
-
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     st = request.app[STATE]
@@ -82,7 +75,7 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
     except Exception:
         log.exception("internal error serving %s %s", request.method, request.path)
         st.stats.error("internal")
-        if _answer_begun(request) and request.transport is not None:
+        if answer_begun(request) and request.transport is not None:
             # A second response on this connection would be garbage to the agent (a
             # stream's first events went out): the connection is cut instead, and the
             # error response below goes nowhere.

@@ -52,3 +52,5 @@ class State:
 STATE: web.AppKey[State] = web.AppKey("agentworld_proxy_state", State)
 # The Responses answers a later ``previous_response_id`` may point back to.
 CHAINS: web.AppKey[ResponseChains] = web.AppKey("agentworld_response_chains", ResponseChains)
+# The recorded generation routes' handlers by path (the front serves them: front/).
+GENERATION: web.AppKey[dict[str, Any]] = web.AppKey("agentworld_generation_routes", dict)

@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from agentworld.proxy.config import UpstreamConfig
+from agentworld.proxy.front.request import FrontStream
 from tests.proxy.conftest import steps_of
 from tests.proxy.test_upstream_client import ScriptedServer
 
@@ -62,16 +63,17 @@ def stalling(*, first_event_with_headers: bool) -> ScriptedServer:
 
 
 def stream_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """What the proxy passes to ``StreamResponse.write`` from now on (``write_eof``'s
-    last piece is not in it)."""
+    """What the proxy passes to a stream's ``write`` from now on, aiohttp's or the front's
+    (``write_eof``'s last piece is not in it)."""
     writes: list[bytes] = []
-    real_write = web.StreamResponse.write
+    for cls in (web.StreamResponse, FrontStream):
+        real_write = cls.write
 
-    async def counting_write(self: web.StreamResponse, data: bytes) -> None:
-        writes.append(bytes(data))
-        await real_write(self, data)
+        async def counting_write(self: web.StreamResponse, data: bytes, real=real_write) -> None:
+            writes.append(bytes(data))
+            await real(self, data)
 
-    monkeypatch.setattr(web.StreamResponse, "write", counting_write)
+        monkeypatch.setattr(cls, "write", counting_write)
     return writes
 
 

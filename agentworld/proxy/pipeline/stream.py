@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from agentworld.proxy.adapters.base import Answer, Exchange, Relay
+from agentworld.proxy.agent_conn import stream_answer
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.pipeline.call import continue_thread, open_upstream, stamp
 from agentworld.proxy.pipeline.faults import (
@@ -106,9 +107,9 @@ async def _stream_once(
             return adapter.refused(x, fault, raw, ctype or "application/json", out_headers)
         if not ctype.startswith("text/event-stream"):  # unread: the connection is closed
             return await answer_fault(x, not_a_stream(url, ctype), out_headers)
-        out = web.StreamResponse(
-            status=200,
-            headers={
+        out = stream_answer(
+            request,
+            {
                 "Content-Type": relay.content_type(ctype),
                 "Cache-Control": "no-cache",
                 **out_headers,

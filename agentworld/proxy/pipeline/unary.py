@@ -15,6 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from agentworld.proxy.adapters.base import Exchange
+from agentworld.proxy.agent_conn import answer_now
 from agentworld.proxy.config import UpstreamConfig
 from agentworld.proxy.pipeline.call import continue_thread, post_upstream
 from agentworld.proxy.pipeline.faults import (
@@ -89,8 +90,7 @@ async def unary(
     out = web.Response(body=answer.data, headers=out_headers)
     gone = False
     try:
-        await out.prepare(request)
-        await out.write_eof()
+        await answer_now(request, out)
     except WRITE_ERRORS:
         gone = True
     # Batched durability: the records are built after the answer has left.
