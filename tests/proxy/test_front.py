@@ -36,7 +36,8 @@ def test_a_plain_head_is_read_with_its_headers() -> None:
     [
         (b"POST ", b"GET "),  # another method
         (b"HTTP/1.1\r\n", b"HTTP/1.0\r\n"),
-        (b"completions ", b"completions?trajectory=t "),  # a query
+        (b"completions ", b"completions?task=a%20b "),  # a query that needs decoding
+        (b"completions ", b"completions?task=a+b "),
         (b"/v1/chat", b"/v1/%63hat"),  # percent-encoding
         (b"/v1/chat", b"/x/../v1/chat"),  # a dot segment
         (b"Content-Length: 12", b"Transfer-Encoding: chunked"),
@@ -139,6 +140,21 @@ async def test_a_connection_moves_to_aiohttp_at_its_first_request_the_front_does
         "one",
         "two",
     ]
+
+
+async def test_a_plain_query_is_served_by_the_front_and_read_as_aiohttp_reads_it(
+    proxy, pool
+) -> None:
+    """Claude Code calls ``/v1/messages?beta=true``: a query of plain pairs stays with the
+    front, and its identification fields count as they do under aiohttp."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    path = "/v1/chat/completions?beta=true&group=grp-1&task=t.7"
+    status, _, _ = await exchange(reader, writer, chat_request("q", path))
+    assert status == 200 and len(proxy.front.conns) == 1
+    writer.close()
+    await proxy.stop()
+    (step,) = steps_of(pool)
+    assert step["group"] == "grp-1"
 
 
 async def test_pipelined_calls_are_answered_in_order(proxy, pool) -> None:

@@ -2,7 +2,8 @@
 
 ``parse_head`` reads the head of one request and returns it only when it is of
 the plain kind agents send to a generation route: ``POST`` over HTTP/1.1, an
-origin-form path with no query, ``%`` or dot segment, ASCII header lines with
+origin-form path with no ``%`` or dot segment, a query of
+plain ``key=value`` pairs at most, ASCII header lines with
 no control character and no folding, one ``Content-Length`` and no
 ``Transfer-Encoding``, ``Content-Encoding``, ``Expect`` or ``Upgrade``.
 Anything else returns None, and the connection goes to aiohttp, which serves,
@@ -26,6 +27,10 @@ _TOKEN = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqr
 # Headers whose presence means the front does not serve the request (the head lowercased,
 # after a CRLF).
 _HAND_OFF = ("\ntransfer-encoding:", "\ncontent-encoding:", "\nexpect:", "\nupgrade:")
+# A query the front serves (Claude Code's "?beta=true") is made of these alone.
+_QUERY_SAFE = str.maketrans(
+    dict.fromkeys("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~=&")
+)
 MAX_HEAD = 16 * 1024  # a longer head goes to aiohttp (which allows 8 kB a line)
 
 
@@ -33,6 +38,7 @@ class Head(NamedTuple):
     """A request head the front serves."""
 
     path: str
+    query: str  # only of letters, digits, "-._~", "=" and "&": the same decoded or not
     headers: CIMultiDictProxy[str]
     content_length: int
     keep_alive: bool
@@ -53,9 +59,11 @@ def parse_head(head: bytes) -> Head | None:
     parts = request_line.split(" ")
     if len(parts) != 3 or parts[0] != "POST" or parts[2] != "HTTP/1.1":
         return None
-    target = parts[1]
-    if target[:1] != "/" or "?" in target or "%" in target or "/." in target or "#" in target:
+    target, _, query = parts[1].partition("?")
+    if target[:1] != "/" or "%" in target or "/." in target or "#" in target:
         return None
+    if query and query.translate(_QUERY_SAFE):
+        return None  # a query that would need decoding (aiohttp's, yarl's rules)
     pairs = [line.partition(":") for line in rest.split("\r\n")] if rest else []
     if any(not sep for _, sep, _ in pairs):
         return None  # a line that is not a header
@@ -78,7 +86,7 @@ def parse_head(head: bytes) -> Head | None:
         if "upgrade" in tokens:
             return None
         keep_alive = "close" not in tokens
-    return Head(target, CIMultiDictProxy(headers), int(value), keep_alive)
+    return Head(target, query, CIMultiDictProxy(headers), int(value), keep_alive)
 
 
 class Dates:

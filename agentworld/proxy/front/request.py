@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
@@ -93,8 +94,6 @@ class FrontRequest:
     """One request the front serves."""
 
     method = "POST"
-    query_string = ""
-    query = _NO_QUERY
 
     def __init__(
         self,
@@ -108,6 +107,12 @@ class FrontRequest:
         self.transport = protocol.transport
         self.app = app
         self.path = head.path
+        self.query_string = head.query
+        self.query = (
+            MultiDictProxy(MultiDict(parse_qsl(head.query, keep_blank_values=True)))
+            if head.query
+            else _NO_QUERY
+        )
         self.headers = head.headers
         self.content_length = head.content_length
         self.keep_alive = head.keep_alive
