@@ -1,18 +1,21 @@
 """The two servers `bench/proxy_hop.py` puts beside `aw proxy`: the cheapest vLLM-shaped
 upstream, and a bare aiohttp pass-through on uvloop. Each runs in its own process:
 
-    python bench/_hop_servers.py upstream PORT
+    python bench/_hop_servers.py upstream PORT [GAP_MS]
     python bench/_hop_servers.py bare PORT UPSTREAM_URL
 
 The upstream is a raw asyncio protocol that answers every POST with bytes encoded once at
 start-up (vLLM's chat shapes with ``token_ids``, ``prompt_token_ids`` and log-probs, unary or
-SSE by the body's ``"stream":true``): it parses no JSON, so at 32 agents it costs a small
+SSE by the body's ``"stream":true``; the SSE all in one write, or, for a body with
+``"user":"paced"``, one event a write ``GAP_MS`` apart (2 by default), as an engine sends
+tokens): it parses no JSON, so at 32 agents it costs a small
 part of what any hop costs, and is never the bottleneck it would be as an aiohttp app.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import sys
 
@@ -90,6 +93,20 @@ def stream_body() -> bytes:
     return b"".join(lines) + b"data: [DONE]\n\n"
 
 
+def paced_parts() -> list[bytes]:
+    """The SSE answer as an engine sends it: its head with the first event, then one event
+    a write (``"user":"paced"`` in the request asks for it)."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    events = [e + b"\n\n" for e in stream_body().split(b"\n\n") if e]
+    parts = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+    parts[0] = head + parts[0]
+    parts[-1] += b"0\r\n\r\n"
+    return parts
+
+
 def _answers() -> tuple[bytes, bytes]:
     unary = unary_body()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
@@ -106,11 +123,15 @@ class Upstream(asyncio.Protocol):
     """HTTP/1.1 keep-alive: read a request's head and body, answer with pre-encoded bytes."""
 
     UNARY, STREAM = _answers()
+    PACED = paced_parts()
+    GAP_S = 0.002  # between a paced stream's events (``upstream PORT GAP_MS``)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.buf = bytearray()
         self.need = 0  # the body length of the request whose head is parsed (-1: empty)
+        self.queue: collections.deque[bytes] = collections.deque()  # a paced answer's rest
+        self.sending = False
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -131,7 +152,29 @@ class Upstream(asyncio.Protocol):
             del self.buf[: max(self.need, 0)]
             self.need = 0
             stream = b'"stream":true' in body or b'"stream": true' in body
-            self.transport.write(self.STREAM if stream else self.UNARY)  # type: ignore[attr-defined]
+            if stream and b'"user":"paced"' in body:
+                self._paced()
+                continue
+            answer = self.STREAM if stream else self.UNARY
+            if self.sending:  # after the paced answer still going out
+                self.queue.append(answer)
+            else:
+                self.transport.write(answer)  # type: ignore[attr-defined]
+
+    def _paced(self) -> None:
+        """Queue the paced answer: its parts go out ``GAP_S`` apart, after what is queued."""
+        self.queue.extend(self.PACED)
+        if not self.sending:
+            self._send_next()
+
+    def _send_next(self) -> None:
+        if not self.queue or self.transport.is_closing():  # type: ignore[attr-defined]
+            self.sending = False
+            self.queue.clear()
+            return
+        self.sending = True
+        self.transport.write(self.queue.popleft())  # type: ignore[attr-defined]
+        asyncio.get_running_loop().call_later(self.GAP_S, self._send_next)
 
 
 def serve_upstream(port: int) -> None:
@@ -157,12 +200,19 @@ def serve_bare(port: int, upstream: str) -> None:
         data = await request.read()
         headers = {"Content-Type": "application/json"}
         async with session.post(upstream + request.path, data=data, headers=headers) as r:
-            out = web.StreamResponse(status=r.status)
-            out.content_type = r.content_type
-            await out.prepare(request)
-            async for chunk in r.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
+            try:
+                out = web.StreamResponse(status=r.status)
+                out.content_type = r.content_type
+                await out.prepare(request)
+                async for chunk in r.content.iter_any():
+                    await out.write(chunk)
+                await out.write_eof()
+            except BaseException:
+                # An agent gone mid-stream (wrk's runs end with streams in flight): the
+                # upstream connection must not go back to the pool with the rest unread
+                # (``release``, what leaving ``async with`` does, would put it there).
+                r.close()
+                raise
             return out
 
     async def main() -> None:
@@ -182,6 +232,8 @@ def serve_bare(port: int, upstream: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "upstream":
+        if len(sys.argv) > 3:
+            Upstream.GAP_S = float(sys.argv[3]) / 1000
         serve_upstream(int(sys.argv[2]))
     else:
         serve_bare(int(sys.argv[2]), sys.argv[3])

@@ -22,7 +22,11 @@ median over rounds of what one round measured side by side.
 
 Modes (``--modes``, all by default):
 
-- ``unary`` / ``stream``: concurrency 32 (``--connections``), ``--seconds`` a run;
+- ``unary`` / ``stream``: concurrency 32 (``--connections``), ``--seconds`` a run; the
+  stream comes from the upstream in one write (the worst case for a relay: its 14 events
+  in one read, each parsed, stripped and re-encoded, while a pass-through copies bytes);
+- ``paced``: the same stream one event a write, 2 ms apart, as an engine sends tokens
+  (each event its own read and write for every target);
 - ``latency``: concurrency 1 for ``--latency-s`` (300) per target, in 20 s slices that
   rotate; added p99 = the target's p99 minus the upstream's own, over the whole run (wrk's
   histograms merged). wrk counts the calls a stall held back (its coordinated-omission
@@ -32,7 +36,7 @@ Modes (``--modes``, all by default):
   bodies (a growing conversation, three turns): the worst probe latency is the stall
   one agent's big call puts on the others.
 
-    python bench/proxy_hop.py [--baseline DIR] [--modes unary,stream,latency,bigbody]
+    python bench/proxy_hop.py [--baseline DIR] [--modes unary,stream,paced,latency,bigbody]
                               [--rounds 3] [--seconds 10] [--latency-s 300] [--short] [--pin]
 
 ``--short`` is a ~2-minute sanity run (2 rounds of 4 s runs, a 20 s latency mode, a 10 MB
@@ -70,6 +74,7 @@ REPLY = "Hello! How can I help you today?"
 # then a new user turn): new trajectories, threaded continuations, a growing registry.
 LUA = r"""
 local stream = %(stream)s
+local paced = %(paced)s
 local system = "You are a careful agent. " .. string.rep("Read the task, plan, act. ", 12)
 local head = {["Content-Type"] = "application/json"}
 local threads = {}
@@ -90,6 +95,7 @@ request = function()
   end
   local body = '{"model":"m","max_tokens":64,"messages":' .. msgs .. ']'
   if stream then body = body .. ',"stream":true' end
+  if paced then body = body .. ',"user":"paced"' end
   return wrk.format("POST", "/v1/chat/completions", head, body .. "}")
 end
 done = function(summary, latency, requests)
@@ -107,9 +113,10 @@ end
 """
 
 
-def lua_script(stream: bool, folder: Path) -> Path:
-    path = folder / ("stream.lua" if stream else "unary.lua")
-    path.write_text(LUA % {"stream": "true" if stream else "false", "reply": REPLY})
+def lua_script(stream: bool, folder: Path, *, paced: bool = False) -> Path:
+    path = folder / ("paced.lua" if paced else "stream.lua" if stream else "unary.lua")
+    flags = {"stream": "true" if stream or paced else "false", "paced": str(paced).lower()}
+    path.write_text(LUA % {**flags, "reply": REPLY})
     return path
 
 
@@ -326,7 +333,7 @@ def report_bigbody(targets: list[Target]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--baseline", type=Path, help="another build's checkout, run side by side")
-    p.add_argument("--modes", default="unary,stream,latency,bigbody")
+    p.add_argument("--modes", default="unary,stream,paced,latency,bigbody")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=10.0, help="one unary/stream run")
     p.add_argument("--connections", type=int, default=32)
@@ -366,13 +373,17 @@ def main() -> None:
         for t in targets:
             wait_up(t.url)
         direct = Target("direct", upstream, ports["upstream"])
-        scripts = {s: lua_script(s, folder) for s in (False, True)}
+        scripts = {
+            "unary": lua_script(False, folder),
+            "stream": lua_script(True, folder),
+            "paced": lua_script(True, folder, paced=True),
+        }
         for t in targets:  # warm up: imports, connections, the first shard
-            wrk(t.url, scripts[False], connections=args.connections, seconds=1, cpu=load_cpu)
+            wrk(t.url, scripts["unary"], connections=args.connections, seconds=1, cpu=load_cpu)
 
         for mode in modes:
-            if mode in ("unary", "stream"):
-                script = scripts[mode == "stream"]
+            if mode in ("unary", "stream", "paced"):
+                script = scripts[mode]
                 for r in range(args.rounds):
                     for t in rotated(targets, r):
                         got = measure(t, script, args.connections, args.seconds, load_cpu)
@@ -389,14 +400,14 @@ def main() -> None:
                 slices = max(args.rounds, round(args.latency_s / 20))
                 for r in range(slices):
                     for t in rotated(every, r):
-                        got = measure(t, scripts[False], 1, args.latency_s / slices, load_cpu)
+                        got = measure(t, scripts["unary"], 1, args.latency_s / slices, load_cpu)
                         t.rounds.setdefault("latency", []).append(got)
                     print(f"  latency slice {r + 1}/{slices}", file=sys.stderr, flush=True)
                 report_latency(every)
             elif mode == "bigbody":
                 for r in range(args.rounds):
                     for t in rotated(targets, r):
-                        got = bigbody(t, scripts[False], args, load_cpu)
+                        got = bigbody(t, scripts["unary"], args, load_cpu)
                         t.rounds.setdefault("bigbody", []).append(got)
                         print(
                             f"  bigbody round {r + 1} {t.name}: probe max"
@@ -406,7 +417,7 @@ def main() -> None:
                         )
                 report_bigbody(targets)
             else:
-                raise SystemExit(f"unknown mode {mode!r}: unary, stream, latency or bigbody")
+                raise SystemExit(f"unknown mode {mode!r}: unary, stream, paced, latency or bigbody")
     finally:
         for proc in reversed(procs):
             proc.terminate()

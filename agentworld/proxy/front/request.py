@@ -221,7 +221,9 @@ class FrontStream(web.StreamResponse):
         if self._ended:
             raise RuntimeError("Cannot call write() after write_eof()")
         self._send(bytes(data))
-        await self._front_req.protocol.drain()
+        protocol = self._front_req.protocol
+        if protocol.writing_paused or protocol.transport is None:
+            await protocol.drain()
 
     async def write_eof(self, data: bytes = b"") -> None:  # type: ignore[override]
         if self._ended:
@@ -229,4 +231,6 @@ class FrontStream(web.StreamResponse):
         self._ended = True
         self._send(bytes(data), b"0\r\n\r\n")
         self._front_req.answered = True
-        await self._front_req.protocol.drain()
+        protocol = self._front_req.protocol
+        if protocol.writing_paused or protocol.transport is None:
+            await protocol.drain()
