@@ -121,11 +121,6 @@ class FrontRequest:
         self.answer_begun = False  # the answer's head went out
         self.answered = False  # the whole answer went out
 
-    @property
-    def remote(self) -> str | None:
-        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
-        return peer[0] if isinstance(peer, tuple) else None
-
     async def read(self) -> bytes:
         parts = []
         while chunk := await self.content.readany():
