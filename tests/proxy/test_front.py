@@ -221,3 +221,27 @@ async def test_bytes_that_cannot_begin_a_plain_call_go_to_aiohttp_at_once(proxy)
             break
     assert not proxy.front.conns  # aiohttp's, before the head ends
     writer.close()
+
+
+async def test_a_call_refused_before_its_body_ended_reads_the_rest_then_closes(make_proxy, pool):
+    """A call answered before its body is all in (here a wrong proxy token, refused before
+    the body is read): the rest is read and dropped, then the connection closes, as
+    aiohttp's lingering close does. Closing over unread bytes would reset the connection,
+    and the agent could lose its answer."""
+    proxy = await make_proxy(auth_token="proxy-secret")
+    body = b'{"model":"m","messages":[{"role":"user","content":"' + b"x" * 2_000_000 + b'"}]}'
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer wrong\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    writer.write(head + body[:65536])
+    status, headers, answer_body = await answer(reader)
+    assert status == 401 and headers["connection"] == "close"
+    assert b"proxy token" in answer_body
+    for at in range(65536, len(body), 65536):  # the rest still goes in: nothing was reset
+        writer.write(body[at : at + 65536])
+        await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # then the proxy closes
+    writer.close()
+    assert steps_of(pool) == []

@@ -54,6 +54,10 @@ class Front:
         config = app[STATE].config
         self.max_body = config.max_body_bytes
         self.idle_timeout_s = config.client_timeout_s
+        # The unread rest of a refused body is read and dropped at most this long (as
+        # aiohttp's lingering_time): closing over unread bytes resets the connection,
+        # and the agent could lose the answer it was sent.
+        self.linger_s = min(10.0, config.client_timeout_s)
         self.conns: set[FrontProtocol] = set()
         self.closing = False
         self.dates = Dates()
@@ -140,6 +144,7 @@ class FrontProtocol(asyncio.Protocol):
         self._request: FrontRequest | None = None
         self._drain: asyncio.Future[None] | None = None
         self._reading_paused = False
+        self._linger: asyncio.TimerHandle | None = None
 
     # -- asyncio's side
 
@@ -157,6 +162,8 @@ class FrontProtocol(asyncio.Protocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         self.front.conns.discard(self)
         self.transport = None
+        if self._linger is not None:
+            self._linger.cancel()
         lost = exc if exc is not None else ConnectionResetError("Connection lost")
         if self._request is not None:
             self._request.content.lost(lost)
@@ -193,6 +200,10 @@ class FrontProtocol(asyncio.Protocol):
         req = self._request
         if req is not None and not req.content.is_eof():
             data = req.content.feed(data)
+            if self._linger is not None:  # the rest of an answered call's body
+                if req.content.is_eof():
+                    self.close()
+                return
             if not data:
                 return
         self._buf = self._buf + data if self._buf else data
@@ -263,12 +274,16 @@ class FrontProtocol(asyncio.Protocol):
 
     def _done(self, req: FrontRequest, resp: web.StreamResponse) -> None:
         self.task = None
-        self._request = None
         if self.transport is None:
             return
         if not req.keeps_alive(resp):
-            self.transport.close()
+            if req.content.is_eof() or self.front.closing:
+                self.transport.close()
+            else:  # its body still coming: read and drop the rest, then close
+                req.content.dropping = True
+                self._linger = self.front.loop.call_later(self.front.linger_s, self.close)
             return
+        self._request = None
         self.idle_since = self.front.loop.time()
         if self._reading_paused:
             self._reading_paused = False

@@ -33,7 +33,7 @@ class Body:
     """A request body as it arrives (``aiohttp.StreamReader``'s part that ``read_body``
     uses): nearly always whole with its head, else fed by the protocol."""
 
-    __slots__ = ("_eof", "_exc", "_need", "_parts", "_size", "_waiter")
+    __slots__ = ("_eof", "_exc", "_need", "_parts", "_size", "_waiter", "dropping")
 
     def __init__(self, first: bytes, need: int) -> None:
         self._parts = [first] if first else []
@@ -42,6 +42,7 @@ class Body:
         self._eof = self._size >= need
         self._waiter: asyncio.Future[None] | None = None
         self._exc: BaseException | None = None
+        self.dropping = False  # its call is answered: the rest is read and dropped
 
     def feed(self, data: bytes) -> bytes:
         """Take what belongs to the body; return the rest (the next request's)."""
@@ -49,7 +50,8 @@ class Body:
         rest = b""
         if len(data) > room:
             data, rest = data[:room], data[room:]
-        self._parts.append(data)
+        if not self.dropping:
+            self._parts.append(data)
         self._size += len(data)
         self._eof = self._size >= self._need
         self._wake(None)
