@@ -89,6 +89,7 @@ class Proxy:
         self.pool, self.upstream, self.durability = pool, upstream, durability
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.life = 0  # which start this is (1, 2, ...): what each call is tagged with
 
     async def start(self, session: aiohttp.ClientSession) -> float:
         """Start it and wait for a healthy answer; the seconds that took."""
@@ -107,6 +108,7 @@ class Proxy:
                 async with session.get(url + "/aw/health") as r:
                     if r.status == 200:
                         self.url = url
+                        self.life += 1
                         return time.perf_counter() - t0
             await asyncio.sleep(0.02)
         raise RuntimeError("aw proxy did not become healthy in 120 s")
@@ -133,14 +135,17 @@ class Proxy:
 class Load:
     """What the agents saw: acknowledged steps with when, and the refusals."""
 
-    acks: list[tuple[str, int, float]] = field(default_factory=list)
+    # (trajectory, step, when its answer was read, which start of the proxy answered it)
+    acks: list[tuple[str, int, float, int]] = field(default_factory=list)
     refused: int = 0
     refused_with_retry_after: int = 0
     other: collections.Counter[str] = field(default_factory=collections.Counter)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def _call(session: aiohttp.ClientSession, url: str, body: dict[str, Any], load: Load) -> None:
+async def _call(
+    session: aiohttp.ClientSession, url: str, life: int, body: dict[str, Any], load: Load
+) -> None:
     async with session.post(url + "/v1/chat/completions", json=body) as r:
         data = await r.read()
         if r.status == 503:
@@ -157,7 +162,7 @@ async def _call(session: aiohttp.ClientSession, url: str, body: dict[str, Any], 
         if tid is None or step is None:
             load.other["200 without X-AW-Step"] += 1
             return
-        load.acks.append((tid, int(step), time.time()))
+        load.acks.append((tid, int(step), time.time(), life))
 
 
 async def agent(n: int, proxy: Proxy, session: aiohttp.ClientSession, load: Load) -> None:
@@ -165,14 +170,14 @@ async def agent(n: int, proxy: Proxy, session: aiohttp.ClientSession, load: Load
     i = 0
     while not load.stop.is_set():
         i += 1
-        url = proxy.url
+        url, life = proxy.url, proxy.life
         if not url:
             await asyncio.sleep(0.02)
             continue
         msgs = [{"role": "user", "content": f"agent {n} call {i} {os.urandom(4).hex()}"}]
         body: dict[str, Any] = {"model": "m", "messages": msgs, "stream": i % 2 == 0}
         try:
-            await _call(session, url, body, load)
+            await _call(session, url, life, body, load)
         except (TimeoutError, aiohttp.ClientError):
             await asyncio.sleep(0.02)  # the proxy is down: it comes back
 
@@ -189,7 +194,7 @@ def stored(pool: Path) -> tuple[collections.Counter[tuple[str, int]], list[str]]
 
 
 def check_acks(load: Load, counts: collections.Counter[tuple[str, int]]) -> dict[str, Any]:
-    lost = [(t, i, at) for t, i, at in load.acks if counts[(t, i)] == 0]
+    lost = [(at, life) for t, i, at, life in load.acks if counts[(t, i)] == 0]
     return {
         "acknowledged": len(load.acks),
         "lost": len(lost),
@@ -230,18 +235,16 @@ async def sigkill(
                     await _wait(enough, 120, f"{acks_per_kill} answers")
                     await asyncio.sleep(random.uniform(0, 0.02))  # calls in flight
                     proxy.kill()
-                    # After the kill: an answer the proxy wrote just before it dies may
-                    # still reach the agent a moment later, and belongs to this kill.
-                    kill_times.append(time.time())
+                    kill_times.append(time.time())  # that of start ``proxy.life``
             finally:
                 load.stop.set()
                 await asyncio.gather(*tasks)
         counts, problems = stored(pool)
     out = check_acks(load, counts)
-    # The loss window: from each lost step's answer to the kill that lost it.
-    spans = [
-        min((k for k in kill_times if k >= at), default=at) - at for _, _, at in out.pop("_lost")
-    ]
+    # The loss window: from each lost step's answer to the kill of the proxy that answered
+    # it (by the start it was sent to: an answer written just before the kill can reach
+    # its agent after the kill is timed, and belongs to that kill, not the next one).
+    spans = [max(0.0, kill_times[life - 1] - at) for at, life in out.pop("_lost")]
     out.update(
         scenario=f"sigkill {durability}",
         kills=kills,
