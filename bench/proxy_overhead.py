@@ -3,7 +3,8 @@
 Three servers run in their own processes: a fake vLLM upstream (fixed small
 completion, plus a streaming variant), a bare aiohttp pass-through that
 forwards bytes without recording, and `aw proxy` recording into a temporary
-pool (batched durability). The load generator (this process) calls the
+pool (batched durability); the two hops on the same event loop (uvloop when
+installed; asyncio's for both with ``--no-uvloop``). The load generator (this process) calls the
 upstream directly, through the bare pass-through and through the proxy, side
 by side, at each concurrency level, and prints ratios. Loopback only. Each
 figure is the median over ``--rounds`` rounds of what that round measured side
@@ -83,8 +84,10 @@ def serve_fake(port: int, reply: str) -> None:
     )
 
 
-def serve_bare(port: int, upstream: str) -> None:
-    """The baseline: forward the body, stream the answer back, record nothing."""
+def serve_bare(port: int, upstream: str, want_uvloop: bool = True) -> None:
+    """The baseline: forward the body, stream the answer back, record nothing; on the
+    proxy's loop (uvloop when installed, unless ``--no-uvloop``), so the two hops differ by
+    what the proxy does, not by their event loops."""
     import aiohttp
     from aiohttp import web
 
@@ -112,7 +115,15 @@ def serve_bare(port: int, upstream: str) -> None:
     app = web.Application()
     app.cleanup_ctx.append(ctx)
     app.router.add_post("/v1/chat/completions", handle)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    loop = None
+    if want_uvloop:
+        try:
+            import uvloop
+
+            loop = uvloop.new_event_loop()
+        except ImportError:
+            pass
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, loop=loop)
 
 
 def serve_relay(port: int, upstream: str) -> None:
@@ -381,7 +392,9 @@ async def run(
     here = str(Path(__file__).resolve())
     procs = [
         start([here, "--serve", "fake", "--port", str(ports["fake"]), "--reply", reply]),
-        start([here, "--serve", "bare", "--port", str(ports["bare"]), "--upstream", up]),
+        start(
+            [here, "--serve", "bare", "--port", str(ports["bare"]), "--upstream", up, *proxy_args]
+        ),
         start_proxy(ROOT, pool, up, ports["proxy"], proxy_args),
     ]
     pids = {
@@ -554,13 +567,14 @@ def main() -> None:
     ap.add_argument(
         "--no-uvloop",
         action="store_true",
-        help="run the proxy on asyncio's loop, like the bare pass-through (default: uvloop if installed)",
+        help="run the proxy and the bare pass-through on asyncio's loop (default: uvloop"
+        " if installed)",
     )
     a = ap.parse_args()
     if a.serve == "fake":
         serve_fake(a.port, a.reply or REPLY)
     elif a.serve == "bare":
-        serve_bare(a.port, a.upstream)
+        serve_bare(a.port, a.upstream, not a.no_uvloop)
     elif a.serve == "relay":
         serve_relay(a.port, a.upstream)
     else:
