@@ -35,7 +35,7 @@ RETRY_AFTER_S = 5  # what refused agents are told; SDKs honour Retry-After up to
 
 # The routes that record steps: refused while the pool cannot be written. Trajectory
 # ends and rewards still go through: strict mode reports their failure itself.
-_OPENAI_SUFFIXES = (CHAT.path, COMPLETIONS.path)
+_ADAPTERS = (CHAT, COMPLETIONS, MESSAGES, RESPONSES)
 
 
 def refusing(st: State) -> bool:
@@ -50,16 +50,12 @@ def refusing(st: State) -> bool:
 
 
 def _refusal(path: str, message: str) -> web.Response | None:
+    """The 503 of a recording route, in its protocol's shape; None for other routes."""
     headers = {"Retry-After": str(RETRY_AFTER_S)}
-    for adapter in (MESSAGES, RESPONSES):
+    for adapter in _ADAPTERS:
         if path.endswith(adapter.path):
-            return web.Response(
-                status=503,
-                body=adapter.error_body(503, message),
-                content_type="application/json",
-                headers=headers,
-            )
-    if path.endswith(_OPENAI_SUFFIXES) or path == "/aw/steps":
+            return adapter.server_error(503, message, "service_unavailable", headers)
+    if path == "/aw/steps":
         return error_response(503, message, "service_unavailable", code=503, headers=headers)
     return None
 
