@@ -3,17 +3,18 @@
 Three servers run in their own processes: a fake vLLM upstream (fixed small
 completion, plus a streaming variant), a bare aiohttp pass-through that
 forwards bytes without recording, and `aw proxy` recording into a temporary
-pool (batched durability); the two hops on the same event loop (uvloop when
-installed; asyncio's for both with ``--no-uvloop``). The load generator (this process) calls the
-upstream directly, through the bare pass-through and through the proxy, side
-by side, at each concurrency level, and prints ratios. Loopback only. Each
-figure is the median over ``--rounds`` rounds of what that round measured side
-by side (the three paths alternate within a round). CPU is read from /proc:
-``hop CPU`` is the hop's process per call (for ``direct``, the fake's), and
-``upstream CPU`` the fake's for the same calls, what each path asks of it (the
-proxy asks for token ids and log-probs, which the fake then writes). Beside
-the median throughput ratio goes a bootstrap 90% interval of that median: a
-goal is met with a margin when the interval clears it, not just the median.
+pool (batched durability), the two hops on the same event loop (uvloop when
+installed; asyncio's for both with ``--no-uvloop``). The load generator
+(this process) calls the upstream directly, through the bare pass-through
+and through the proxy, side by side, at each concurrency level, and prints
+ratios. Loopback only. Each figure is the median over ``--rounds`` rounds of
+what that round measured side by side (the three paths alternate within a
+round). CPU is read from /proc: ``hop CPU`` is the hop's process per call
+(for ``direct``, the fake's), and ``upstream CPU`` the fake's for the same
+calls, what each path asks of it (the proxy asks for token ids and
+log-probs, which the fake then writes). Beside the median throughput ratio
+goes a bootstrap 90% interval of that median: a goal is met with a margin
+when the interval clears it, not just the median.
 
     python bench/proxy_overhead.py [--requests 2000] [--levels 1,32,256] [--rounds 5]
                                     [--modes unary,stream] [--turns 0 --turn-chars 2000
@@ -392,8 +393,9 @@ async def run(
     here = str(Path(__file__).resolve())
     procs = [
         start([here, "--serve", "fake", "--port", str(ports["fake"]), "--reply", reply]),
-        start(
-            [here, "--serve", "bare", "--port", str(ports["bare"]), "--upstream", up, *proxy_args]
+        start(  # on the proxy's loop
+            [here, "--serve", "bare", "--port", str(ports["bare"]), "--upstream", up]
+            + [a for a in proxy_args if a == "--no-uvloop"]
         ),
         start_proxy(ROOT, pool, up, ports["proxy"], proxy_args),
     ]
