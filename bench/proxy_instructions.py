@@ -53,10 +53,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proxy_hop import SERVERS, lua_script, table, wait_up, wrk
+from proxy_hop import ROOT, SERVERS, lua_script, table, wait_up, wrk
 from proxy_overhead import free_ports
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # Parts of a recorded call that ``--ablate`` can switch off, each a few lines run at
 # interpreter start (a ``sitecustomize`` on the target's path) before the proxy starts.
