@@ -22,7 +22,7 @@ from agentworld.proxy.agent_request import (
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.error_responses import error_response
 from agentworld.proxy.normal_form import normalise_message
-from agentworld.proxy.recorder import RecordFailed
+from agentworld.proxy.recorder import RecordFailed, retry_later
 from agentworld.proxy.registry import MAX_STEP_IDS, Trajectory
 from agentworld.proxy.state import STATE, State
 
@@ -332,7 +332,10 @@ async def complete(request: web.Request) -> web.Response:
     failed = ending.exception()
     if isinstance(failed, RecordFailed):
         return error_response(
-            503, f"the end record could not be stored: {failed}", "service_unavailable"
+            503,
+            f"the end record could not be stored: {failed}",
+            "service_unavailable",
+            headers=retry_later(),
         )
     if failed is not None:
         raise failed
@@ -413,7 +416,10 @@ async def whitebox_step(request: web.Request) -> web.Response:
             if not claimed:
                 del t.step_ids[index]
         return error_response(
-            503, f"the step could not be recorded durably: {exc}", "service_unavailable"
+            503,
+            f"the step could not be recorded durably: {exc}",
+            "service_unavailable",
+            headers=retry_later(),
         )
     finally:
         t.call_landed()

@@ -32,6 +32,17 @@ class RecordFailed(Exception):
     """A step could not be made durable (strict mode turns this into a 503)."""
 
 
+# What an agent is told to wait before retrying a call refused because its step could not
+# be stored (a 503's Retry-After): the pool is written again by then, or still refused.
+# SDKs honour Retry-After up to a minute.
+RETRY_AFTER_S = 5
+
+
+def retry_later() -> dict[str, str]:
+    """The headers of such a 503."""
+    return {"Retry-After": str(RETRY_AFTER_S)}
+
+
 @dataclass
 class Call:
     """What the proxy learnt about one generation call while serving it."""

@@ -26,12 +26,12 @@ from agentworld import records
 from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS
 from agentworld.proxy.adapters.translated import MESSAGES, RESPONSES
 from agentworld.proxy.error_responses import error_response
+from agentworld.proxy.recorder import retry_later
 from agentworld.proxy.state import STATE, State
 
 log = logging.getLogger("agentworld.proxy")
 
 PROBE_INTERVAL_S = 1.0
-RETRY_AFTER_S = 5  # what refused agents are told; SDKs honour Retry-After up to a minute
 
 # The routes that record steps: refused while the pool cannot be written. Trajectory
 # ends and rewards still go through: strict mode reports their failure itself.
@@ -51,7 +51,7 @@ def refusing(st: State) -> bool:
 
 def _refusal(path: str, message: str) -> web.Response | None:
     """The 503 of a recording route, in its protocol's shape; None for other routes."""
-    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    headers = retry_later()
     for adapter in _ADAPTERS:
         if path.endswith(adapter.path):
             return adapter.server_error(503, message, "service_unavailable", headers)

@@ -130,10 +130,33 @@ async def test_strict_refuses_up_front_once_a_write_failed(
     async with aiohttp.ClientSession() as s:
         first = await _post(s, proxy.base_url + "/chat/completions", CHAT)
         assert first.status == 503  # the upstream answered; the step could not be stored
+        assert first.headers["Retry-After"].isdigit()  # as the refusals that follow say
         calls = len(fake[0].requests)
         second = await _post(s, proxy.base_url + "/chat/completions", CHAT)
         assert second.status == 503 and "Retry-After" in second.headers
         assert len(fake[0].requests) == calls
+
+
+async def test_strict_white_box_step_not_stored_is_a_503_with_retry_after(
+    make_proxy, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = DiskFull(monkeypatch, pool.root)
+    monkeypatch.setattr(write_health, "PROBE_INTERVAL_S", 3600)
+    proxy = await make_proxy(durability="strict")
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/aw/trajectories", json={}) as r:
+            assert r.status == 200
+            tid = (await r.json())["trajectory"]
+        disk.full = True
+        step = {"trajectory": tid, "index": 0, "messages": CHAT["messages"], "completion": "4"}
+        async with s.post(proxy.url + "/aw/steps", json=step) as r:
+            assert r.status == 503 and r.headers["Retry-After"].isdigit()
+            body = await r.json()
+        assert "could not be recorded durably" in body["error"]["message"]
+        disk.full = False
+        assert proxy.state.writer.probe()  # writes again (its probe, run rather than waited for)
+        async with s.post(proxy.url + "/aw/steps", json=step) as r:
+            assert r.status == 200, await r.text()  # the index was freed for the retry
 
 
 def test_serve_needs_batched_durability() -> None:

@@ -26,7 +26,7 @@ from agentworld.proxy.pipeline.faults import (
     not_recorded,
     record_fault,
 )
-from agentworld.proxy.recorder import RecordFailed, mark_left
+from agentworld.proxy.recorder import RecordFailed, mark_left, retry_later
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.translate.context_window import retry_within_window
 from agentworld.proxy.upstream import answer_json
@@ -84,6 +84,7 @@ async def unary(
         except RecordFailed as exc:
             st.registry.retract(call.trajectory)
             del out_headers["Content-Type"]
+            out_headers.update(retry_later())
             # names the step that failed, as every answer does
             return adapter.server_error(503, not_recorded(exc), "service_unavailable", out_headers)
         return web.Response(body=answer.data, headers=out_headers)
