@@ -39,6 +39,9 @@ def normalise_tool_calls(calls: Any) -> list[dict[str, Any]] | None:
 
 def normalise_message(m: dict[str, Any]) -> dict[str, Any]:
     """One OpenAI chat message in the record's normalised shape."""
+    if len(m) == 2 and m.get("content").__class__ is str and "role" in m:
+        role = m["role"]  # the usual {role, content} message: nothing else to look at
+        return {"role": "tool" if role == "function" else role, "content": m["content"]}
     role = m.get("role")
     out: dict[str, Any] = {"role": "tool" if role == "function" else role}
     content = m.get("content")
@@ -65,6 +68,8 @@ def thread_form(m: dict[str, Any]) -> Any:
     whitespace, or re-serialise tool arguments; none of that breaks a thread.
     """
     content = m.get("content")
+    if len(m) == 2 and content.__class__ is str and "role" in m:  # the usual message
+        return [m["role"], content.strip(), [], "", ""]
     if isinstance(content, list):
         if all(isinstance(p, dict) and p.get("type") == "text" for p in content):
             content = "".join(str(p.get("text", "")) for p in content)

@@ -15,6 +15,7 @@ from agentworld import raw_ids, records
 from agentworld.proxy.adapters.openai import CHAT, COMPLETIONS, Injected
 from agentworld.proxy.adapters.openai_stream import OpenAIRelay
 from agentworld.proxy.command import _event_loop
+from agentworld.proxy.normal_form import normalise_message, thread_form
 from agentworld.proxy.sse import StreamAssembler, encode_event
 from agentworld.proxy.upstream import answer_json
 from agentworld.proxy.upstream.headers import upstream_headers
@@ -105,9 +106,26 @@ def test_logprobs_kept_only_when_all_are_numbers():
     body["choices"][0]["logprobs"]["content"] = [{"logprob": -1}, {"logprob": -0.25}]
     ((_, _, tokens),) = CHAT.choices(body)
     assert tokens["completion_logprobs"] == [-1, -0.25]
-    body["choices"][0]["logprobs"]["content"] = [{"logprob": True}, {"logprob": -0.25}]
-    ((_, _, tokens),) = CHAT.choices(body)
-    assert "completion_logprobs" not in tokens
+    # An entry whose log-prob is no number (a bool, null, a string, none at all), or that
+    # is not an object: the log-probs are left out, the ids kept.
+    for bad in ({"logprob": True}, {"logprob": None}, {"logprob": "-1"}, {}, "x", [-1], None):
+        body["choices"][0]["logprobs"]["content"] = [bad, {"logprob": -0.25}]
+        ((_, _, tokens),) = CHAT.choices(body)
+        assert "completion_logprobs" not in tokens, bad
+        assert tokens["completion_ids"] == body["choices"][0]["token_ids"]
+
+
+@pytest.mark.parametrize("role", ["user", "assistant", "system", "tool", "function"])
+@pytest.mark.parametrize("content", ["", " x ", "\n\tsay"])
+def test_a_plain_message_is_normalised_and_threaded_as_any_other(role, content):
+    plain = {"role": role, "content": content}
+    named = {"role": role, "content": content, "name": 7}  # a third key: the general path
+    assert normalise_message(plain) == normalise_message(named)
+    assert normalise_message(plain) == {
+        "role": "tool" if role == "function" else role,
+        "content": content,
+    }
+    assert thread_form(plain) == thread_form({**plain, "name": ""})
 
 
 def test_upstream_headers_same_decision_on_every_call():

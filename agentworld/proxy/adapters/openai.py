@@ -28,6 +28,7 @@ from agentworld.proxy.adapters.openai_records import (
     choice_reply,
     choice_response,
     injected_keys,
+    logprob_values,
     prompt_list,
     record_prompt,
     record_tokens,
@@ -265,7 +266,7 @@ class ChatAdapter(_OpenAIAdapter):
             lp = c.get("logprobs")
             values = None
             if isinstance(lp, dict) and isinstance(lp.get("content"), list):
-                values = [e.get("logprob") if e.__class__ is dict else None for e in lp["content"]]
+                values = logprob_values(lp["content"])
             tokens = record_tokens(body.get("prompt_token_ids"), ids, values)
             out.append((choice_index(c, i), response, tokens))
         return out
