@@ -137,7 +137,7 @@ async def test_strict_refuses_up_front_once_a_write_failed(
         assert len(fake[0].requests) == calls
 
 
-async def test_strict_white_box_step_not_stored_is_a_503_with_retry_after(
+async def test_strict_white_box_step_or_end_not_stored_is_a_503_with_retry_after(
     make_proxy, pool: Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     disk = DiskFull(monkeypatch, pool.root)
@@ -157,6 +157,10 @@ async def test_strict_white_box_step_not_stored_is_a_503_with_retry_after(
         assert proxy.state.writer.probe()  # writes again (its probe, run rather than waited for)
         async with s.post(proxy.url + "/aw/steps", json=step) as r:
             assert r.status == 200, await r.text()  # the index was freed for the retry
+        disk.full = True
+        async with s.post(f"{proxy.url}/aw/trajectories/{tid}/complete", json={}) as r:
+            assert r.status == 503 and r.headers["Retry-After"].isdigit()
+            assert "end record could not be stored" in (await r.json())["error"]["message"]
 
 
 def test_serve_needs_batched_durability() -> None:
