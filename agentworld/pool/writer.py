@@ -296,7 +296,6 @@ class PoolWriter:
     async def append_async(self, record: Mapping[str, Any]) -> None:
         """Like ``append`` but awaits durability without blocking the event loop."""
         line = records.encode(record)
-        loop = asyncio.get_running_loop()
         with self._cond:
             if self._closing:
                 raise PoolError("writer is closed")
@@ -308,6 +307,7 @@ class PoolWriter:
             if self.durability == "strict" or len(self._pending) > self.max_pending:
                 # Strict: wait for the fsync. Batched but backlogged: wait too,
                 # without blocking the event loop, so the backlog stays bounded.
+                loop = asyncio.get_running_loop()  # here: it asks the kernel for the pid
                 fut = loop.create_future()
                 self._async_waiters.append((seq, loop, fut))
                 self._cond.notify_all()
