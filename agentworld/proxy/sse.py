@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import UNSET
+
 from agentworld import raw_ids
 from agentworld.raw_ids import RawIds
 
@@ -203,6 +205,68 @@ class StreamAssembler:
                 ch.finish_reason = reason
             stop = c.get("stop_reason")
             if stop is not None:
+                ch.stop_reason = stop
+
+    def add_typed(self, chunk: Any) -> None:
+        """``add`` for a chat chunk read into structs (``adapters/openai_chunks``: attributes,
+        ``UNSET`` for an absent field, no ``error``): the same state from the same event, step
+        for step in the same order (so a malformed tool call stops both at the same point)."""
+        self.chunks += 1
+        if not self.top:
+            top = {}
+            for key, v in (("id", chunk.id), ("model", chunk.model), ("created", chunk.created)):
+                if v is not None and v is not UNSET:
+                    top[key] = v
+            self.top = top
+        usage = chunk.usage
+        if usage.__class__ is dict:
+            self.usage = usage
+        ids = chunk.prompt_token_ids
+        if ids.__class__ is list:
+            self.prompt_token_ids = ids
+        fingerprint = chunk.system_fingerprint
+        if fingerprint is not None and fingerprint is not UNSET:
+            self.top["system_fingerprint"] = fingerprint
+        for c in chunk.choices or ():
+            i = c.index
+            if i is UNSET:
+                i = 0
+            ch = self.choices.get(i)
+            if ch is None:
+                ch = self.choices[i] = _Choice(i)
+            delta = c.delta
+            if delta is not None and delta is not UNSET:
+                content = delta.content
+                if content.__class__ is str:
+                    ch.content.append(content)
+                    ch.saw_content = True
+                role = delta.role
+                if role and role.__class__ is str:
+                    ch.role = role
+                r = delta.reasoning
+                if r is None or r is UNSET:
+                    r = delta.reasoning_content
+                if r.__class__ is str:
+                    ch.reasoning.append(r)
+                calls = delta.tool_calls
+                if calls is not UNSET:
+                    for tc in calls or ():
+                        self._add_tool_call(ch, tc)
+            lp = c.logprobs
+            if lp is not None and lp is not UNSET and lp.content.__class__ is list:
+                if ch.logprobs is None:
+                    ch.logprobs = []
+                ch.logprobs += [{"logprob": e.logprob} for e in lp.content]
+            ids = c.token_ids
+            if ids.__class__ is list:
+                if ch.token_ids is None:
+                    ch.token_ids = []
+                ch.token_ids += ids
+            reason = c.finish_reason
+            if reason.__class__ is str:
+                ch.finish_reason = reason
+            stop = c.stop_reason
+            if stop is not None and stop is not UNSET:
                 ch.stop_reason = stop
 
     def _add_text(self, c: dict[str, Any]) -> None:

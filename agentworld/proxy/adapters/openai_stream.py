@@ -6,17 +6,21 @@ assembler rebuilds the whole answer for the record. ``[DONE]`` is held back: the
 pipeline sends it once the step is registered (and durable, in strict mode).
 
 This is the proxy's hottest loop (every token of every streamed call), so it
-parses the usual one-line ``data: `` event inline and allocates nothing per
-event beyond what the agent is sent.
+parses the usual one-line ``data: `` event inline, and a chat event into typed
+structs (``openai_chunks``: no dicts, and of the log-probs only their values)
+wherever those read it exactly; the general way (orjson, ``StreamAssembler.add``)
+takes what they do not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agentworld import raw_ids
+from agentworld.proxy.adapters import openai_chunks
 from agentworld.proxy.adapters.base import Answer
 from agentworld.proxy.recorder import ok_steps
 from agentworld.proxy.sse import MALFORMED, StreamAssembler, encode_event, event_data
@@ -39,6 +43,14 @@ class OpenAIRelay:
         self._adapter = adapter
         self.asm = StreamAssembler(chat=adapter.chat)
         self.done = False
+        injected = x.call.injected
+        # The typed reading (see openai_chunks): READ when events go as they came,
+        # REWRITE when their log-probs are nulled (the entries are not kept to write).
+        self._typed: Callable[[bytes], Any] | None = None
+        if adapter.chat and not injected.any:
+            self._typed = openai_chunks.READ
+        elif adapter.chat and injected.logprobs:
+            self._typed = openai_chunks.REWRITE
 
     @property
     def error(self) -> dict[str, Any] | None:
@@ -60,6 +72,8 @@ class OpenAIRelay:
         # answer_json.loads and encode_event, inline for a token's event: a Python call
         # costs about what orjson takes for the event itself.
         oloads, dumps, default = orjson.loads, orjson.dumps, raw_ids.default
+        typed, unset, add_typed = self._typed, openai_chunks.UNSET, self.asm.add_typed
+        strip_typed, encode = openai_chunks.strip, openai_chunks.encode
         for ev in events:
             if ev[:6] == b"data: " and b"\n" not in ev:
                 payload: bytes | None = ev[6:]  # the usual one-line event, inline
@@ -70,6 +84,25 @@ class OpenAIRelay:
             elif payload[:1] != b"{" and payload.strip() == b"[DONE]":
                 self.done = True  # released after the step is registered (and durable, if strict)
             else:
+                if typed is not None and len(payload) < small:
+                    try:
+                        chunk = typed(payload)
+                    except openai_chunks.NOT_TYPED:
+                        # The general way, for this event and (as the upstream's events
+                        # are all alike) the rest of the stream.
+                        chunk = self._typed = typed = None
+                    if chunk is not None and chunk.error is unset:
+                        try:
+                            add_typed(chunk)
+                        except MALFORMED as exc:
+                            msg = f"upstream {self._url} sent a malformed event: {exc}"
+                            return Fault(502, "upstream_invalid", msg)
+                        if strip:
+                            strip_typed(chunk, injected.token_ids)
+                            parts.append(b"data: " + encode(chunk) + b"\n\n")
+                        else:
+                            parts.append(ev + b"\n\n")
+                        continue
                 try:
                     obj = oloads(payload) if len(payload) < small else loads(payload)
                 except orjson.JSONDecodeError:
