@@ -95,8 +95,7 @@ class OpenAIRelay:
                         try:
                             add_typed(chunk)
                         except MALFORMED as exc:
-                            msg = f"upstream {self._url} sent a malformed event: {exc}"
-                            return Fault(502, "upstream_invalid", msg)
+                            return self._malformed(exc)
                         if strip:
                             strip_typed(chunk, injected.token_ids)
                             parts.append(b"data: " + encode(chunk) + b"\n\n")
@@ -118,9 +117,11 @@ class OpenAIRelay:
                     else:
                         parts.append(ev + b"\n\n")
                 except MALFORMED as exc:
-                    msg = f"upstream {self._url} sent a malformed event: {exc}"
-                    return Fault(502, "upstream_invalid", msg)
+                    return self._malformed(exc)
         return None
+
+    def _malformed(self, exc: Exception) -> Fault:
+        return Fault(502, "upstream_invalid", f"upstream {self._url} sent a malformed event: {exc}")
 
     def partial(self) -> Any:
         return self.asm.result()
