@@ -16,7 +16,9 @@ The rooms, and the path of one call (``POST /t/T/v1/chat/completions``):
   answer the agent, the step recorded before the answer (strict) or after
   (batched); ``faults.py`` ends a call that failed or whose agent left.
 - ``adapters/`` has one adapter per wire format behind one interface
-  (``adapters/base.py``): ``openai.py`` (chat: the identity; completions) and
+  (``adapters/base.py``): ``openai.py`` (chat: the identity; completions; its
+  stream relay ``openai_stream.py`` reads chat events into ``openai_chunks.py``'s
+  typed structs) and
   ``translated.py`` (Anthropic Messages, OpenAI Responses: translated to a chat
   upstream, or passed through). Each turns the upstream's answer or event stream
   (its ``Relay``) into the agent's, and gives its protocol's errors.
