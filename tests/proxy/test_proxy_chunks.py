@@ -1,6 +1,7 @@
-"""The chat relay's typed reading of events (adapters/openai_chunks.py) against the general
+"""The relays' typed reading of chat events (adapters/openai_chunks.py) against the general
 way (orjson and ``StreamAssembler.add``): the same events to the agent, the same assembled
-answer, the same faults, whatever the upstream sends."""
+answer, the same faults, whatever the upstream sends; for chat as it came, and translated
+to Messages and Responses."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from agentworld import raw_ids
 from agentworld.proxy.adapters import openai_chunks
 from agentworld.proxy.adapters.openai import CHAT, Injected
 from agentworld.proxy.adapters.openai_stream import OpenAIRelay
+from agentworld.proxy.adapters.translated import MESSAGES, RESPONSES
+from agentworld.proxy.adapters.translated_stream import TranslatedRelay
 from agentworld.proxy.sse import MALFORMED, StreamAssembler
 from tests.proxy.test_proxy_fastpaths import logprob_values_only
 
@@ -195,3 +198,62 @@ def test_rewrite_refuses_fields_it_would_drop():
     with pytest.raises(openai_chunks.NOT_TYPED):
         openai_chunks.REWRITE(event)
     assert openai_chunks.READ(event).choices == []
+
+
+def translated(monkeypatch, adapter, payloads: list[bytes], *, typed: bool) -> dict:
+    """A translated relay (Messages or Responses over chat) fed ``payloads``: the protocol's
+    events it sends (ids and clocks made repeatable), its assembled answer and its end."""
+    from itertools import count
+
+    from agentworld.proxy.translate import chat_form, responses_stream
+
+    n = count()
+    monkeypatch.setattr(chat_form.secrets, "token_hex", lambda k: f"{next(n):0{2 * k}d}")
+    monkeypatch.setattr(responses_stream.time, "time", lambda: 1_800_000_000.0)
+    call = SimpleNamespace(injected=Injected(True, True), metadata={})
+    body = {"model": "m", "max_tokens": 64, "messages": [], "input": "hi"}
+    x = SimpleNamespace(adapter=adapter, call=call, body=body, rid="r", history=[])
+    relay = TranslatedRelay(x, "http://up", adapter)
+    if not typed:
+        relay._typed = None
+    parts: list[bytes] = []
+    fault = relay.feed([b"data: " + p for p in [*payloads, b"[DONE]"]], parts)
+    try:
+        partial = raw_ids.dumps(logprob_values_only(relay.partial()))
+    except MALFORMED as exc:
+        partial = repr(exc)
+    try:
+        tail = b"".join(relay.tr.finish(1, 2, 3))
+    except MALFORMED as exc:
+        tail = repr(exc).encode()
+    return {
+        "fault": fault and (fault.status, fault.type, fault.message),
+        "sent": parts,
+        "tail": tail,
+        "partial": partial,
+        "error": relay.error,
+        "done": relay.done,
+    }
+
+
+@pytest.mark.parametrize("adapter", [MESSAGES, RESPONSES], ids=lambda a: a.protocol)
+@pytest.mark.parametrize("name, payloads", streams(), ids=[n for n, _ in streams()])
+def test_translated_relays_read_typed_as_the_general_way(monkeypatch, adapter, name, payloads):
+    """A chat upstream's events translated to Messages or Responses: the typed reading gives
+    the agent the same events, byte for byte, and the record the same answer."""
+    got = translated(monkeypatch, adapter, payloads, typed=True)
+    assert got == translated(monkeypatch, adapter, payloads, typed=False)
+
+
+@pytest.mark.parametrize("adapter", [MESSAGES, RESPONSES], ids=lambda a: a.protocol)
+def test_translated_relays_read_a_vllm_stream_into_structs(monkeypatch, adapter):
+    def general(self, chunk):
+        raise AssertionError(f"the general way read {chunk!r}")
+
+    monkeypatch.setattr(StreamAssembler, "add", general)
+    got = translated(monkeypatch, adapter, [orjson.dumps(c) for c in STREAM], typed=True)
+    assert got["fault"] is None and got["done"]
+    assert b"He" in b"".join(got["sent"]) and b"llo" in b"".join(got["sent"])
+    body = orjson.loads(got["partial"])
+    assert body["choices"][0]["message"]["content"] == "Hello"
+    assert body["choices"][0]["token_ids"] == [7, 8, 9, 10, 11]

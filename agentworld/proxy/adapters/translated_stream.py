@@ -8,10 +8,12 @@ Passed through: the protocol's own events go as they came, the final one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agentworld.proxy.adapters import openai_chunks
 from agentworld.proxy.adapters.base import Answer
 from agentworld.proxy.adapters.openai import CHAT
 from agentworld.proxy.adapters.translated_steps import ok_step
@@ -63,11 +65,15 @@ class TranslatedRelay(_ProtocolRelay):
         super().__init__(x, url, adapter)
         self.asm = StreamAssembler(chat=True)
         self.tr = adapter.translator(x.body, x.rid, clamped(x.call), x.history)
+        # The agent gets the protocol's events, never the chat chunks: nothing is written
+        # again from them, so the lenient reading serves every call.
+        self._typed: Callable[[bytes], Any] | None = openai_chunks.READ
 
     def ends_in(self, data: bytes) -> bool:
         return b"data: [DONE]" in data
 
     def feed(self, events: list[bytes], parts: list[bytes]) -> Fault | None:
+        typed, small = self._typed, answer_json.MIN_RAW_BYTES
         for ev in events:
             payload = event_data(ev)
             if payload is None:
@@ -75,6 +81,22 @@ class TranslatedRelay(_ProtocolRelay):
             if payload.strip() == b"[DONE]":
                 self.done = True  # the protocol's own closing events follow the record
                 continue
+            if typed is not None and len(payload) < small:
+                # Read into structs where they read it exactly (as the chat relay does:
+                # openai_chunks); the agent's events are made from the same pieces.
+                try:
+                    chunk = typed(payload)
+                except openai_chunks.NOT_TYPED:
+                    chunk = self._typed = typed = None
+                if chunk is not None and chunk.error is openai_chunks.UNSET:
+                    try:
+                        self.asm.add_typed(chunk)
+                        parts += self.tr.feed_pieces(
+                            chunk, openai_chunks.first_choice_pieces(chunk)
+                        )
+                    except MALFORMED as exc:
+                        return self._malformed(exc)
+                    continue
             try:
                 obj = answer_json.loads(payload)
             except orjson.JSONDecodeError:

@@ -8,6 +8,7 @@ finally ``message_delta`` (stop reason, usage) and ``message_stop``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -19,7 +20,13 @@ from agentworld.proxy.translate.anthropic import (
     stop_reason,
     thinking_signature,
 )
-from agentworld.proxy.translate.chat_form import first_choice_pieces, loads_args, short_id, sse
+from agentworld.proxy.translate.chat_form import (
+    Piece,
+    first_choice_pieces,
+    loads_args,
+    short_id,
+    sse,
+)
 from agentworld.raw_ids import RawIds
 
 
@@ -112,8 +119,13 @@ class ChatToAnthropic:
         """Events for one chunk (choice 0 only: Anthropic has no ``n``)."""
         if not isinstance(chunk, dict):
             return []
+        return self.feed_pieces(chunk, first_choice_pieces(chunk))
+
+    def feed_pieces(self, chunk: Any, pieces: Iterable[Piece]) -> list[bytes]:
+        """Events for a chunk's choice-0 ``pieces`` (``chunk``: read with ``get`` when it
+        is the first)."""
         out = [] if self.started else self._start(chunk)
-        for piece in first_choice_pieces(chunk):
+        for piece in pieces:
             if piece.reasoning:
                 if self.kind != "thinking":
                     out += self._open(

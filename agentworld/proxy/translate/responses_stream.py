@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
-from agentworld.proxy.translate.chat_form import first_choice_pieces, short_id, sse
+from agentworld.proxy.translate.chat_form import Piece, first_choice_pieces, short_id, sse
 from agentworld.proxy.translate.responses import (
     call_item_for,
     called,
@@ -254,8 +255,13 @@ class ChatToResponses:
         """Events for one chunk (choice 0 only: Responses has no ``n``)."""
         if not isinstance(chunk, dict):
             return []
+        return self.feed_pieces(chunk, first_choice_pieces(chunk))
+
+    def feed_pieces(self, chunk: Any, pieces: Iterable[Piece]) -> list[bytes]:
+        """Events for a chunk's choice-0 ``pieces`` (``chunk``: read with ``get`` when it
+        is the first)."""
         out = [] if self.response is not None else self._start(chunk)
-        for piece in first_choice_pieces(chunk):
+        for piece in pieces:
             if piece.reasoning:
                 if self.kind != "reasoning":
                     out += self._add("reasoning", reasoning_item(short_id("rs"), "", "in_progress"))
