@@ -77,6 +77,7 @@ REPLY = "Hello! How can I help you today?"
 LUA = r"""
 local stream = %(stream)s
 local paced = %(paced)s
+local anthropic = %(anthropic)s
 local system = "You are a careful agent. " .. string.rep("Read the task, plan, act. ", 12)
 local head = {["Content-Type"] = "application/json"}
 local threads = {}
@@ -89,16 +90,20 @@ init = function(args) nonce = args[1] or "x" end
 request = function()
   n = n + 1
   local task = nonce .. "-" .. tid .. "-" .. math.floor((n + 1) / 2)
-  local msgs = '[{"role":"system","content":"' .. system .. '"},'
-    .. '{"role":"user","content":"task ' .. task .. ': fix the failing test"}'
+  local msgs = '[{"role":"user","content":"task ' .. task .. ': fix the failing test"}'
+  if not anthropic then
+    msgs = '[{"role":"system","content":"' .. system .. '"},' .. string.sub(msgs, 2)
+  end
   if n %% 2 == 0 then
     msgs = msgs .. ',{"role":"assistant","content":"%(reply)s"},'
       .. '{"role":"user","content":"go on"}'
   end
   local body = '{"model":"m","max_tokens":64,"messages":' .. msgs .. ']'
+  if anthropic then body = body .. ',"system":"' .. system .. '"' end
   if stream then body = body .. ',"stream":true' end
   if paced then body = body .. ',"user":"paced"' end
-  return wrk.format("POST", "/v1/chat/completions", head, body .. "}")
+  local path = anthropic and "/v1/messages" or "/v1/chat/completions"
+  return wrk.format("POST", path, head, body .. "}")
 end
 done = function(summary, latency, requests)
   local e = summary.errors
@@ -115,9 +120,16 @@ end
 """
 
 
-def lua_script(stream: bool, folder: Path, *, paced: bool = False) -> Path:
-    path = folder / ("paced.lua" if paced else "stream.lua" if stream else "unary.lua")
-    flags = {"stream": "true" if stream or paced else "false", "paced": str(paced).lower()}
+def lua_script(stream: bool, folder: Path, *, paced: bool = False, anthropic: bool = False) -> Path:
+    """wrk's script: chat calls, or (``anthropic``) Anthropic Messages calls, which the
+    proxy translates for the chat upstream."""
+    name = "paced" if paced else "stream" if stream else "unary"
+    path = folder / f"{name}{'-messages' if anthropic else ''}.lua"
+    flags = {
+        "stream": "true" if stream or paced else "false",
+        "paced": str(paced).lower(),
+        "anthropic": str(anthropic).lower(),
+    }
     path.write_text(LUA % {**flags, "reply": REPLY})
     return path
 

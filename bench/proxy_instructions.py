@@ -14,7 +14,10 @@ in front of the same upstream (``bench/_hop_servers.py``, not under valgrind),
 is warmed up by wrk, then counted over ``--seconds`` of wrk's load (concurrency
 ``--connections``, the calls of ``bench/proxy_hop.py``: new conversations and
 their next turns). Instructions per call = the instructions counted / the calls
-wrk completed.
+wrk completed. Modes: ``unary`` and ``stream`` (chat, the stream in one upstream
+write), ``messages`` (the same stream asked for as Anthropic Messages, which the
+proxy translates; the bare hop serves chat only and sits this one out: read it
+beside ``--baseline``).
 
 - ``bare``: the aiohttp pass-through on uvloop that records nothing;
 - ``this``: ``aw proxy`` of this checkout (batched durability);
@@ -31,7 +34,7 @@ long an instruction takes (cache misses, the GIL's handovers between threads).
 So the ratio is higher than `proxy_hop.py`'s CPU-time ratio, and it is not the
 issue's goal figure: it is the steady measure of a change.
 
-    python bench/proxy_instructions.py [--baseline DIR] [--modes unary,stream]
+    python bench/proxy_instructions.py [--baseline DIR] [--modes unary,stream,messages]
                                        [--seconds 15] [--ablate novalidate,norecord]
 
 Needs valgrind and wrk (``apt-get install valgrind wrk``); says so and skips without
@@ -87,6 +90,11 @@ def ablation_path(folder: Path, name: str) -> Path:
     where.mkdir()
     (where / "sitecustomize.py").write_text(ABLATIONS[name])
     return where
+
+
+# unary and stream: chat calls; messages: streamed Anthropic Messages calls, translated for
+# the chat upstream (the bare hop serves chat only: compare with the baseline).
+MODES = ("unary", "stream", "messages")
 
 
 def counted(out_prefix: Path) -> int:
@@ -159,8 +167,8 @@ def main() -> None:
     if unknown:
         p.error(f"--ablate: unknown {', '.join(unknown)} (known: {', '.join(ABLATIONS)})")
     modes = args.modes.split(",")
-    if any(m not in ("unary", "stream") for m in modes):
-        p.error(f"--modes: unary and/or stream, got {args.modes!r}")
+    if any(m not in MODES for m in modes):
+        p.error(f"--modes: some of {', '.join(MODES)}, got {args.modes!r}")
     print("$ " + " ".join(["python", *sys.argv]), flush=True)
 
     folder = Path(tempfile.mkdtemp(prefix="aw-instr-"))
@@ -185,9 +193,11 @@ def main() -> None:
             cmd = ["-m", "agentworld.proxy", "--pool", str(pool), "--upstream", up]
             targets.append((name, [*cmd, "--port", str(port)], root, extra))
         for mode in modes:
-            script = lua_script(mode == "stream", folder)
+            script = lua_script(mode != "unary", folder, anthropic=mode == "messages")
             results: dict[str, dict] = {}
             for name, cmd, root, extra in targets:
+                if mode == "messages" and name == "bare":
+                    continue  # it serves chat only: nothing it could do with a Messages call
                 t0 = time.monotonic()
                 results[name] = got = run_target(name, cmd, root, extra, folder, port, script, args)
                 print(
@@ -196,7 +206,7 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-            bare = results["bare"]["per_call"]
+            bare = results["bare"]["per_call"] if "bare" in results else None
             this = results["this"]["per_call"]
             rows = []
             for name, got in results.items():
@@ -204,7 +214,7 @@ def main() -> None:
                     [
                         name,
                         f"{got['per_call']:,.0f}",
-                        f"{got['per_call'] / bare:.2f}x",
+                        f"{got['per_call'] / bare:.2f}x" if bare else "—",
                         "" if name == "this" else f"{got['per_call'] - this:+,.0f}",
                         f"{got['calls']:,}",
                         str(got["errors"]),
