@@ -52,6 +52,7 @@ _isfinite = math.isfinite
 _BAD_ID = re.compile(r"[/\\\n\r\t\x00]")
 _ALL_NINES = bytes.maketrans(b"0123456789", b"9" * 10)
 _ZEROS = frozenset({b"0", b"0.0"})  # how orjson writes 0 and 0.0
+_E = ord("e")  # a byte as an int: ``int in bytes`` is a plain scan, ``bytes in bytes`` is not
 
 
 def _text(v: Any, max_bytes: int = MAX_STRING_BYTES) -> bool:
@@ -253,7 +254,7 @@ def _below_token_max(data: bytes, *lists: list[Any]) -> bool:
 
     orjson writes no leading zeros, so without a run of ten digits every id is
     below 10^9; ``max`` (a per-element loop) runs only when there is one."""
-    if b"9999999999" not in data.translate(_ALL_NINES):
+    if data.translate(_ALL_NINES).find(b"9999999999") < 0:  # not ``in``: see proxy/sse.py
         return True
     return all(not v or max(v) <= TOKEN_ID_MAX for v in lists)
 
@@ -266,7 +267,7 @@ def _logprobs_data(data: bytes, n: int) -> bool:
     # Every number starts with a minus sign. Without exponents that is one "-" per
     # number (a one-byte count is much cheaper than a two-byte one); with them, a
     # minus after "[" and after each of the n-1 commas.
-    if b"e" not in data:
+    if _E not in data:
         if data.count(b"-") == n:
             return True
     elif data.count(b",-") + data.startswith(b"[-") == n:

@@ -23,7 +23,7 @@ from agentworld import raw_ids
 from agentworld.proxy.adapters import openai_chunks
 from agentworld.proxy.adapters.base import Answer
 from agentworld.proxy.recorder import ok_steps
-from agentworld.proxy.sse import MALFORMED, StreamAssembler, encode_event, event_data
+from agentworld.proxy.sse import LF, MALFORMED, StreamAssembler, encode_event, event_data
 from agentworld.proxy.upstream import answer_json
 from agentworld.proxy.upstream.faults import Fault
 
@@ -60,7 +60,7 @@ class OpenAIRelay:
         return upstream
 
     def ends_in(self, data: bytes) -> bool:
-        return b"data: [DONE]" in data
+        return data.find(b"data: [DONE]") >= 0  # not ``in``: see sse.py
 
     def feed(self, events: list[bytes], parts: list[bytes]) -> Fault | None:
         call = self._x.call
@@ -75,7 +75,7 @@ class OpenAIRelay:
         typed, unset, add_typed = self._typed, openai_chunks.UNSET, self.asm.add_typed
         strip_typed, encode = openai_chunks.strip, openai_chunks.encode
         for ev in events:
-            if ev[:6] == b"data: " and b"\n" not in ev:
+            if ev[:6] == b"data: " and LF not in ev:
                 payload: bytes | None = ev[6:]  # the usual one-line event, inline
             else:
                 payload = event_data(ev)

@@ -70,7 +70,7 @@ class TranslatedRelay(_ProtocolRelay):
         self._typed: Callable[[bytes], Any] | None = openai_chunks.READ
 
     def ends_in(self, data: bytes) -> bool:
-        return b"data: [DONE]" in data
+        return data.find(b"data: [DONE]") >= 0  # not ``in``: see sse.py
 
     def feed(self, events: list[bytes], parts: list[bytes]) -> Fault | None:
         typed, small = self._typed, answer_json.MIN_RAW_BYTES
@@ -140,7 +140,7 @@ class PassthroughRelay(_ProtocolRelay):
         self._markers = tuple(f'"{t}"'.encode() for t in adapter.final_events)
 
     def ends_in(self, data: bytes) -> bool:
-        return any(m in data for m in self._markers)
+        return any(data.find(m) >= 0 for m in self._markers)  # not ``in``: see sse.py
 
     def feed(self, events: list[bytes], parts: list[bytes]) -> Fault | None:
         x = self._x

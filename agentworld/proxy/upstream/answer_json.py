@@ -36,7 +36,7 @@ MIN_RAW_BYTES = 8192
 
 def loads(raw: bytes) -> Any:
     """``orjson.loads(raw)``, with vLLM's ``prompt_token_ids`` arrays as RawIds."""
-    if len(raw) < MIN_RAW_BYTES or _KEY not in raw:  # a streamed token's event, say
+    if len(raw) < MIN_RAW_BYTES or raw.find(_KEY) < 0:  # a streamed token's event, say
         return orjson.loads(raw)
     parts, ids = _cut(raw)
     if not ids:

@@ -306,7 +306,7 @@ class UpstreamResponse:
     def buffered(self, marker: bytes) -> bool:
         """Whether the body bytes already read (not yet consumed) hold ``marker``."""
         conn = self._conn
-        return conn is not None and marker in conn.buf
+        return conn is not None and conn.buf.find(marker) >= 0  # not ``in``: see sse.py
 
     def release(self) -> None:
         """Done with the response: a fully read body lets the connection serve the next call."""
