@@ -175,8 +175,9 @@ class Adapter(Protocol):
         """What goes upstream for ``body``."""
         ...
 
-    def answer(self, x: Exchange, raw: bytes, obj: dict[str, Any], content_type: str) -> Answer:
-        """The agent's answer to the upstream's unary answer ``obj`` (``raw`` its bytes)."""
+    def answer(self, x: Exchange, raw: bytes, content_type: str) -> Answer:
+        """The agent's answer to the upstream's unary answer ``raw`` (its 200 body), read
+        here; MALFORMED (see ``sse``) when it is not the protocol's answer."""
         ...
 
     def relay(self, x: Exchange, url: str) -> Relay:

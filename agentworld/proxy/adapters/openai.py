@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from agentworld import raw_ids
+from agentworld.proxy.adapters import openai_answer
 from agentworld.proxy.adapters.base import IDENTITY, Answer, Outbound
 from agentworld.proxy.adapters.openai_checks import (
     MESSAGE_ROLES,
@@ -41,6 +42,7 @@ from agentworld.proxy.normal_form import normalise_message
 from agentworld.proxy.recorder import failed_step, ok_steps
 from agentworld.proxy.redact import recorded_params
 from agentworld.proxy.translate.response_chains import ResponseChains
+from agentworld.proxy.upstream import answer_json
 from agentworld.proxy.upstream.faults import Fault
 
 if TYPE_CHECKING:
@@ -86,14 +88,34 @@ class _OpenAIAdapter:
         sent, injected = self.prepare(body, up)
         return Outbound(sent, injected, self.path, sent.get("stream") is True)
 
-    def answer(self, x: Exchange, raw: bytes, obj: dict[str, Any], content_type: str) -> Answer:
+    def answer(self, x: Exchange, raw: bytes, content_type: str) -> Answer:
         """The upstream's bytes (re-encoded only without what the proxy asked for); the
         parsed body stays whole for the records, built when they are needed."""
         call = x.call
-        if call.injected.any:
-            raw = raw_ids.dumps(self.stripped(obj, call.injected))
+        obj, raw = self.read_answer(raw, call.injected)
         replies = self.replies(obj) if x.threads else None
         return Answer(raw, content_type, replies, lambda: ok_steps(call, obj, replies))
+
+    def read_answer(self, raw: bytes, injected: Injected) -> tuple[dict[str, Any], bytes]:
+        """The upstream's answer parsed for the records, and the agent's copy (``raw`` itself
+        unless the proxy asked for what the agent did not).
+
+        A chat answer is read into typed structs where they read it exactly
+        (``openai_answer``), as the stream relay reads events: REWRITE where the log-probs
+        are nulled, READ where the answer goes as it came. Ids added alone leave the
+        entries whole for the agent: the general way, as for anything the structs refuse.
+        """
+        if self.chat and (injected.logprobs or not injected.any):
+            typed = openai_answer.read(raw, strict=injected.logprobs)
+            if typed is not None:
+                obj = openai_answer.body(typed)  # before ``stripped`` writes over the structs
+                if injected.any:
+                    raw = openai_answer.stripped(typed, injected.token_ids)
+                return obj, raw
+        obj = answer_json.loads_object(raw)
+        if injected.any:
+            raw = raw_ids.dumps(self.stripped(obj, injected))
+        return obj, raw
 
     def relay(self, x: Exchange, url: str) -> OpenAIRelay:
         return OpenAIRelay(x, url, self)

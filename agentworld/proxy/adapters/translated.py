@@ -36,6 +36,7 @@ from agentworld.proxy.translate.anthropic_stream import AnthropicAssembler, Chat
 from agentworld.proxy.translate.chat_form import short_id, sse
 from agentworld.proxy.translate.response_chains import ResponseChains, Stored
 from agentworld.proxy.translate.responses_stream import ChatToResponses, ResponsesAssembler
+from agentworld.proxy.upstream import answer_json
 from agentworld.proxy.upstream.faults import Fault
 
 if TYPE_CHECKING:
@@ -95,8 +96,8 @@ class TranslatedAdapter(ABC):
             sent, injected, path, body.get("stream") is True, record, metadata, self.new_id()
         )
 
-    def answer(self, x: Exchange, raw: bytes, obj: dict[str, Any], content_type: str) -> Answer:
-        rec, proto, replies = ok_step(self, x, obj)
+    def answer(self, x: Exchange, raw: bytes, content_type: str) -> Answer:
+        rec, proto, replies = ok_step(self, x, answer_json.loads_object(raw))
         if x.translate:
             return Answer(raw_ids.dumps(proto), "application/json", replies, lambda: [rec])
         return Answer(raw, content_type, replies, lambda: [rec])

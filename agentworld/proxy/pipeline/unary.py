@@ -29,7 +29,6 @@ from agentworld.proxy.pipeline.faults import (
 from agentworld.proxy.recorder import RecordFailed, mark_left, retry_later
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.translate.context_window import retry_within_window
-from agentworld.proxy.upstream import answer_json
 from agentworld.proxy.upstream.faults import Fault, classify, upstream_error_message
 
 
@@ -66,10 +65,7 @@ async def unary(
         return adapter.refused(x, fault, raw, ctype, out_headers)
     # The answer waits only for the continuation points the agent's next call needs.
     try:
-        obj = answer_json.loads(raw)
-        if not isinstance(obj, dict):
-            raise ValueError("not a JSON object")
-        answer = adapter.answer(x, raw, obj, ctype)
+        answer = adapter.answer(x, raw, ctype)
         continue_thread(x, answer.replies)
     except MALFORMED as exc:
         return await answer_fault(x, malformed(url, exc), out_headers)

@@ -47,6 +47,31 @@ def loads(raw: bytes) -> Any:
     return obj
 
 
+def loads_object(raw: bytes) -> dict[str, Any]:
+    """``loads`` of an answer that must be a JSON object (ValueError if it is not)."""
+    obj = loads(raw)
+    if obj.__class__ is not dict:
+        raise ValueError("not a JSON object")
+    return obj
+
+
+def cut_ids(raw: bytes) -> tuple[bytes, list[RawIds]]:
+    """``raw`` with each of vLLM's long ``prompt_token_ids`` arrays replaced by a tag
+    string (``tagged``), and those arrays: for a reader other than ``loads`` (the typed
+    one of ``adapters/openai_answer``), which puts each back where its tag landed."""
+    if len(raw) < MIN_RAW_BYTES or raw.find(_KEY) < 0:
+        return raw, []
+    parts, ids = _cut(raw)
+    return (b"".join(parts) if ids else raw), ids
+
+
+def tagged(v: Any) -> int | None:
+    """The number of the array whose tag ``v`` is (``cut_ids``), or None."""
+    if v.__class__ is str and v.startswith(_TAG):
+        return int(v[len(_TAG) :])
+    return None
+
+
 def _cut(raw: bytes) -> tuple[list[bytes], list[RawIds]]:
     """The body's bytes with each ids array replaced by a tagged string, and the arrays."""
     parts: list[bytes] = []
@@ -90,9 +115,8 @@ def _place(obj: Any, ids: list[RawIds]) -> bool:
         holders += [c for c in choices if c.__class__ is dict]
     placed: set[int] = set()
     for h in holders:
-        v = h.get("prompt_token_ids")
-        if v.__class__ is str and v.startswith(_TAG):
-            i = int(v[len(_TAG) :])
+        i = tagged(h.get("prompt_token_ids"))
+        if i is not None:
             if i in placed:
                 return False
             placed.add(i)
