@@ -5,9 +5,11 @@ its bytes, its top log-probs) of which a record keeps only the value, and an
 agent that did not ask for log-probs gets the answer without them. Parsed by
 orjson, every entry becomes a dict and its bytes a list, to be freed again; read
 with msgspec into the structs here, an entry is its value alone
-(``openai_chunks.Entry``): a 600-token answer costs ~30% less to read, strip and
-encode, the call ~7% less CPU (``bench/proxy_overhead.py --turns 20
---reply-chars 600 --baseline``).
+(``openai_chunks.Entry``). Reading, stripping and the steps' tokens of a
+600-token answer with 82,500 prompt ids take 25% fewer instructions (7.4 M to
+5.6 M), of a 32-token one 20% fewer; a short unary call 4.6% fewer
+(``bench/proxy_instructions.py --baseline``), an agent-shaped one ~4% less CPU
+(``bench/proxy_overhead.py --turns 20 --reply-chars 600 --baseline``).
 
 The readings mirror the stream relay's (``openai_chunks``):
 
@@ -21,13 +23,13 @@ The readings mirror the stream relay's (``openai_chunks``):
   of which it keeps the values, are never written.
 
 ``body`` gives the record code (``ChatAdapter.choices`` and ``replies``) what the
-general way's parse gives it, each log-prob entry as ``{"logprob": value}`` (as
-the stream assembler gives it). The field set is vLLM's ``ChatCompletionResponse``
-and its choice; the message is read as JSON, whatever it holds. Anything the
-structs do not read exactly (a field of another type, a body that is no object,
-a field ``REWRITE`` does not know, long prompt ids whose tag lands anywhere but
-a ``prompt_token_ids``) goes the general way, ``answer_json.loads``, which this
-must match (tests/proxy/test_proxy_answers.py).
+general way's parse gives it, but each choice's log-prob entries as their values
+(``LogprobValues``, which ``logprob_values`` takes as they are). The field set is
+vLLM's ``ChatCompletionResponse`` and its choice; the message is read as JSON,
+whatever it holds. Anything the structs do not read exactly (a field of another
+type, a body that is no object, a field ``REWRITE`` does not know, long prompt
+ids whose tag lands anywhere but a ``prompt_token_ids``) goes the general way,
+``answer_json.loads``, which this must match (tests/proxy/test_proxy_answers.py).
 """
 
 # No ``from __future__ import annotations``: msgspec reads the structs' annotations,
@@ -38,6 +40,7 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from agentworld.proxy.adapters.openai_chunks import NOT_TYPED, Index, Logprobs
+from agentworld.proxy.adapters.openai_records import LogprobValues
 from agentworld.proxy.upstream import answer_json
 from agentworld.raw_ids import RawIds
 
@@ -119,7 +122,7 @@ _CHOICE_RARE = ("prompt_token_ids", "routed_experts")
 
 def body(answer: Any) -> dict[str, Any]:
     """What the general way's parse is to the record code: the fields the upstream sent,
-    each log-prob entry as ``{"logprob": value}``."""
+    the log-prob entries as their values."""
     out = {}
     for name in _BODY_FIELDS:
         v = getattr(answer, name)
@@ -143,7 +146,7 @@ def _choice(c: Any) -> dict[str, Any]:
         out["logprobs"] = (
             None
             if content is None or content is UNSET
-            else {"content": [{"logprob": e.logprob} for e in content]}
+            else {"content": LogprobValues([e.logprob for e in content])}
         )
     for name in _CHOICE_RARE:
         v = getattr(c, name)

@@ -89,9 +89,16 @@ _NUMBER_TYPES = frozenset({int, float})
 _LOGPROB = itemgetter("logprob")
 
 
+class LogprobValues(list):  # type: ignore[type-arg]
+    """A chat ``logprobs.content`` already read down to each entry's ``logprob`` (the typed
+    reading of ``openai_answer``, which makes no entry objects)."""
+
+
 def logprob_values(content: list[Any]) -> list[Any]:
     """Each chat ``logprobs.content`` entry's ``logprob`` (None for an entry without one):
     one C-speed pass over the usual entries, a loop only when one is not an object."""
+    if content.__class__ is LogprobValues:
+        return list(content)
     try:
         return list(map(_LOGPROB, content))
     except (KeyError, TypeError):  # an entry without it, or not an object
