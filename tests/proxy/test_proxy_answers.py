@@ -233,3 +233,44 @@ def test_rewrite_refuses_fields_it_would_drop():
     assert openai_answer.read(raw, strict=False) is not None
     _, sent = CHAT.read_answer(raw, Injected(True, True))
     assert orjson.loads(sent)["choices"][0]["matched_stop"] == 1
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["proxy-asked", "agent-asked"])
+async def test_the_proxy_reads_a_unary_answer_typed_end_to_end(monkeypatch, proxy, pool, asked):
+    """Through the proxy and the fake vLLM: the general parser is never asked, the agent
+    gets log-probs and ids only when it asked for them (then the engine's answer as it
+    came), and the step holds every token's log-prob and id."""
+    import aiohttp
+
+    from tests.proxy.conftest import steps_of
+
+    def general(raw):
+        raise AssertionError("the general way read the answer")
+
+    monkeypatch.setattr(answer_json, "loads_object", general)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    if asked:
+        body |= {"logprobs": True, "return_token_ids": True}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(proxy.base_url + "/chat/completions", json=body) as r,
+    ):
+        assert r.status == 200
+        agent = await r.json()
+    await proxy.stop()
+    [step] = steps_of(pool)
+    tokens = step["tokens"]
+    assert tokens["source"] == "engine" and tokens["prompt_ids"]
+    assert len(tokens["completion_logprobs"]) == len(tokens["completion_ids"]) > 0
+    choice = agent["choices"][0]
+    assert step["response"]["message"]["content"] == choice["message"]["content"]
+    if asked:  # the agent's own entries, whole, and the ids
+        assert [e["logprob"] for e in choice["logprobs"]["content"]] == tokens[
+            "completion_logprobs"
+        ]
+        assert all("token" in e for e in choice["logprobs"]["content"])
+        assert choice["token_ids"] == tokens["completion_ids"]
+        assert agent["prompt_token_ids"] == tokens["prompt_ids"]
+    else:
+        assert choice["logprobs"] is None
+        assert "prompt_token_ids" not in agent and "token_ids" not in choice
