@@ -11,6 +11,7 @@ import pytest
 from agentworld import raw_ids
 from agentworld.proxy.adapters import openai_answer
 from agentworld.proxy.adapters.openai import CHAT, Injected
+from agentworld.proxy.adapters.translated import MESSAGES, RESPONSES
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.upstream import answer_json
 from agentworld.raw_ids import RawIds
@@ -274,3 +275,45 @@ async def test_the_proxy_reads_a_unary_answer_typed_end_to_end(monkeypatch, prox
     else:
         assert choice["logprobs"] is None
         assert "prompt_token_ids" not in agent and "token_ids" not in choice
+
+
+def translated(monkeypatch, adapter, raw: bytes, *, typed: bool) -> dict:
+    """What a translated call (Messages or Responses over chat) makes of the chat answer
+    ``raw``: the protocol's answer the agent gets and the step's response and tokens (ids
+    and clocks made repeatable), as ``translated_steps.ok_step`` makes them."""
+    from itertools import count
+
+    from agentworld.proxy.translate import chat_form, responses
+
+    n = count()
+    monkeypatch.setattr(chat_form.secrets, "token_hex", lambda k: f"{next(n):0{2 * k}d}")
+    monkeypatch.setattr(responses.time, "time", lambda: 1_800_000_000.0)
+    if not typed:
+        monkeypatch.setattr(openai_answer, "read", lambda raw, strict: None)
+    try:
+        obj = openai_answer.parsed(raw)
+        chat_form.name_calls(obj, adapter.call_prefix)
+        got = CHAT.choices(obj)
+        _, response, tokens = got[0]
+        body = {
+            "model": "m",
+            "max_tokens": 64,
+            "messages": [],
+            "input": "hi",
+            "stop_sequences": ["</s>"],
+        }
+        proto = adapter.from_chat(obj, body, "resp_1", tokens, False, [])
+        return {"proto": raw_ids.dumps(proto), "step": raw_ids.dumps([response, tokens])}
+    except (*MALFORMED, IndexError) as exc:
+        return {"refused": type(exc).__name__}
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("adapter", [MESSAGES, RESPONSES], ids=lambda a: a.protocol)
+@pytest.mark.parametrize("name, raw", answers(), ids=[n for n, _ in answers()])
+def test_translated_answers_read_typed_as_the_general_way(monkeypatch, adapter, name, raw):
+    """A chat upstream's unary answer translated to Messages or Responses: the typed reading
+    gives the agent the same answer, byte for byte, and the step the same response."""
+    got = translated(monkeypatch, adapter, raw, typed=True)
+    assert got == translated(monkeypatch, adapter, raw, typed=False)

@@ -9,7 +9,9 @@ with msgspec into the structs here, an entry is its value alone
 600-token answer with 82,500 prompt ids take 25% fewer instructions (7.4 M to
 5.6 M), of a 32-token one 20% fewer; a short unary call 4.6% fewer
 (``bench/proxy_instructions.py --baseline``), an agent-shaped one ~4% less CPU
-(``bench/proxy_overhead.py --turns 20 --reply-chars 600 --baseline``).
+(``bench/proxy_overhead.py --turns 20 --reply-chars 600 --baseline``). A
+translated call's chat answer (Messages or Responses over a chat upstream) is
+read with ``READ`` too (``parsed``): the translator writes the agent's answer.
 
 The readings mirror the stream relay's (``openai_chunks``):
 
@@ -98,6 +100,13 @@ def read(raw: bytes, *, strict: bool) -> Any:
     if ids and not _place(body, ids):
         return None
     return body
+
+
+def parsed(raw: bytes) -> dict[str, Any]:
+    """The chat answer as the record code and a translator read it (``READ``, else the
+    general way): for a caller that writes the agent's answer itself."""
+    typed = read(raw, strict=False)
+    return body(typed) if typed is not None else answer_json.loads_object(raw)
 
 
 def _place(body: Any, ids: list[RawIds]) -> bool:

@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 
 from agentworld import raw_ids
+from agentworld.proxy.adapters import openai_answer
 from agentworld.proxy.adapters.base import TRANSLATE, Answer, Outbound
 from agentworld.proxy.adapters.openai import CHAT, Injected
 from agentworld.proxy.adapters.translated_steps import failed_steps, ok_step
@@ -97,7 +98,9 @@ class TranslatedAdapter(ABC):
         )
 
     def answer(self, x: Exchange, raw: bytes, content_type: str) -> Answer:
-        rec, proto, replies = ok_step(self, x, answer_json.loads_object(raw))
+        # Translated: a chat answer, read typed (the protocol's answer is written from it).
+        obj = openai_answer.parsed(raw) if x.translate else answer_json.loads_object(raw)
+        rec, proto, replies = ok_step(self, x, obj)
         if x.translate:
             return Answer(raw_ids.dumps(proto), "application/json", replies, lambda: [rec])
         return Answer(raw, content_type, replies, lambda: [rec])
