@@ -70,3 +70,41 @@ async def test_a_screen_of_an_app_that_closed_is_taken_down():
         await app.push_screen(screen)
         await pilot.pause()
     assert taken_down(screen)
+
+
+async def test_a_superseded_workers_late_result_is_dropped():
+    """An exclusive worker's thread runs on after a newer one of its group replaced it; its
+    result, arriving after the newer one's, must not put back what the user moved away from
+    (the runs screen showed the previous run after a key press picked another, under load)."""
+    app = Host()
+    async with app.run_test() as pilot:
+        screen = Loading()
+        await app.push_screen(screen)
+        old_started, release_old, old_done = threading.Event(), threading.Event(), threading.Event()
+
+        def load_old() -> None:
+            old_started.set()
+            release_old.wait(5)
+            try:
+                deliver(screen, screen.show, "old")
+            finally:
+                old_done.set()
+
+        old = screen.run_worker(load_old, thread=True, exclusive=True, group="g")
+        while not old_started.is_set():
+            await asyncio.sleep(0.01)
+        new = screen.run_worker(
+            lambda: deliver(screen, screen.show, "new"), thread=True, exclusive=True, group="g"
+        )
+        await new.wait()
+        assert old.is_cancelled and screen.shown == ["new"]
+        release_old.set()  # the old thread finishes now, after the new one showed its result
+        while not old_done.is_set():
+            await asyncio.sleep(0.01)
+        await pilot.pause()
+        assert screen.shown == ["new"]
+        assert str(screen.query_one("#body", Static).render()) == "new"
+        # A worker that was never superseded still shows its result.
+        await from_a_thread(app, screen, "later")
+        await pilot.pause()
+        assert screen.shown == ["new", "later"]
