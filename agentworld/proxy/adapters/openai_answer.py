@@ -132,11 +132,7 @@ _CHOICE_RARE = ("prompt_token_ids", "routed_experts")
 def body(answer: Any) -> dict[str, Any]:
     """What the general way's parse is to the record code: the fields the upstream sent,
     the log-prob entries as their values."""
-    out = {}
-    for name in _BODY_FIELDS:
-        v = getattr(answer, name)
-        if v is not UNSET:
-            out[name] = v
+    out = _present(answer, _BODY_FIELDS, {})
     choices = answer.choices
     if choices is not UNSET:
         out["choices"] = None if choices is None else [_choice(c) for c in choices]
@@ -144,11 +140,7 @@ def body(answer: Any) -> dict[str, Any]:
 
 
 def _choice(c: Any) -> dict[str, Any]:
-    out = {}
-    for name in _CHOICE_FIELDS:
-        v = getattr(c, name)
-        if v is not UNSET:
-            out[name] = v
+    out = _present(c, _CHOICE_FIELDS, {})
     lp = c.logprobs
     if lp is not UNSET:  # the record reads the values of a list of entries, or none
         content = None if lp is None else lp.content
@@ -157,8 +149,13 @@ def _choice(c: Any) -> dict[str, Any]:
             if content is None or content is UNSET
             else {"content": LogprobValues([e.logprob for e in content])}
         )
-    for name in _CHOICE_RARE:
-        v = getattr(c, name)
+    return _present(c, _CHOICE_RARE, out)
+
+
+def _present(struct: Any, names: tuple[str, ...], out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with each of the struct's fields ``names`` the upstream sent (not UNSET)."""
+    for name in names:
+        v = getattr(struct, name)
         if v is not UNSET:
             out[name] = v
     return out

@@ -36,12 +36,10 @@ MIN_RAW_BYTES = 8192
 
 def loads(raw: bytes) -> Any:
     """``orjson.loads(raw)``, with vLLM's ``prompt_token_ids`` arrays as RawIds."""
-    if len(raw) < MIN_RAW_BYTES or raw.find(_KEY) < 0:  # a streamed token's event, say
+    data, ids = cut_ids(raw)
+    if not ids:  # a streamed token's event, say
         return orjson.loads(raw)
-    parts, ids = _cut(raw)
-    if not ids:
-        return orjson.loads(raw)
-    obj = orjson.loads(b"".join(parts))
+    obj = orjson.loads(data)
     if not _place(obj, ids):
         return orjson.loads(raw)
     return obj
