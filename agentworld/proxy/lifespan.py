@@ -91,6 +91,9 @@ async def _sweep(st: State) -> None:
 
 LOOP_LAG_WARN_S = 0.5
 LOOP_LAG_WARN_EVERY_S = 60.0
+# The share of a late check's time the loop's thread ran on a core, from which the lateness
+# is its own work (CPU-bound) rather than a wait (for the GIL, a core, a blocking call).
+CPU_BOUND_BUSY = 0.75
 
 
 async def _watch_loop(st: State) -> None:
@@ -99,23 +102,39 @@ async def _watch_loop(st: State) -> None:
     One proxy serves from one event loop, so one CPU core; past that, calls
     queue behind each other. The lateness goes to /aw/stats and /metrics, and
     a warning to the log (at most once a minute) when it passes half a second.
+    The warning tells the two causes apart by the CPU time the loop's thread
+    used meanwhile: busy, the proxy is CPU-bound; idle, it was held up (a
+    blocking call on the loop, another thread of its process holding the GIL,
+    as an engine or agent run in the same process does, or a machine whose
+    cores are taken), and more proxies would not help.
     """
     loop = asyncio.get_running_loop()
     interval_s = st.config.loop_check_interval_s
     warned = -LOOP_LAG_WARN_EVERY_S
     while True:
-        t0 = loop.time()
+        t0, cpu0 = loop.time(), time.thread_time()
         await asyncio.sleep(interval_s)
         now = loop.time()
         lag = max(0.0, now - t0 - interval_s)
         st.stats.loop_lag(lag)
         if lag > LOOP_LAG_WARN_S and now - warned >= LOOP_LAG_WARN_EVERY_S:
             warned = now
-            log.warning(
-                "the event loop ran %.2f s late: this proxy is CPU-bound (it uses one core);"
-                " spread the agents over more proxies",
-                lag,
-            )
+            busy = (time.thread_time() - cpu0) / max(now - t0, 1e-9)
+            if busy >= CPU_BOUND_BUSY:
+                log.warning(
+                    "the event loop ran %.2f s late, its thread busy %.0f%% of the time: this"
+                    " proxy is CPU-bound (it uses one core); spread the agents over more proxies",
+                    lag,
+                    100 * busy,
+                )
+            else:
+                log.warning(
+                    "the event loop ran %.2f s late, its thread busy only %.0f%% of the time:"
+                    " held up, not CPU-bound (a blocking call on the loop, another thread of"
+                    " this process holding the GIL, or a machine short of cores)",
+                    lag,
+                    100 * busy,
+                )
 
 
 async def lifespan(app: web.Application) -> AsyncIterator[None]:

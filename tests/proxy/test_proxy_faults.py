@@ -564,14 +564,21 @@ async def test_health_stats_and_metrics(proxy):
     assert 'aw_proxy_upstream_seconds_bucket{le="300.0"} 1.0' in metrics
 
 
-async def test_a_blocked_event_loop_shows_in_stats_metrics_and_the_log(make_proxy, caplog):
-    """The proxy serves from one event loop; when it is busy, operators must be able to see it."""
+def spin(seconds: float) -> None:
+    """What a CPU-bound proxy looks like to its timers: its thread on a core, not waiting."""
     import time
 
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+async def test_a_blocked_event_loop_shows_in_stats_metrics_and_the_log(make_proxy, caplog):
+    """The proxy serves from one event loop; when it is busy, operators must be able to see it."""
     caplog.set_level("WARNING", logger="agentworld.proxy")
     proxy = await make_proxy(loop_check_interval_s=0.02)
     await asyncio.sleep(0.1)  # a few on-time checks
-    time.sleep(0.6)  # what a CPU-bound proxy looks like to its timers
+    spin(0.6)
     await asyncio.sleep(0.1)
     async with aiohttp.ClientSession() as s:
         async with s.get(proxy.url + "/aw/stats") as r:
@@ -591,7 +598,23 @@ async def test_a_blocked_event_loop_shows_in_stats_metrics_and_the_log(make_prox
     assert float(late.split()[-1]) < float(total.split()[-1])  # one check fell past 0.5 s
     assert "aw_proxy_process_cpu_seconds_total" in metrics
     warnings = [r.getMessage() for r in caplog.records if "event loop ran" in r.getMessage()]
-    assert len(warnings) == 1 and "CPU-bound" in warnings[0]
+    assert len(warnings) == 1 and "this proxy is CPU-bound" in warnings[0]
+
+
+async def test_a_loop_held_up_without_using_a_core_is_not_called_cpu_bound(make_proxy, caplog):
+    """A loop that waited (a blocking call, the GIL held by an engine in the same process, a
+    busy machine) is late too; the warning must not send its operator to add proxies."""
+    import time
+
+    caplog.set_level("WARNING", logger="agentworld.proxy")
+    proxy = await make_proxy(loop_check_interval_s=0.02)
+    await asyncio.sleep(0.1)
+    time.sleep(0.6)  # the loop's thread off the CPU
+    await asyncio.sleep(0.1)
+    await still_serves(proxy)
+    warnings = [r.getMessage() for r in caplog.records if "event loop ran" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "held up, not CPU-bound" in warnings[0] and "more proxies" not in warnings[0]
 
 
 async def test_one_log_line_per_request_only_when_asked(make_proxy, caplog):
