@@ -12,6 +12,8 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from agentworld.errors import ConfigError, MissingExtraError
@@ -92,6 +94,25 @@ def convert_gguf(gguf: Path, dest: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
+
+
+@contextmanager
+def hf_progress_bars(enabled: bool) -> Iterator[None]:
+    """transformers' own tqdm bars ("Loading weights", "Writing model shards") off for the
+    block unless ``enabled``, and as they were after it: off where the load recurs (a hot
+    reload every iteration) or the caller shows its own progress (the demo, a trainer run
+    without progress, every rank but the main one). ``enabled`` leaves them as they are, so
+    ``HF_HUB_DISABLE_PROGRESS_BARS=1`` still turns them off everywhere."""
+    from transformers.utils import logging as hf_logging
+
+    off = not enabled and hf_logging.is_progress_bar_enabled()
+    if off:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if off:
+            hf_logging.enable_progress_bar()
 
 
 def ensure_default_model(models_dir: Path) -> Path:

@@ -27,3 +27,22 @@ def test_anything_else_names_the_key_and_the_way_out(value: str) -> None:
         f"train.model: {value!r} is not a local model folder (config.json + *.safetensors);"
         " nothing is downloaded, pass a folder"
     )
+
+
+def test_hf_progress_bars_turns_them_off_for_a_block_and_never_on() -> None:
+    from transformers.utils import logging as hf_logging
+
+    from agentworld.model_folder import hf_progress_bars
+
+    hf_logging.enable_progress_bar()  # whatever the environment says
+    with pytest.raises(RuntimeError), hf_progress_bars(False):
+        assert not hf_logging.is_progress_bar_enabled()
+        raise RuntimeError("a failed load")
+    assert hf_logging.is_progress_bar_enabled()  # back, even after an error
+    hf_logging.disable_progress_bar()  # as HF_HUB_DISABLE_PROGRESS_BARS=1 leaves them
+    try:
+        with hf_progress_bars(True):
+            assert not hf_logging.is_progress_bar_enabled()  # the user's choice stands
+        assert not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()

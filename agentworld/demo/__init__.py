@@ -91,6 +91,7 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
         iterations_table,
         lift_line,
     )
+    from agentworld.model_folder import hf_progress_bars
     from agentworld.pool import Pool
     from agentworld.run.evaluate import evaluate, evaluation_of, lift
     from agentworld.run.session import RunOptions, run_session
@@ -103,7 +104,8 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
     # device). float32 even there, where the engine's default is bf16: the trainer trains
     # fp32, so the served log-probs match its forward pass (fidelity); the demo's default
     # model has 135M parameters, so fp32 costs little.
-    engine = Engine(model_dir, device="auto", dtype="float32", max_batch_size=32)
+    with hf_progress_bars(False):  # the line below says it loaded
+        engine = Engine(model_dir, device="auto", dtype="float32", max_batch_size=32)
     console.print(f"engine on {engine.device} ({str(engine.dtype).removeprefix('torch.')})")
     runner = web.AppRunner(make_app(engine), access_log=None)
     await runner.setup()

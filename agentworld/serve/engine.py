@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from agentworld.errors import ConfigError
+from agentworld.model_folder import hf_progress_bars
 from agentworld.serve.batch import Rows, mergeable
 from agentworld.serve.sampling import SamplingParams, sample
 
@@ -172,7 +173,8 @@ class Engine:
         """Load new weights (same architecture); new requests use them, running ones finish
         on the old weights. Returns the new policy version (meta.json's, else current + 1).
         """
-        model = self._load(Path(checkpoint_dir))
+        with hf_progress_bars(False):  # one a training iteration: bars would fill the log
+            model = self._load(Path(checkpoint_dir))
         if policy_version is None:
             policy_version = read_policy_version(checkpoint_dir)
         with self._lock:

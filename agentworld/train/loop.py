@@ -16,7 +16,7 @@ from rich.text import Text
 
 from agentworld.curves import PNG
 from agentworld.errors import ConfigError, PoolError
-from agentworld.model_folder import require_model_folder
+from agentworld.model_folder import hf_progress_bars, require_model_folder
 from agentworld.pool.opener import open_pool
 from agentworld.pool.reader import source_paths
 from agentworld.train.advantages import advantage_stats
@@ -175,15 +175,21 @@ def require_models(cfg: TrainConfig) -> None:
 
 def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]:
     """Train from the pool as ``cfg`` says; write checkpoints and metrics; return the summary."""
-    from accelerate.utils import gather_object, set_seed
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     require_models(cfg)
     release_freed_tensors()  # ~1 GB less RSS on CPU: see train/host_memory.py
     acc = make_accelerator(cfg)
+    # transformers' own bars (loading, writing a checkpoint) go with the run's progress: on
+    # the main process only, and not when the caller asked for none.
+    with hf_progress_bars(acc.is_main_process and cfg.progress):
+        return _train(cfg, acc, console or Console(stderr=True))
+
+
+def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
+    from accelerate.utils import gather_object, set_seed
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     set_seed(cfg.seed)
     main = acc.is_main_process
-    console = console or Console(stderr=True)
     out_dir = Path(cfg.output_dir)
     pool = open_pool(cfg.pool, recover=False)
     pool.fetch_all()  # an s3:// pool: every shard into the local cache first (the plan reads all)

@@ -136,6 +136,21 @@ def test_reload_reads_policy_version_from_meta_json(
         (tiny_checkpoint_dir / "meta.json").unlink()
 
 
+def test_reload_writes_no_transformers_bar_and_leaves_them_as_they_were(
+    fresh_engine: Engine, tiny_checkpoint_dir: Path, capfd: pytest.CaptureFixture[str]
+):
+    """A reload a training iteration: transformers' "Loading weights" bar each time would
+    fill the server's log. A load outside a reload still shows it (bars stay on)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()  # whatever the environment says
+    load_model(tiny_checkpoint_dir)
+    assert "Loading weights" in capfd.readouterr().err  # the bar a reload must not write
+    assert fresh_engine.reload(tiny_checkpoint_dir) == 1
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()
+
+
 def test_requests_join_a_running_batch_and_stay_exact(engine: Engine, tiny_model_dir: Path):
     long = SamplingParams(max_tokens=200, temperature=1.0, seed=11, ignore_eos=True)
     first, q_long = run_batch_async(engine, PROMPTS[2], long)

@@ -33,9 +33,9 @@ def run(builder, tiny_model: Path, out: Path, **kw: Any) -> tuple[dict[str, Any]
         model=str(tiny_model),
         pool=str(builder.pool.root),
         output_dir=str(out),
-        progress=False,
         # epochs=None: these small pools are replayed until max_steps, explicitly.
         **{
+            "progress": False,
             "max_steps": 2,
             "lr": 1e-3,
             "batch_tokens": 256,
@@ -51,6 +51,25 @@ def run(builder, tiny_model: Path, out: Path, **kw: Any) -> tuple[dict[str, Any]
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_transformers_bars_follow_the_runs_progress(
+    builder, tiny_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], progress: bool
+) -> None:
+    """Loading the model and writing a checkpoint show transformers' bars only where the
+    run shows progress (the demo's trainer asks for none); they are as before afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()  # whatever the environment says
+    builder.group([1.0, 0.0], turns=2)
+    capfd.readouterr()
+    summary, _ = run(builder, tiny_model, tmp_path / "run", algo="sft", progress=progress)
+    err = capfd.readouterr().err
+    assert summary["checkpoint"]
+    assert ("Loading weights" in err) is progress
+    assert ("Writing model shards" in err) is progress
+    assert hf_logging.is_progress_bar_enabled()
 
 
 def test_two_step_sft_end_to_end(builder, tiny_model: Path, tmp_path: Path) -> None:
