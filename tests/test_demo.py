@@ -77,6 +77,20 @@ def test_demo_evaluates_trains_for_iterations_and_prints_the_lift(
     # Superseded checkpoints are deleted: only the policy the server holds is kept.
     kept = [p for p in (folder / "runs" / "grpo").rglob("meta.json")]
     assert len(kept) <= 1
+    pool.close()
+
+    # Run again in the same folder: this run's iteration trains on its own groups only,
+    # and the first run is kept aside as it was.
+    args[args.index("--iterations") + 1] = "1"
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "the run before this one" in res.output
+    (earlier,) = (folder / "earlier").iterdir()
+    assert len(Pool.open(earlier / "pool").index().trajectories(limit=None)) == len(trajectories)
+    again = Pool.open(folder / "pool").index().trajectories(limit=None)
+    assert len(again) == 4 + 1 * 2 * 4 + 4
+    (row,) = json.loads((folder / "results.json").read_text())["iterations"]
+    assert row["skipped"] or row["trained_trajectories"] <= 2 * 4
 
 
 def test_demo_tasks_hold_out_questions_never_trained_on(tmp_path: Path) -> None:
@@ -153,3 +167,25 @@ def test_demo_trains_each_iteration_on_policy_in_float32(monkeypatch, tmp_path: 
     assert cfg.split == "iter-03" and cfg.agent == demo_tasks.TRAIN_AGENT
     assert (cfg.epochs, cfg.max_steps, cfg.policy_version) == (1, 1, 2)
     assert cfg.model == str(tmp_path / "m")
+
+
+def test_a_rerun_keeps_the_earlier_runs_pool_aside_and_trains_on_its_own(tmp_path: Path) -> None:
+    """Iteration N trains on split iter-NN of the run's pool: an earlier run's groups of
+    that split must not join them. They are moved aside, not deleted."""
+    folder = tmp_path / "demo"
+    assert demo.keep_earlier_run(folder) is None  # a first run: nothing to keep
+    folder.mkdir()
+    (folder / "agents.toml").write_text("# written anew by every run\n")
+    assert demo.keep_earlier_run(folder) is None
+    Pool.create(folder / "pool").close()
+    (folder / "runs" / "grpo" / "iter-01").mkdir(parents=True)
+    (folder / "results.json").write_text("{}")
+    kept = demo.keep_earlier_run(folder)
+    assert kept is not None and kept.parent == folder / "earlier"
+    assert sorted(p.name for p in kept.iterdir()) == ["pool", "results.json", "runs"]
+    assert not any((folder / name).exists() for name in demo.RUN_OUTPUTS)
+    assert (folder / "agents.toml").exists()
+    Pool.open(kept / "pool").close()  # the earlier pool opens as it was
+    Pool.create(folder / "pool").close()  # a second earlier run, in the same second
+    again = demo.keep_earlier_run(folder)
+    assert again is not None and again != kept and (again / "pool").is_dir()

@@ -125,6 +125,13 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
             temperature=s.temperature,
             seed=s.seed,
         )
+        earlier = keep_earlier_run(folder)
+        if earlier is not None:
+            console.print(
+                f"note: the run before this one (its pool, checkpoints, results) is kept in "
+                f"{earlier}; this one starts an empty pool",
+                markup=False,
+            )
         Pool.create(pool_path).close()
         if split.reused:
             console.print(
@@ -214,6 +221,32 @@ def _cpu_s() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+# What one run leaves in the demo's folder, beside the files every run writes anew.
+RUN_OUTPUTS = ("pool", "runs", "results.json")
+
+
+def keep_earlier_run(folder: Path) -> Path | None:
+    """Move what an earlier run left in ``folder`` to ``folder/earlier/<UTC time>``; its path.
+
+    Each iteration trains on its own groups (split ``iter-NN``) in the run's pool: an
+    earlier run's groups of the same split, by other policies, would join them (off-policy,
+    and twice the rows). Nothing is deleted: the earlier pool opens as it was.
+    """
+    found = [folder / name for name in RUN_OUTPUTS if (folder / name).exists()]
+    if not found:
+        return None
+    when = max(p.stat().st_mtime for p in found)
+    dest = folder / "earlier" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+    k = 1
+    while dest.exists():
+        k += 1
+        dest = dest.with_name(f"{dest.name.split('-')[0]}-{k}")
+    dest.mkdir(parents=True)
+    for p in found:
+        p.rename(dest / p.name)
+    return dest
 
 
 def _drop_checkpoint(folder: Path) -> None:
