@@ -28,7 +28,11 @@ def proxy(
         help="Upstream base URL (e.g. http://127.0.0.1:8000); no config needed.",
     ),
     config: Path | None = typer.Option(
-        None, "--config", "-c", help="agents.toml with \\[agents.NAME] upstream keys."
+        None,
+        "--config",
+        "-c",
+        help="agents.toml with \\[agents.NAME] upstream keys (without it and --upstream:"
+        " $AW_AGENTS, else ./agents.toml when there is one).",
     ),
     engine: str = typer.Option(
         "vllm",
@@ -107,6 +111,12 @@ def proxy(
 
     if engine not in ("vllm", "openai"):
         raise ConfigError(f"--engine: 'vllm' or 'openai', got {engine!r}")
+    if config is None and upstream is None:  # as `aw run` finds it, in an `aw init` folder
+        env = os.environ.get("AW_AGENTS")
+        if env:
+            config = Path(env)
+        elif Path("agents.toml").is_file():
+            config = Path("agents.toml")
     agents = load_agents(config, need_upstream=upstream is None) if config is not None else {}
     default = None
     if upstream is not None:

@@ -232,7 +232,10 @@ class ProxyConfig:
         if self.auth_token is not None and not self.auth_token:
             raise ConfigError("--auth-token: must not be empty")
         if not self.agents and self.default_upstream is None:
-            raise ConfigError("no upstream: pass --upstream URL or --config agents.toml")
+            raise ConfigError(
+                "no upstream: pass --upstream URL or --config agents.toml"
+                " (or run where agents.toml is)"
+            )
 
     def upstream_for(self, agent: str) -> tuple[UpstreamConfig, str | None] | None:
         """The upstream and API key serving ``agent`` (its own, else the default)."""

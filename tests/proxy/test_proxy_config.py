@@ -190,3 +190,34 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_without_flags_the_proxy_reads_the_agents_toml_where_it_runs(tmp_path, monkeypatch):
+    """`aw init` then `aw proxy`: the folder's agents.toml (or $AW_AGENTS), as `aw run`
+    finds it; --upstream alone still needs no config."""
+    from agentworld.proxy.command import proxy
+
+    app = typer.Typer()
+    app.command("proxy")(proxy)
+    app.command("noop")(lambda: None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AW_AGENTS", raising=False)
+    args = ["proxy", "--pool", str(tmp_path / "p"), "--port", "0"]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, ConfigError)
+    assert "no upstream" in str(result.exception) and "where agents.toml is" in str(
+        result.exception
+    )
+    write(tmp_path, '[agents.coder]\nkind = "python"\nfunction = "m:f"\n')  # no upstream key
+    result = CliRunner().invoke(app, args)
+    assert "no agent has an upstream (agents.coder" in str(result.exception)  # it was read
+    other = tmp_path / "elsewhere.toml"
+    other.write_text('[agents.writer]\nkind = "python"\nfunction = "m:f"\n')
+    monkeypatch.setenv("AW_AGENTS", str(other))
+    result = CliRunner().invoke(app, args)
+    assert "no agent has an upstream (agents.writer" in str(result.exception)
+    (tmp_path / "agents.toml").write_text("not toml [")
+    monkeypatch.delenv("AW_AGENTS")
+    result = CliRunner().invoke(app, [*args, "--upstream", "nope"])
+    # --upstream alone: the broken file is not read; the flag's own error is what stops it
+    assert "'nope' is not an http(s) URL" in str(result.exception)
