@@ -330,6 +330,25 @@ class PoolBatches(IterableDataset):
             yield collate(rows_j, self.pad_id)
 
 
+def sft_reward_note(plan: Plan, cfg: TrainConfig) -> str | None:
+    """What SFT is about to imitate, when rewards were recorded and nothing filtered on them.
+
+    SFT makes every selected trajectory more likely, a failed one as much as a solved
+    one: a first run on fresh rollouts would imitate them all without a word.
+    """
+    if cfg.algo != "sft" or cfg.min_reward is not None or cfg.quality:
+        return None
+    scored = [r for r in plan.rewards.values() if r is not None]
+    if not scored:
+        return None
+    lo, hi = min(scored), max(scored)
+    return (
+        f"note: SFT imitates every trajectory it selected, whatever its reward: "
+        f"{len(scored)} scored, reward {lo:g} to {hi:g} (mean {sum(scored) / len(scored):.3f}); "
+        "--set min_reward=1 (or label them and --set quality=good) keeps the good ones"
+    )
+
+
 def check_plan(plan: Plan, cfg: TrainConfig, pool_root: Path) -> None:
     if not plan.advantages:
         why = (

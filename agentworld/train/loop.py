@@ -34,7 +34,14 @@ from agentworld.train.checkpoint import (
     weights_once,
 )
 from agentworld.train.config import TrainConfig
-from agentworld.train.data import PoolBatches, check_plan, dummy_batch, make_plan, selection_for
+from agentworld.train.data import (
+    PoolBatches,
+    check_plan,
+    dummy_batch,
+    make_plan,
+    selection_for,
+    sft_reward_note,
+)
 from agentworld.train.fidelity import FidelityReport, logprob_gap, report
 from agentworld.train.host_memory import release_freed_tensors
 from agentworld.train.importance import ImportanceStats, behaviour_logprobs
@@ -314,6 +321,9 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward, "
                 f"{plan.infra_failures} infrastructure failures)"
             )
+            note = sft_reward_note(plan, cfg)
+            if note is not None:
+                console.print(note)
 
     source: Any = online if online is not None else dataset
     pad_id = source.pad_id

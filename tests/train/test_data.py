@@ -12,6 +12,7 @@ from agentworld.pool.reader import source_paths
 from agentworld.train.advantages import group_advantages
 from agentworld.train.config import TrainConfig
 from agentworld.train.data import (
+    Plan,
     PoolBatches,
     check_plan,
     group_of,
@@ -19,6 +20,7 @@ from agentworld.train.data import (
     pack,
     rank_of,
     selection_for,
+    sft_reward_note,
 )
 from agentworld.train.sequences import Row, stop_ids_of
 
@@ -171,3 +173,15 @@ def test_collated_batches_align_masks_and_logprobs(builder) -> None:
     assert torch.equal(batch["has_logprob"], batch["sampled"] > 0)  # engine data: all have them
     assert int(batch["sampled"].sum()) == batch["meta"]["sampled_tokens"] == 2 * 2 * 6
     assert source_paths(builder.pool.layout, journals=False)
+
+
+def test_sft_says_it_imitates_failures_too_unless_rewards_or_labels_chose() -> None:
+    plan = Plan(sources=[], rewards={"a": 0.0, "b": 1.0, "c": None, "d": 0.0})
+    note = sft_reward_note(plan, TrainConfig(algo="sft"))
+    assert note is not None and "3 scored, reward 0 to 1 (mean 0.333)" in note
+    assert "--set min_reward=1" in note
+    assert sft_reward_note(plan, TrainConfig(algo="sft", min_reward=1.0)) is None
+    assert sft_reward_note(plan, TrainConfig(algo="sft", quality=("good",))) is None
+    assert sft_reward_note(plan, TrainConfig(algo="grpo")) is None
+    unscored = Plan(sources=[], rewards={"a": None})
+    assert sft_reward_note(unscored, TrainConfig(algo="sft")) is None

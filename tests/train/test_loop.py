@@ -77,6 +77,8 @@ def test_two_step_sft_end_to_end(builder, tiny_model: Path, tmp_path: Path) -> N
         builder.group([1.0, 0.0], turns=3)
     summary, log = run(builder, tiny_model, tmp_path / "run", algo="sft")
     assert summary["updates"] == 2 and summary["merged"] > 0 and summary["breaks"] == 0
+    # rewards 1.0 and 0.0, no filter on them: the run says it imitates both
+    assert "SFT imitates every trajectory it selected, whatever its reward: 6 scored" in log
     ckpt = Path(summary["checkpoint"])
     assert ckpt.name == "ckpt-000002"
     for name in ("model.safetensors", "tokenizer.json", "meta.json", "config.json"):
