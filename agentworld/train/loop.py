@@ -585,6 +585,13 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                     meta_for(step, base_version + 1),
                 )
                 saved(last_ckpt, upto=step)
+        if online is None and step < cfg.max_steps:  # the data ran out first: the bar ends
+            progress.update(task, total=max(step, 1), completed=step)  # where the run did
+    if main and online is None and start_step < step < cfg.max_steps:
+        console.print(
+            f"note: the data ran out after {step - start_step} updates (epochs={cfg.epochs}),"
+            f" before max_steps={cfg.max_steps}"
+        )
 
     # -- The end: a final checkpoint if the last update has none yet, then the summary.
     if step > start_step and (last_ckpt is None or last_ckpt != checkpoint_dir(out_dir, step)):

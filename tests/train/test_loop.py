@@ -72,6 +72,18 @@ def test_transformers_bars_follow_the_runs_progress(
     assert hf_logging.is_progress_bar_enabled()
 
 
+def test_a_run_whose_data_runs_out_first_says_so(builder, tiny_model: Path, tmp_path: Path):
+    """One epoch over a small pool ends before max_steps: a note says where, not a bar
+    left at 1/100."""
+    builder.group([1.0, 0.0], turns=2)
+    summary, log = run(builder, tiny_model, tmp_path / "run", algo="sft", epochs=1, max_steps=100)
+    assert 0 < summary["updates"] < 100
+    assert f"the data ran out after {summary['updates']} updates (epochs=1)" in log
+    assert "before max_steps=100" in log
+    _, log = run(builder, tiny_model, tmp_path / "again", algo="sft")  # replayed to max_steps
+    assert "ran out" not in log
+
+
 def test_two_step_sft_end_to_end(builder, tiny_model: Path, tmp_path: Path) -> None:
     for _ in range(3):
         builder.group([1.0, 0.0], turns=3)
