@@ -10,8 +10,9 @@ from pathlib import Path
 
 AGENTS_TOML = """\
 # agents.toml: how each agent runs and which model server (upstream) it talks to.
-# `aw run --agent NAME --dataset D` rolls one out; `aw proxy --config agents.toml`
-# routes each agent's calls to its upstream and records them in the pool.
+# `aw run --agent NAME --dataset D` rolls one out; `aw proxy` (run in this folder, or
+# with --config agents.toml) routes each agent's calls to its upstream and records them
+# in the pool.
 #
 # Keys of every agent:
 #   kind               "python" (white-box: a module:function) or "command" (any program)
