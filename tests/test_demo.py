@@ -189,3 +189,29 @@ def test_a_rerun_keeps_the_earlier_runs_pool_aside_and_trains_on_its_own(tmp_pat
     Pool.create(folder / "pool").close()  # a second earlier run, in the same second
     again = demo.keep_earlier_run(folder)
     assert again is not None and again != kept and (again / "pool").is_dir()
+
+
+async def test_training_between_iterations_leaves_the_event_loop_free(monkeypatch, tmp_path):
+    """The demo's server and proxy share its event loop: starting the trainer's process
+    and joining it (~0.7 s while it hands its memory back) happen off that loop."""
+    import asyncio
+    import time
+
+    def slow_update(*args: object) -> tuple[None, dict[str, object]]:
+        time.sleep(0.5)
+        return None, {"skipped": "no signal"}
+
+    monkeypatch.setattr(demo, "_train_in_fresh_process", slow_update)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.create_task(tick())
+    got = await demo._train(tmp_path, tmp_path / "m", tmp_path / "pool", 1, 0, demo.DemoSettings())
+    ticker.cancel()
+    assert got == (None, {"skipped": "no signal"})
+    assert ticks >= 10  # the loop ran on meanwhile (a blocked one: 1)

@@ -80,6 +80,8 @@ class DemoSettings:
 
 
 async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSettings) -> None:
+    import asyncio
+
     import aiohttp
     from aiohttp import web
     from rich.console import Console
@@ -178,7 +180,8 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
                     resp = await http.post(f"{serve_url}/aw/reload", json={"path": str(ckpt)})
                     version = int((await resp.json())["policy_version"])
                     if current != model_dir:
-                        _drop_checkpoint(current)  # the server and trainer now hold the new one
+                        # the server and trainer now hold the new one (off the loop: ~1.6 GB)
+                        await asyncio.to_thread(_drop_checkpoint, current)
                     current = ckpt
                 row = iteration_row(it, report.results, rollouts, train_info, version)
                 row["wall_s"] = round(time.perf_counter() - t_it, 1)
@@ -266,15 +269,21 @@ async def _train(
     in this process, the second update took the demo past a 6 GB memory cap.
     """
     import asyncio
+
+    # From a thread: the executor's start and its shutdown (joining the process while it
+    # hands its memory back, ~0.7 s) would otherwise hold up the event loop, the server's.
+    return await asyncio.to_thread(_train_in_fresh_process, folder, model, pool, it, version, s)
+
+
+def _train_in_fresh_process(
+    folder: Path, model: Path, pool: Path, it: int, version: int, s: DemoSettings
+) -> tuple[Path | None, dict[str, object]]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")  # no copy of the server's torch state
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool_exec:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            pool_exec, _train_sync, folder, model, pool, it, version, s
-        )
+        return pool_exec.submit(_train_sync, folder, model, pool, it, version, s).result()
 
 
 def _train_sync(
