@@ -169,9 +169,10 @@ def test_demo_trains_each_iteration_on_policy_in_float32(monkeypatch, tmp_path: 
     assert cfg.model == str(tmp_path / "m")
 
 
-def test_a_rerun_keeps_the_earlier_runs_pool_aside_and_trains_on_its_own(tmp_path: Path) -> None:
-    """Iteration N trains on split iter-NN of the run's pool: an earlier run's groups of
-    that split must not join them. They are moved aside, not deleted."""
+def test_a_rerun_moves_the_earlier_runs_outputs_aside_whole(tmp_path: Path) -> None:
+    """Iteration N trains on split iter-NN of the run's pool, so an earlier run's pool,
+    checkpoints and results move aside (not deleted) and the files every run writes stay;
+    the slow end-to-end test checks the training side."""
     folder = tmp_path / "demo"
     assert demo.keep_earlier_run(folder) is None  # a first run: nothing to keep
     folder.mkdir()
