@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "cli_options": 1,
     "group_advantage": 1,
     "curves": 1,
+    "seeds": 1,
     "pool": 2,
     "proxy": 3,
     "serve": 3,

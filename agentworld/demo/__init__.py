@@ -35,7 +35,9 @@ def demo(
     max_tokens: int = typer.Option(24, min=4, help="Tokens per answer at most."),
     temperature: float = typer.Option(1.0, min=0.0, help="Sampling temperature of rollouts."),
     lr: float = typer.Option(3e-5, min=0.0, help="GRPO learning rate."),
-    seed: int = typer.Option(7, help="Seed of the task split and of the trainer."),
+    seed: int = typer.Option(
+        7, help="Seed of the task split, the rollouts' sampling, the trainer."
+    ),
 ) -> None:
     """Serve a model, evaluate, train it with on-policy GRPO through the proxy, evaluate again."""
     import asyncio
@@ -97,6 +99,7 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
     from agentworld.pool import Pool
     from agentworld.run.evaluate import evaluate, evaluation_of, lift
     from agentworld.run.session import RunOptions, run_session
+    from agentworld.seeds import derive
     from agentworld.serve.engine import Engine
     from agentworld.serve.server import make_app
 
@@ -141,7 +144,7 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
                 f"{split.train_pool} not held out; later iterations reuse earlier ones"
             )
 
-        def opts(agent: str, split_name: str, n: int = 1) -> RunOptions:
+        def opts(agent: str, split_name: str, n: int = 1, seed: int | None = None) -> RunOptions:
             return RunOptions(
                 agent=agent,
                 dataset=DATASET,
@@ -150,6 +153,7 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
                 split=split_name,
                 n=n,
                 pool=pool_path,
+                seed=seed,
             )
 
         console.rule("[bold]2. held-out evaluation, before")
@@ -173,7 +177,9 @@ async def _loop(console: object, folder: Path, model_dir: Path, settings: DemoSe
         async with aiohttp.ClientSession() as http:
             for it in range(1, s.iterations + 1):
                 t_it = time.perf_counter()
-                report, _summary = await run_session(opts(TRAIN_AGENT, f"iter-{it:02d}", s.n))
+                # Seeded rollouts: the same --seed, the same run (sampling included).
+                rollout_opts = opts(TRAIN_AGENT, f"iter-{it:02d}", s.n, derive(s.seed, it))
+                report, _summary = await run_session(rollout_opts)
                 rollouts = evaluation_of([r.reward for r in report.results])
                 ckpt, train_info = await _train(folder, current, pool_path, it, version, s)
                 if ckpt is not None:

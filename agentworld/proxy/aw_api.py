@@ -25,6 +25,7 @@ from agentworld.proxy.normal_form import normalise_message
 from agentworld.proxy.recorder import RecordFailed, retry_later
 from agentworld.proxy.registry import MAX_STEP_IDS, Trajectory
 from agentworld.proxy.state import STATE, State
+from agentworld.seeds import check_seed
 
 log = logging.getLogger("agentworld.proxy")
 
@@ -63,6 +64,15 @@ def _error_field(v: Any) -> dict[str, Any] | None:
     if isinstance(v, dict) and isinstance(v.get("message"), str):
         return {"type": str(v.get("type") or "agent_error"), "message": v["message"]}
     raise BadRequest("'error' must be a string or {type, message}", "error")
+
+
+def _seed(v: Any) -> int | None:
+    if v is None:
+        return None
+    try:
+        return check_seed(v, "'seed'")
+    except ValueError as exc:
+        raise BadRequest(str(exc), "seed") from None
 
 
 def _metadata(v: Any) -> dict[str, Any] | None:
@@ -132,7 +142,8 @@ async def end_trajectory(
 
 
 async def create_trajectory(request: web.Request) -> web.Response:
-    """POST /aw/trajectories {agent?, dataset?, split?, task?, group?, metadata?, trajectory?}."""
+    """POST /aw/trajectories {agent?, dataset?, split?, task?, group?, metadata?, trajectory?,
+    seed?}: ``seed`` seeds each of its calls' sampling (``pipeline.call.seed_call``)."""
     st = request.app[STATE]
     body = await _body(request, optional=True)
     ident = identify(request)
@@ -147,6 +158,7 @@ async def create_trajectory(request: web.Request) -> web.Response:
         "split": check_name(body.get("split"), "split") or ident.split,
         "task": check_name(body.get("task"), "task", max_chars=1024) or ident.task,
         "metadata": _metadata(body.get("metadata")),
+        "seed": _seed(body.get("seed")),
     }
     tid = check_name(body.get("trajectory"), "trajectory")
     try:

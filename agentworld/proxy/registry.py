@@ -56,6 +56,7 @@ class Trajectory:
     split: str | None = None
     task: str | None = None
     metadata: dict[str, Any] | None = None
+    seed: int | None = None  # each call's sampling seed derives from it (``seed_call``)
     threaded: bool = False  # started by automatic threading
     next_index: int = 0
     steps: int = 0  # step records written (choices count separately)

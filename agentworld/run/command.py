@@ -21,6 +21,14 @@ def run(
     concurrency: int | None = typer.Option(
         None, "--concurrency", "-c", min=1, help="Episodes at once (default: the agent's)."
     ),
+    seed: int | None = typer.Option(
+        None,
+        "--seed",
+        min=0,
+        max=2**63 - 1,
+        help="Seed every call's sampling (one seed per task, rollout and step, sent as the "
+        "request's `seed`): a rerun samples the same. An agent's own `seed` wins.",
+    ),
     proxy: str | None = typer.Option(
         None, "--proxy", envvar="AW_PROXY", help="URL of a running `aw proxy` (default: start one)."
     ),
@@ -72,6 +80,7 @@ def run(
         limit=limit,
         n=n,
         concurrency=concurrency,
+        seed=seed,
         proxy_url=proxy,
         proxy_token=proxy_token,
         pool=pool,

@@ -84,11 +84,13 @@ class ProxyClient:
         group: str | None = None,
         metadata: dict[str, Any] | None = None,
         trajectory: str | None = None,
+        seed: int | None = None,
     ) -> TrajectoryHandle:
         """POST /aw/trajectories: open a trajectory and get the base URLs bound to it.
 
         ``trajectory`` is the id to give it (the proxy mints one otherwise): a caller
         that knows the id can still end the trajectory if it gives up on the answer.
+        ``seed`` seeds the sampling of each of its calls (the proxy derives one a step).
         """
         body = {
             "trajectory": trajectory,
@@ -98,6 +100,7 @@ class ProxyClient:
             "task": task,
             "group": group,
             "metadata": metadata,
+            "seed": seed,
         }
         data = await self._call(
             "POST", "/aw/trajectories", {k: v for k, v in body.items() if v is not None}

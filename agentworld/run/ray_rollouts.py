@@ -167,6 +167,7 @@ def rollout_group(
                 n=opts.n,
                 concurrency=opts.n,
                 group_ids=[group],
+                seed=opts.seed,
             )
 
     return asyncio.run(go()).results

@@ -22,6 +22,7 @@ from agentworld.run.lifecycle import ProxyClient, ProxyHTTPError, TrajectoryHand
 from agentworld.run.runners import Outcome
 from agentworld.run.scoring import Scorer
 from agentworld.run.tasks import Task, json_safe
+from agentworld.seeds import derive
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +75,14 @@ async def run_rollouts(
     concurrency: int = 8,
     on_result: Callable[[EpisodeResult], None] | None = None,
     group_ids: Sequence[str] | None = None,
+    seed: int | None = None,
 ) -> RunReport:
     """Roll ``runner`` out ``n`` times per task with at most ``concurrency`` episodes at once.
 
     ``group_ids``: one per task, when the caller must know them beforehand (`aw run
-    --ray` ends a lost node's trajectories by group); new ids otherwise.
+    --ray` ends a lost node's trajectories by group); new ids otherwise. ``seed``: each
+    episode's trajectory is opened with ``derive(seed, task id, rollout)``, which seeds
+    its calls' sampling (the proxy's ``seed_call``), so a rerun samples the same.
     """
     report = RunReport(agent=agent, dataset=dataset, split=split, n=n, tasks=len(tasks))
     gate = asyncio.Semaphore(concurrency)
@@ -88,7 +92,7 @@ async def run_rollouts(
         async with gate:
             result = EpisodeResult(task.id, group, rollout, trajectory=None, status="failed")
             try:
-                await _episode(proxy, runner, scorer, agent, dataset, split, task, result)
+                await _episode(proxy, runner, scorer, agent, dataset, split, task, result, seed)
             finally:  # cancelled episodes are reported too
                 report.results.append(result)
                 if on_result is not None:
@@ -130,10 +134,14 @@ async def _episode(
     split: str,
     task: Task,
     result: EpisodeResult,
+    run_seed: int | None = None,
 ) -> None:
     """Run one episode, filling in ``result`` as it goes."""
     t0 = time.monotonic()
-    rollout = result.rollout
+    tags: dict[str, Any] = {"rollout": result.rollout}  # in the end record's metadata
+    seed = None
+    if run_seed is not None:
+        seed = tags["seed"] = derive(run_seed, task.id, result.rollout)
     # The id is ours, so a run cancelled while the proxy opens the trajectory can end it.
     tid = new_id("tr")
     try:
@@ -143,13 +151,14 @@ async def _episode(
             split=split,
             task=task.id,
             group=result.group,
-            metadata={"rollout": rollout},
+            metadata=tags,
             trajectory=tid,
+            seed=seed,
         )
     except asyncio.CancelledError:
         result.status = "cancelled"
         result.error = {"type": "cancelled", "message": "the run was interrupted"}
-        await _end_if_opened(proxy, tid, result, _with_reference({"rollout": rollout}, task))
+        await _end_if_opened(proxy, tid, result, _with_reference(tags, task))
         raise
     except AgentWorldError as exc:
         result.error = {"type": "proxy", "message": str(exc)}
@@ -161,7 +170,7 @@ async def _episode(
     except asyncio.CancelledError:
         result.status = "cancelled"
         result.error = {"type": "cancelled", "message": "the run was interrupted"}
-        await _complete(proxy, handle.id, result, _with_reference({"rollout": rollout}, task))
+        await _complete(proxy, handle.id, result, _with_reference(tags, task))
         raise
     except Exception as exc:  # a runner bug must not stop the other episodes
         outcome = Outcome("failed", error={"type": type(exc).__name__, "message": str(exc)})
@@ -172,7 +181,7 @@ async def _episode(
         except Exception as exc:  # the scorer is user code too
             result.status = "failed"
             result.error = {"type": "scorer", "message": f"{type(exc).__name__}: {exc}"}
-    meta = _with_reference({**outcome.metadata, "rollout": rollout}, task)
+    meta = _with_reference({**outcome.metadata, **tags}, task)
     if outcome.answer is not None:
         meta["answer"] = outcome.answer[:_MAX_ANSWER_CHARS]
     result.wall_s = time.monotonic() - t0

@@ -33,6 +33,7 @@ class RunOptions:
     limit: int | None = None
     n: int = 1
     concurrency: int | None = None  # None: the agent's own
+    seed: int | None = None  # seeds each episode's calls (``rollout.run_rollouts``)
     proxy_url: str | None = None  # None: start one in-process
     proxy_token: str | None = None
     pool: Path = Path("pool")
@@ -116,6 +117,7 @@ async def run_session(
             n=opts.n,
             concurrency=opts.concurrency or agent.concurrency,
             on_result=on_result,
+            seed=opts.seed,
         )
     ids = [r.trajectory for r in report.results if r.trajectory]
     # Those the proxy closed: their end records are on their way into the pool.

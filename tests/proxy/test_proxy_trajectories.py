@@ -15,6 +15,7 @@ from agentworld.errors import ConfigError
 from agentworld.proxy.config import ProxyConfig, UpstreamConfig
 from agentworld.proxy.fake_upstream import FakeUpstream, make_fake_app
 from agentworld.proxy.inprocess import ProxyServer
+from agentworld.seeds import derive
 from tests.proxy.conftest import ends_of, steps_of
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
@@ -244,6 +245,43 @@ async def test_explicit_trajectories_path_headers_and_lifecycle(proxy, pool):
     assert end["status"] == "done" and end["steps"] == 3 and end["reward"] == 1.0
     labelled = next(s for s in steps if s["index"] == 1)
     assert pool.labels.effective()[f"step:{labelled['id']}"]["reward"].value == 0.5
+
+
+async def test_a_seeded_trajectory_seeds_each_call_the_agent_left_unseeded(proxy, pool):
+    """`aw run --seed`: each call gets ``derive(trajectory seed, step index)`` upstream (in
+    the step's request params and metadata), on a translated protocol too; an agent's own
+    seed wins; a trajectory opened without one sends none; a bad seed is a 400."""
+    import anthropic
+
+    for bad in (-1, "7", True, 2**63, 1.5):
+        status, body = await post(proxy.url + "/aw/trajectories", {"seed": bad})
+        assert status == 400 and body["error"]["param"] == "seed", (bad, body)
+    _, seeded = await post(proxy.url + "/aw/trajectories", {"agent": "solver", "seed": 11})
+    _, plain = await post(proxy.url + "/aw/trajectories", {"agent": "solver"})
+    c = client(seeded["base_url"])
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}])
+    await c.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "b"}], seed=5, stream=True
+    )
+    claude = anthropic.AsyncAnthropic(
+        base_url=seeded["anthropic_base_url"], api_key="k", max_retries=0
+    )
+    await claude.messages.create(
+        model="m", max_tokens=16, messages=[{"role": "user", "content": "c"}]
+    )
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "d"}])
+    u = client(plain["base_url"])
+    await u.chat.completions.create(model="m", messages=[{"role": "user", "content": "e"}])
+    for x in (c, claude, u):
+        await x.close()
+    await proxy.stop()
+    steps = {s["index"]: s for s in steps_of(pool) if s["trajectory"] == seeded["trajectory"]}
+    assert steps[0]["request"]["params"]["seed"] == derive(11, 0) == steps[0]["metadata"]["seed"]
+    assert steps[1]["request"]["params"]["seed"] == 5 and "seed" not in steps[1]["metadata"]
+    assert steps[2]["metadata"]["seed"] == derive(11, 2)  # the Anthropic call, translated
+    assert steps[3]["request"]["params"]["seed"] == derive(11, 3) != derive(11, 0)
+    (unseeded,) = [s for s in steps_of(pool) if s["trajectory"] == plain["trajectory"]]
+    assert "seed" not in unseeded["request"]["params"] and "seed" not in unseeded["metadata"]
 
 
 async def test_group_and_agent_path_segments(proxy, pool):

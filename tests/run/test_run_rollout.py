@@ -21,6 +21,7 @@ from agentworld.run.rollout import run_rollouts
 from agentworld.run.session import RunOptions, run_session
 from agentworld.run.summary import render
 from agentworld.run.tasks import Task
+from agentworld.seeds import derive
 
 TASKS = [("Compute 2 + 3?", "5"), ("Compute 4 * 5?", "20"), ("Compute 7 - 1? WRONG", "6")]
 
@@ -461,6 +462,33 @@ def test_cli_prints_a_summary_table_or_json(tmp_path, fake_proxy):
         "wall time",
     ):
         assert text in result.stdout
+
+
+def test_cli_seed_opens_each_episode_with_its_own_seed(tmp_path, fake_proxy):
+    """--seed S: each trajectory opens with derive(S, task, rollout) (the proxy seeds its
+    calls from it), the end record's metadata names it; without --seed, none is sent."""
+    agents, datasets = _setup(
+        tmp_path, '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'
+    )
+    args = [
+        "run", "--agent", "b", "--dataset", "arith", "--proxy", fake_proxy.url,
+        "--pool", str(tmp_path / "pool"), "--agents", str(agents), "--datasets", str(datasets),
+        "-n", "2",
+    ]  # fmt: skip
+    result = CliRunner().invoke(_cli(), [*args, "--seed", "9"])
+    assert result.exit_code == 0, result.output
+    opened = list(fake_proxy.trajectories.values())
+    assert len(opened) == 6
+    expected = {derive(9, t["task"], t["metadata"]["rollout"]) for t in opened}
+    assert {t["seed"] for t in opened} == expected and len(expected) == 6
+    for tid, t in fake_proxy.trajectories.items():
+        assert fake_proxy.completed[tid]["metadata"]["seed"] == t["seed"]
+    fake_proxy.trajectories.clear()
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 0, result.output
+    assert not any("seed" in t for t in fake_proxy.trajectories.values())
+    bad = CliRunner().invoke(_cli(), [*args, "--seed", "-1"])
+    assert bad.exit_code == 2 and "--seed" in bad.output
 
 
 def test_cli_config_errors_surface_as_agentworld_errors(tmp_path):

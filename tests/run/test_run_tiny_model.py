@@ -85,3 +85,54 @@ async def test_command_and_python_agents_on_a_tiny_model(tmp_path: Path, tiny_se
             assert all(s["completion_tokens"] for s in steps)
     crashed = [t for t in idx.trajectories(limit=None) if t["agent"] == "crash"]
     assert {t["status"] for t in crashed} == {"failed"}
+
+
+@pytest.mark.timeout(300)
+async def test_a_seeded_run_samples_the_same_rollouts_again(
+    tmp_path: Path, tiny_server: str
+) -> None:
+    """`aw run --seed`: at temperature 1 on the real engine, a rerun with the seed samples
+    every rollout's tokens again, though the episodes run concurrently (batched in whatever
+    order they come); a group's rollouts still differ, and so does another seed's run."""
+    tasks_jsonl(tmp_path / "tasks.jsonl", [("Compute 2 + 3?", "5"), ("Compute 4 * 5?", "20")])
+    datasets = write(
+        tmp_path / "datasets.toml",
+        '[datasets.arith]\nsource = { type = "jsonl" }\nsplits = { test = "tasks.jsonl" }\n'
+        'scorer = "numeric"\n',
+    )
+    agents = write(
+        tmp_path / "agents.toml",
+        '[agents.math]\nkind = "python"\nfunction = "agentworld.run.agents.math_agent:solve"\n'
+        f'max_turns = 2\nupstream = "{tiny_server}"\nmodel = "default"\nengine = "vllm"\n'
+        "params = { temperature = 1.0, max_tokens = 12 }\n",
+    )
+
+    async def sampled(seed: int | None, name: str) -> dict[tuple[str, int, int], tuple[int, ...]]:
+        pool = tmp_path / name
+        opts = RunOptions(
+            agent="math", dataset="arith", agents_path=agents, datasets_path=datasets, n=4,
+            pool=pool, seed=seed,
+        )  # fmt: skip
+        report, _ = await run_session(opts)
+        assert {r.status for r in report.results} == {"done"}
+        records = list(Pool.open(pool).iter_records())
+        episode = {
+            r["trajectory"]: (r["task"], r["metadata"]["rollout"])
+            for r in records
+            if r["kind"] == "end"
+        }
+        return {
+            (*episode[r["trajectory"]], r["index"]): tuple(r["tokens"]["completion_ids"])
+            for r in records
+            if r["kind"] == "step"
+        }
+
+    first, again = await sampled(3, "a"), await sampled(3, "b")
+    assert len(first) >= 8 and first == again
+    groups: dict[str, set[tuple[int, ...]]] = {}
+    for (task, _rollout, index), ids in first.items():
+        if index == 0:
+            groups.setdefault(task, set()).add(ids)
+    assert all(len(samples) > 1 for samples in groups.values()), groups
+    assert await sampled(4, "c") != first
+    assert await sampled(None, "d") != first

@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from agentworld.proxy.adapters.base import Adapter, Exchange
+from agentworld.proxy.adapters.base import PASSTHROUGH, Adapter, Exchange
 from agentworld.proxy.adapters.openai import Injected
 from agentworld.proxy.agent_request import Ident
 from agentworld.proxy.config import UpstreamConfig
@@ -21,6 +21,7 @@ from agentworld.proxy.state import State
 from agentworld.proxy.upstream.client import UpstreamConnectError, UpstreamResponse
 from agentworld.proxy.upstream.faults import read_limited
 from agentworld.proxy.upstream.headers import POLICY_HEADER, policy_from, relayed, upstream_headers
+from agentworld.seeds import derive
 
 log = logging.getLogger("agentworld.proxy")
 
@@ -111,6 +112,16 @@ def new_call(
         messages=messages,
     )
     return call, up.urls[slot]
+
+
+def seed_call(call: Call, body: dict[str, Any], mode: str) -> None:
+    """A call of a trajectory opened with a seed (`aw run --seed`) gets its own: the
+    agent's own ``seed`` wins, else ``derive(trajectory seed, step index)`` goes upstream
+    and into the step's metadata. Not on a pass-through call: that API has no seed."""
+    seed = call.trajectory.seed
+    if seed is None or mode == PASSTHROUGH or "seed" in body:
+        return
+    call.sent["seed"] = call.metadata["seed"] = derive(seed, call.index)
 
 
 def call_headers(

@@ -22,7 +22,7 @@ from agentworld.proxy.agent_request import (
     upstream_of,
 )
 from agentworld.proxy.bad_request import BadRequest
-from agentworld.proxy.pipeline.call import call_headers, new_call, served, thread_call
+from agentworld.proxy.pipeline.call import call_headers, new_call, seed_call, served, thread_call
 from agentworld.proxy.pipeline.stream import stream
 from agentworld.proxy.pipeline.unary import unary
 from agentworld.proxy.state import CHAINS, STATE
@@ -87,6 +87,7 @@ async def generate(request: web.Request, adapter: Adapter) -> web.StreamResponse
         messages=messages,
         metadata=metadata,
     )
+    seed_call(call, body, mode)
     x = Exchange(
         st,
         adapter,
