@@ -46,7 +46,16 @@ class State:
     known_keys: KnownKeys = field(default_factory=KnownKeys)  # masked in every record
 
     def set_policy(self, version: int) -> None:
+        """``POST /aw/policy``: the version stamped from now on, older than before or not
+        (a trainer's catch-up may take the server back to its checkpoint)."""
         self.policy_version = version
+
+    def upstream_policy(self, version: int) -> None:
+        """An answer's ``X-AW-Policy-Version``: the stamp only moves forward. An answer
+        sampled before a reload and landing after it (or one from a replica not reloaded
+        yet) says an older version; it is that step's, not the proxy's from then on."""
+        if version > self.policy_version:
+            self.policy_version = version
 
 
 STATE: web.AppKey[State] = web.AppKey("agentworld_proxy_state", State)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
@@ -180,15 +181,24 @@ def require_models(cfg: TrainConfig) -> None:
         require_model_folder(cfg.ref_model, "train.ref_model")
 
 
+def _wanted(cfg: TrainConfig) -> str:
+    """The groups an online run takes, in words: "agent math, dataset gsm8k"."""
+    named = [f"{k} {v}" for k, v in (("agent", cfg.agent), ("dataset", cfg.dataset)) if v]
+    named += [f"split {cfg.split}"] if cfg.split else []
+    return ", ".join(named) or "any agent"
+
+
 def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]:
     """Train from the pool as ``cfg`` says; write checkpoints and metrics; return the summary."""
     require_models(cfg)
     release_freed_tensors()  # ~1 GB less RSS on CPU: see train/host_memory.py
     acc = make_accelerator(cfg)
+    console = console or Console(stderr=True)
     # transformers' own bars (loading, writing a checkpoint) go with the run's progress: on
-    # the main process only, and not when the caller asked for none.
-    with hf_progress_bars(acc.is_main_process and cfg.progress):
-        return _train(cfg, acc, console or Console(stderr=True))
+    # the main process only, not when the caller asked for none, and not into a log file
+    # (tqdm's redraws would pile up there: two lines of bars every online checkpoint).
+    with hf_progress_bars(acc.is_main_process and cfg.progress and sys.stderr.isatty()):
+        return _train(cfg, acc, console)
 
 
 def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
@@ -384,6 +394,10 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             retention.add(prune_checkpoints(out_dir, cfg.keep_checkpoints, upto))
             painter.request()
 
+    # On a terminal a bar; off one (a log file, a job's output) a line per logged update,
+    # and what an online run waits for, since a bar is only drawn there once, at the end.
+    shown = main and cfg.progress
+    live = console.is_terminal
     progress = Progress(
         TextColumn("[bold]train"),
         BarColumn(),
@@ -391,9 +405,28 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         TextColumn("{task.fields[info]}"),
         TimeRemainingColumn(),
         console=console,
-        disable=not (main and cfg.progress),
+        disable=not (shown and live),
     )
     task = progress.add_task("train", total=cfg.max_steps, completed=start_step, info="")
+
+    def say(text: str) -> None:
+        """A status: in the bar's text on a terminal, else a line of its own."""
+        if shown:
+            if live:
+                progress.update(task, info=text)
+            else:
+                console.print(text, markup=False)
+
+    flat_groups = 0  # online: groups taken whose rollouts all scored the same (no signal)
+    if online is not None:
+
+        def waiting() -> None:
+            text = f"waiting for complete groups of {cfg.group_size} ({_wanted(cfg)})"
+            if flat_groups:
+                text += f"; {flat_groups} taken so far had no signal (equal rewards), skipped"
+            say(text)
+
+        online.on_wait = waiting
     t_run = time.perf_counter()
     run_tokens = 0
     step = start_step
@@ -405,6 +438,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             real = torch.tensor(sum(mb is not None for mb in micro), device=acc.device)
             if int(acc.reduce(real, "sum")) == 0:
                 if cfg.online:
+                    flat_groups += len(online.current) if online is not None else 0
                     continue  # every group in this chunk was filtered out
                 break  # every process ran out of data (epochs)
             filler = next((mb for mb in micro if mb is not None), None)
@@ -552,7 +586,13 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                     row["groups"] = online.current
                 metrics.write(row)
                 loss_s = f"{row['loss']:.4f}" if row["loss"] is not None else "-"
-                progress.update(task, info=f"loss {loss_s}  {row['tokens_per_s'] or 0:,.0f} tok/s")
+                speed = f"{row['tokens_per_s'] or 0:,.0f} tok/s"
+                if live:
+                    progress.update(task, info=f"loss {loss_s}  {speed}")
+                else:
+                    reward = row["reward_mean"]
+                    reward_s = f"  reward {reward:.3f}" if reward is not None else ""
+                    say(f"train {step}/{cfg.max_steps}  loss {loss_s}{reward_s}  {speed}")
             progress.update(task, completed=step)
 
             if online is not None and (step % cfg.reload_every == 0 or step == cfg.max_steps):

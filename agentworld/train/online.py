@@ -123,14 +123,19 @@ class OnlineUpdates:
         self.current_version = current_version  # callable -> int (staleness window moves)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.stats = SequenceStats()
+        self.on_wait: Any = None  # called (main process) when a wait for new groups begins
 
     def _next_chunk(self) -> list[tuple[str, list[str]]] | None:
         """On the main process: wait for complete groups; None when idle past idle_exit_s."""
         waited_since = time.monotonic()
+        told = False
         while True:
             groups = complete_groups(self.pool, self.cfg, self.consumed)
             if groups:
                 return groups[: self.cfg.groups_per_update]
+            if not told and self.on_wait is not None:
+                self.on_wait()
+                told = True
             if self.cfg.idle_exit_s and time.monotonic() - waited_since >= self.cfg.idle_exit_s:
                 return None
             time.sleep(self.cfg.poll_interval_s)

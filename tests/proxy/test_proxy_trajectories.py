@@ -544,11 +544,20 @@ async def test_policy_version_from_endpoint_and_upstream_header(make_proxy, pool
     await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "v9"}])
     status, _ = await post(proxy.url + "/aw/policy", {"version": -1})
     assert status == 400
-    await c.close()
     assert proxy.state.policy_version == 9
+    # An answer sampled by an older policy (in flight across a reload, or a replica not
+    # reloaded yet) is stamped with its own version but does not take the proxy back:
+    # a trainer's catch-up read 0 here once, after it had published 2.
+    fake[0].policy_version = 8
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "late"}])
+    _, body = await get(proxy.url + "/aw/policy")
+    assert body == {"policy_version": 9}
+    status, body = await post(proxy.url + "/aw/policy", {"version": 3})  # explicit: it wins
+    assert status == 200 and proxy.state.policy_version == 3
+    await c.close()
     await proxy.stop()
     got = {s["request"]["messages"][0]["content"]: s["policy_version"] for s in steps_of(pool)}
-    assert got == {"v0": 0, "v4": 4, "v9": 9}
+    assert got == {"v0": 0, "v4": 4, "v9": 9, "late": 8}
 
 
 async def test_headers_and_query_label_new_trajectories(proxy, pool):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,23 +54,44 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
 
-@pytest.mark.parametrize("progress", [False, True])
+@pytest.mark.parametrize(("progress", "tty"), [(False, True), (True, True), (True, False)])
 def test_transformers_bars_follow_the_runs_progress(
-    builder, tiny_model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], progress: bool
+    builder,
+    tiny_model: Path,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    progress: bool,
+    tty: bool,
 ) -> None:
     """Loading the model and writing a checkpoint show transformers' bars only where the
-    run shows progress (the demo's trainer asks for none); they are as before afterwards."""
+    run shows progress (the demo's trainer asks for none) on a terminal (in a log file
+    their redraws pile up); they are as before afterwards."""
     from transformers.utils import logging as hf_logging
 
+    monkeypatch.setattr("agentworld.train.loop.sys.stderr", _Stderr(sys.stderr, tty))
     hf_logging.enable_progress_bar()  # whatever the environment says
     builder.group([1.0, 0.0], turns=2)
     capfd.readouterr()
     summary, _ = run(builder, tiny_model, tmp_path / "run", algo="sft", progress=progress)
     err = capfd.readouterr().err
     assert summary["checkpoint"]
-    assert ("Loading weights" in err) is progress
-    assert ("Writing model shards" in err) is progress
+    assert ("Loading weights" in err) is (progress and tty)
+    assert ("Writing model shards" in err) is (progress and tty)
     assert hf_logging.is_progress_bar_enabled()
+
+
+class _Stderr:
+    """sys.stderr as a terminal, or not."""
+
+    def __init__(self, stream: Any, tty: bool) -> None:
+        self._stream, self._tty = stream, tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def test_a_run_whose_data_runs_out_first_says_so(builder, tiny_model: Path, tmp_path: Path):

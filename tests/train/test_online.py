@@ -102,7 +102,6 @@ def run_online(
         model=str(tiny_model),
         pool=str(builder.pool.root),
         output_dir=str(out),
-        progress=False,
         online=True,
         algo="grpo",
         group_size=2,
@@ -115,7 +114,7 @@ def run_online(
         lr=1e-3,
         batch_tokens=256,
         max_seq_len=128,
-        **kw,
+        **{"progress": False, **kw},
     )
     return train(cfg, console=console or Console(file=open("/dev/null", "w")))
 
@@ -158,6 +157,31 @@ def test_groups_are_consumed_exactly_once_across_a_restart(
     assert sorted(flat) == sorted([*groups, g4])  # every group once, none twice
     assert Cursor(builder.pool.root, "train").load().groups == {*groups, g4}
     assert [c[1]["version"] for c in calls if c[0] == "/aw/policy"] == [1, 2, 3, 4]
+
+
+def test_off_a_terminal_an_online_run_says_what_it_waits_for_and_each_update(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    """In a log file (no bar is drawn there until the end): a line per update, and, when
+    it waits, for which groups and how many it took without signal (a silent trainer that
+    drops flat groups looks hung)."""
+    url, _ = upstream
+    builder.group([0.0, 0.0], turns=1)  # flat: no signal
+    builder.group([1.0, 0.0], turns=1)
+    log = io.StringIO()
+    console = Console(file=log, width=200)
+    assert not console.is_terminal
+    summary = run_online(
+        builder, tiny_model, tmp_path / "run", url, console, max_steps=5, progress=True, agent="a"
+    )
+    text = log.getvalue()
+    assert summary["updates"] == 1
+    assert "train 1/5  loss " in text and "reward 0.500" in text
+    assert (
+        "waiting for complete groups of 2 (agent a); 1 taken so far had no signal "
+        "(equal rewards), skipped" in text
+    ), text
+    assert "train ━" not in text  # no bar drawn at the end of a log
 
 
 def test_a_lost_cursor_commit_replays_from_the_checkpoint_it_names(

@@ -238,7 +238,7 @@ def stamp(st: State, call: Call, headers: Any) -> None:
     call.relay = relayed(headers)
     pv = policy_from(headers)
     if pv is not None:
-        st.set_policy(pv)
+        st.upstream_policy(pv)
         call.policy_version = pv
     call.trajectory.policy_version = call.policy_version
     # The agent learns the version its step is recorded under, as `aw serve`'s own answers
