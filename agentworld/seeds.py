@@ -4,7 +4,8 @@
 each call of that episode's trajectory ``derive(episode seed, step index)`` as its
 ``seed`` (OpenAI's and vLLM's per-request field). Rollouts are then the same run to
 run, whatever the batch they were sampled in (`aw serve` draws a seeded request's
-tokens from its own generator), and no two calls of a run share a random stream.
+tokens from its own generator), and the calls of a run draw from different random
+streams (31-bit seeds: among 100,000 calls a pair or so may share one).
 """
 
 from __future__ import annotations

@@ -417,13 +417,16 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             else:
                 console.print(text, markup=False)
 
-    flat_groups = 0  # online: groups taken whose rollouts all scored the same (no signal)
+    skipped_groups = 0  # online: groups taken that gave no row (equal rewards, no reward, …)
     if online is not None:
 
         def waiting() -> None:
             text = f"waiting for complete groups of {cfg.group_size} ({_wanted(cfg)})"
-            if flat_groups:
-                text += f"; {flat_groups} taken so far had no signal (equal rewards), skipped"
+            if skipped_groups:
+                text += (
+                    f"; {skipped_groups} taken so far had nothing to train on "
+                    "(equal rewards, no reward, or failed), skipped"
+                )
             say(text)
 
         online.on_wait = waiting
@@ -437,8 +440,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 break  # online: no new groups within idle_exit_s
             real = torch.tensor(sum(mb is not None for mb in micro), device=acc.device)
             if int(acc.reduce(real, "sum")) == 0:
-                if cfg.online:
-                    flat_groups += len(online.current) if online is not None else 0
+                if online is not None:
+                    skipped_groups += len(online.current)
                     continue  # every group in this chunk was filtered out
                 break  # every process ran out of data (epochs)
             filler = next((mb for mb in micro if mb is not None), None)

@@ -13,7 +13,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +123,8 @@ class OnlineUpdates:
         self.current_version = current_version  # callable -> int (staleness window moves)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.stats = SequenceStats()
-        self.on_wait: Any = None  # called (main process) when a wait for new groups begins
+        # Called (main process) when a wait for new groups begins: the run says what it waits for.
+        self.on_wait: Callable[[], None] | None = None
 
     def _next_chunk(self) -> list[tuple[str, list[str]]] | None:
         """On the main process: wait for complete groups; None when idle past idle_exit_s."""

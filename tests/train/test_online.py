@@ -178,8 +178,8 @@ def test_off_a_terminal_an_online_run_says_what_it_waits_for_and_each_update(
     assert summary["updates"] == 1
     assert "train 1/5  loss " in text and "reward 0.500" in text
     assert (
-        "waiting for complete groups of 2 (agent a); 1 taken so far had no signal "
-        "(equal rewards), skipped" in text
+        "waiting for complete groups of 2 (agent a); 1 taken so far had nothing to train "
+        "on (equal rewards, no reward, or failed), skipped" in text
     ), text
     assert "train ━" not in text  # no bar drawn at the end of a log
 
