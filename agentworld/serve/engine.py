@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -129,7 +130,8 @@ class Engine:
         self.model_name = model_name or self.model_dir.name
         self.gather_window_s = gather_window_s
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
-        self._model = self._load(self.model_dir)
+        with hf_progress_bars(sys.stderr.isatty()):  # a server's log file gets no bar
+            self._model = self._load(self.model_dir)
         self._version = read_policy_version(self.model_dir) or 0
         self._staged: tuple[Any, int] | None = None
         self.max_model_len = int(getattr(self._model.config, "max_position_embeddings", 2048))

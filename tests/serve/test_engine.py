@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import queue
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from agentworld.serve.engine import Admitted, Engine, Finished, Request, SamplingParams, TokenEvent
+from tests.terminal import Stderr
 
 from .helpers import forward_logprobs, load_model
 
@@ -149,6 +151,24 @@ def test_reload_writes_no_transformers_bar_and_leaves_them_as_they_were(
     assert fresh_engine.reload(tiny_checkpoint_dir) == 1
     assert "Loading weights" not in capfd.readouterr().err
     assert hf_logging.is_progress_bar_enabled()
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_start_up_shows_transformers_bar_only_on_a_terminal(
+    tiny_model_dir: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tty
+):
+    """`aw serve > serve.log` got the "Loading weights" bar as carriage-return spam."""
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.setattr("agentworld.serve.engine.sys.stderr", Stderr(sys.stderr, tty))
+    hf_logging.enable_progress_bar()  # whatever the environment says
+    capfd.readouterr()
+    engine = Engine(tiny_model_dir, device="cpu")
+    try:
+        assert ("Loading weights" in capfd.readouterr().err) is tty
+        assert hf_logging.is_progress_bar_enabled()
+    finally:
+        engine.close()
 
 
 def test_requests_join_a_running_batch_and_stay_exact(engine: Engine, tiny_model_dir: Path):

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from agentworld.train.config import TrainConfig
 from agentworld.train.loop import train
+from tests.terminal import Stderr
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +70,7 @@ def test_transformers_bars_follow_the_runs_progress(
     their redraws pile up); they are as before afterwards."""
     from transformers.utils import logging as hf_logging
 
-    monkeypatch.setattr("agentworld.train.loop.sys.stderr", _Stderr(sys.stderr, tty))
+    monkeypatch.setattr("agentworld.train.loop.sys.stderr", Stderr(sys.stderr, tty))
     hf_logging.enable_progress_bar()  # whatever the environment says
     builder.group([1.0, 0.0], turns=2)
     capfd.readouterr()
@@ -79,19 +80,6 @@ def test_transformers_bars_follow_the_runs_progress(
     assert ("Loading weights" in err) is (progress and tty)
     assert ("Writing model shards" in err) is (progress and tty)
     assert hf_logging.is_progress_bar_enabled()
-
-
-class _Stderr:
-    """sys.stderr as a terminal, or not."""
-
-    def __init__(self, stream: Any, tty: bool) -> None:
-        self._stream, self._tty = stream, tty
-
-    def isatty(self) -> bool:
-        return self._tty
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
 
 
 def test_a_run_whose_data_runs_out_first_says_so(builder, tiny_model: Path, tmp_path: Path):
