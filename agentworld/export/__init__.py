@@ -43,6 +43,28 @@ class ExportOptions:
             )
 
 
+# The formats each format-specific option applies to (the flag, and who takes it).
+APPLIES = {
+    "rows": ("parquet", "hf"),
+    "variant": ("openai-jsonl", "trl"),
+    "ability": ("verl",),
+    "data_source": ("verl",),
+}
+
+
+def options_for(fmt: str, **given: Any) -> ExportOptions:
+    """The options of ``fmt`` from those a person gave (None: not given), refusing one
+    that ``fmt`` does not take rather than writing the output as if it were not there."""
+    for name, value in given.items():
+        takers = APPLIES.get(name)
+        if value is not None and takers is not None and fmt in FORMATS and fmt not in takers:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"{flag}: -f {fmt} does not take it (only -f {' and -f '.join(takers)})"
+            )
+    return ExportOptions(**{k: v for k, v in given.items() if v is not None})
+
+
 def _writes_folder(fmt: str, out: Path) -> bool:
     """Whether ``fmt`` writes a folder at ``out`` (hf; atif unless ``.jsonl``), not one file."""
     return fmt in ("hf", "trl") or (fmt == "atif" and not out.name.endswith(".jsonl"))
@@ -158,7 +180,8 @@ def export(
 
         rows = verl.rows(trajs, counts, ability=options.ability, data_source=options.data_source)
         names = verl.tool_names(rows)
-        counts["rows"] = tabular.write_parquet(rows, out, verl.schema(names))
+        arrow_schema = verl.schema(names, verl.message_keys(rows))
+        counts["rows"] = tabular.write_parquet(rows, out, arrow_schema)
         datasets = Path(options.datasets) if options.datasets else None
         extra["reward"] = verl.route_rewards(rows, out, datasets)
     else:

@@ -52,10 +52,12 @@ def export(
     include_untrainable: bool = typer.Option(
         False, "--include-untrainable", help="Keep what is labelled not trainable."
     ),
-    rows: str = typer.Option("step", help="parquet/hf: one row per step or per trajectory."),
-    variant: str = typer.Option(
-        "chat",
-        help="openai-jsonl, trl: chat (SFT) or preference (DPO pairs within groups); "
+    rows: str | None = typer.Option(
+        None, help="parquet/hf: one row per step (default) or per trajectory."
+    ),
+    variant: str | None = typer.Option(
+        None,
+        help="openai-jsonl, trl: chat (SFT, default) or preference (DPO pairs within groups); "
         "trl: prompt (GRPO, one row per task).",
     ),
     ability: str | None = typer.Option(None, help="verl: ability column (default: agent)."),
@@ -72,20 +74,23 @@ def export(
 ) -> None:
     """Export curated trajectories for other trainers; a manifest is written beside the output.
 
-    An empty selection writes the empty output, says on stderr what matched, and exits 7.
+    An empty selection writes the empty output, says on stderr what matched, and exits 7;
+    so does a selection the format makes nothing of (preference pairs need groups whose
+    rewards differ).
     """
     from rich.console import Console
     from rich.progress import Progress
 
     from agentworld.errors import NotFoundError
-    from agentworld.export import ExportOptions
     from agentworld.export import export as run_export
+    from agentworld.export import options_for
     from agentworld.export.manifest import manifest_path
     from agentworld.export.select import explain_empty
     from agentworld.pool import Selection
     from agentworld.pool.opener import open_pool
 
-    options = ExportOptions(
+    options = options_for(
+        fmt,
         rows=rows,
         variant=variant,
         ability=ability,
@@ -125,6 +130,10 @@ def export(
         typer.echo(f"warning: {manifest['reward']['warning']}", err=True)
     for reason, left in manifest["left_out"].items():
         typer.echo(f"left out {left['count']} {reason}: {', '.join(left['examples'])}", err=True)
+    written = sum(manifest["counts"].get(k, 0) for k in ("rows", "lines", "files"))
+    if not empty and not written:  # trajectories matched, yet none made a row (no pairs, ...)
+        shape = f"-f {fmt}" + (f" --variant {variant}" if variant else "")
+        empty = [f"{shape} made nothing of the {total} trajectories selected; the counts say why"]
     if empty:
         # The empty output is written (a consumer finds the file it expects), but a script
         # must not go on as if it had data: exit as for a name that does not exist.

@@ -74,8 +74,12 @@ def verl_scores(data_source: str) -> bool:
     return data_source in VERL_SCORED or data_source.startswith("aime")
 
 
-def schema(tool_names: Iterable[str] = ()) -> Any:
-    """The Arrow schema of verl rows (``tools_kwargs`` has one field per tool offered)."""
+MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id")
+
+
+def schema(tool_names: Iterable[str] = (), message_keys: Iterable[str] = MESSAGE_KEYS) -> Any:
+    """The Arrow schema of verl rows (``tools_kwargs`` has one field per tool offered;
+    a prompt message the fields of ``message_keys``, role and content always)."""
     pa = import_pyarrow()
     call = pa.struct(
         [
@@ -84,14 +88,14 @@ def schema(tool_names: Iterable[str] = ()) -> Any:
             ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
         ]
     )
-    message = pa.struct(
-        [
-            ("role", pa.string()),
-            ("content", pa.string()),
-            ("tool_calls", pa.list_(call)),
-            ("tool_call_id", pa.string()),
-        ]
-    )
+    types = {
+        "role": pa.string(),
+        "content": pa.string(),
+        "tool_calls": pa.list_(call),
+        "tool_call_id": pa.string(),
+    }
+    keys = {"role", "content", *message_keys}
+    message = pa.struct([(k, types[k]) for k in MESSAGE_KEYS if k in keys])
     create = pa.struct([("create_kwargs", pa.struct([("ground_truth", pa.string())]))])
     extra = [
         ("split", pa.string()),
@@ -169,6 +173,14 @@ def rows(
             }
         )
     return out
+
+
+def message_keys(rows_: list[dict[str, Any]]) -> list[str]:
+    """The message keys the rows' prompts use. Parquet gives every message of a column the
+    same fields, and a key present as null breaks chat templates that test ``'tool_calls'
+    in message`` (Llama 3.1's): a plain system + user prompt gets role and content only."""
+    used = {k for r in rows_ for m in r["prompt"] for k in m}
+    return [k for k in MESSAGE_KEYS if k in used]
 
 
 def tool_names(rows_: list[dict[str, Any]]) -> list[str]:

@@ -48,11 +48,15 @@ class Selection:
     def __post_init__(self) -> None:
         bad = [s for s in self.status if s not in TRAJECTORY_STATUSES]
         if bad:
-            raise ConfigError(f"--status: unknown status {bad[0]!r}; known: {TRAJECTORY_STATUSES}")
+            raise ConfigError(
+                f"--status: unknown status {bad[0]!r}; known: {', '.join(TRAJECTORY_STATUSES)}"
+            )
         # A quality no label can hold would select nothing, silently: a typo, refused.
         bad = [q for q in self.quality if q not in QUALITIES]
         if bad:
-            raise ConfigError(f"--quality: unknown quality {bad[0]!r}; known: {QUALITIES}")
+            raise ConfigError(
+                f"--quality: unknown quality {bad[0]!r}; known: {', '.join(QUALITIES)}"
+            )
 
     @classmethod
     def from_flags(

@@ -188,3 +188,44 @@ def test_an_empty_selection_says_so_names_filters_and_what_matched(
     res = runner.invoke(app, [*args, "--dataset", "arith", "--min-reward", "1"])
     assert res.exit_code == 0 and "nothing matched" not in res.stderr
     assert len(out.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("fmt, out", [("openai-jsonl", "dpo.jsonl"), ("trl", "dpo")])
+def test_a_selection_that_makes_no_rows_exits_7_too(
+    filled: Pool, tmp_path: Path, fmt: str, out: str
+) -> None:
+    """Trajectories matched, but none made a pair (each group's other side filtered out):
+    `aw export … && train` must not go on to train on an empty file."""
+    args = ["export", "-f", fmt, "--variant", "preference", "-o", str(tmp_path / out)]
+    res = runner.invoke(app, [*args, "--pool", str(filled.root), "--min-reward", "1"])
+    assert res.exit_code == 7, res.output
+    assert f"-f {fmt} --variant preference made nothing of the 2 trajectories selected" in (
+        res.stderr
+    )
+    assert "groups_of_one 2" in res.stderr  # the count that says why
+    res = runner.invoke(app, [*args, "--pool", str(filled.root)])
+    if fmt == "trl":  # both sides of each group: pairs
+        assert res.exit_code == 0 and "made nothing" not in res.stderr
+    else:  # OpenAI's preference format takes one-turn inputs only; these are multi-turn
+        assert res.exit_code == 7 and "left out 2 pairs_multi_turn_input" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "fmt, flag, value, takers",
+    [
+        ("parquet", "--variant", "preference", "-f openai-jsonl and -f trl"),
+        ("verl", "--variant", "chat", "-f openai-jsonl and -f trl"),
+        ("trl", "--rows", "trajectory", "-f parquet and -f hf"),
+        ("openai-jsonl", "--ability", "math", "-f verl"),
+        ("atif", "--data-source", "gsm8k", "-f verl"),
+    ],
+)
+def test_an_option_the_format_does_not_take_is_refused(
+    filled: Pool, tmp_path: Path, fmt: str, flag: str, value: str, takers: str
+) -> None:
+    out = tmp_path / ("out" if fmt in ("trl", "atif") else "out.file")
+    args = ["export", "-f", fmt, "-o", str(out), "--pool", str(filled.root), flag, value]
+    res = runner.invoke(app, args)
+    assert isinstance(res.exception, ConfigError), res.output
+    assert str(res.exception) == f"{flag}: -f {fmt} does not take it (only {takers})"
+    assert not out.exists()  # refused before anything was written

@@ -43,6 +43,8 @@ def test_verl_rows_one_per_task(filled: Pool, tmp_path: Path) -> None:
         ("system", "Use the calc tool."),
         ("user", "Task t1: what is 1+2+3?"),
     ]
+    # only the keys a message has: a null tool_calls fails Llama 3.1's template on every row
+    assert [sorted(m) for m in r["raw_prompt"]] == [["content", "role"]] * 2
     assert r["reward_model"] == {"style": "rule", "ground_truth": "6"}
     assert r["extra_info"]["trajectories"] == 2 and r["extra_info"]["mean_reward"] == 0.5
 

@@ -280,6 +280,8 @@ def test_proxy_remote_flag_fails_fast_on_a_wrong_store(tmp_path: Path, s3_url: s
         "/srv/pool",
         "-u",
         "http://127.0.0.1:9",
+        "--port",
+        "0",  # not the default 4000, which a proxy on this machine may hold
     )
     assert wrong.returncode == 2 and "--remote" in wrong.stderr
 
