@@ -289,27 +289,6 @@ def _check_ids(idents: list[str]) -> None:
         )
 
 
-def _resolve(idx: Any, ident: str, root: Path) -> tuple[str, str]:
-    """("step" | "trajectory", full id) of the one record ``ident`` names.
-
-    An exact id wins over longer ids it prefixes. No match and several matches
-    are both NotFoundError, so `show` and `label` fail alike.
-    """
-    from agentworld.errors import NotFoundError
-
-    found = idx.find(ident)
-    exact = [f for f in found if f[1] == ident]
-    if exact:
-        found = exact
-    if not found:
-        raise NotFoundError(f"no step or trajectory matches {ident!r} in {root}")
-    if len(found) > 1:
-        raise NotFoundError(
-            f"{ident!r} is ambiguous: " + ", ".join(f"{k} {i}" for k, i in found[:5])
-        )
-    return found[0]
-
-
 @pool_app.command()
 def show(
     ident: str = typer.Argument(
@@ -324,7 +303,7 @@ def show(
     _check_ids([ident])
     pool = _open(pool_path)
     idx = _index(pool)
-    kind, full = _resolve(idx, ident, pool.root)
+    kind, full = idx.resolve(ident, pool.root)
     if kind == "step":
         step = pool.get_step(full)
         if as_json:
@@ -390,7 +369,7 @@ def label(
     resolved: list[str] = []
     if targets:
         for ident in targets:
-            kind, full = _resolve(idx, ident, pool.root)
+            kind, full = idx.resolve(ident, pool.root)
             resolved.append(f"{kind}:{full}")
     else:
         sel = Selection.from_flags(

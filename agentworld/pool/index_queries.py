@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from agentworld.errors import NotFoundError
 from agentworld.pool.search_text import like_escape, like_pattern
 from agentworld.pool.selection import Selection
 
@@ -173,6 +174,22 @@ class IndexQueries:
         if out or len(prefix) < MIN_SUFFIX:
             return out
         return self._matching("id LIKE ? ESCAPE '\\'", ("%" + like_escape(prefix),))
+
+    def resolve(self, ident: str, where: object = "the pool") -> tuple[str, str]:
+        """("step" | "trajectory", full id) of the one record ``ident`` names (``find``'s
+        rules; an exact id wins over longer ids it prefixes). No match and several
+        matches are both NotFoundError, naming ``where``, so every command fails alike."""
+        found = self.find(ident)
+        exact = [f for f in found if f[1] == ident]
+        if exact:
+            found = exact
+        if not found:
+            raise NotFoundError(f"no step or trajectory matches {ident!r} in {where}")
+        if len(found) > 1:
+            raise NotFoundError(
+                f"{ident!r} is ambiguous: " + ", ".join(f"{k} {i}" for k, i in found[:5])
+            )
+        return found[0]
 
     def _matching(self, where: str, args: tuple[str, ...]) -> list[tuple[str, str]]:
         out = []

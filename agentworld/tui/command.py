@@ -45,6 +45,8 @@ def tui(
     if start not in ("monitor", "trajectories", "runs"):
         raise ConfigError(f"--start: expected monitor, trajectories or runs, got {start!r}")
     resolved = resolve_author(author)
+    if open_id is not None:
+        open_id = trajectory_to_open(pool, open_id)
     if web:
         web_server(
             pool, proxy, tokenizer, resolved, start, host, port, runs, open_id, filter_name
@@ -68,6 +70,26 @@ def tui(
         open_trajectory=open_id,
         saved_filter=filter_name,
     ).run()
+
+
+def trajectory_to_open(pool: Path, ident: str) -> str:
+    """The full id of the trajectory ``--open`` names: its id, a unique prefix, the end the
+    list shows, or one of its steps. Unknown or ambiguous, the command stops with the one
+    line `aw pool show` gives, rather than starting on an inspector that never loads."""
+    from agentworld.errors import ConfigError
+    from agentworld.tui.data import open_pool
+
+    if not ident.strip():  # as a prefix it would match every record
+        raise ConfigError("--open: give a trajectory id, a unique prefix, or its end (6+ chars)")
+    p = open_pool(pool)
+    try:
+        idx = p.index()
+        kind, full = idx.resolve(ident.strip(), pool)
+        if kind == "step":
+            full = idx.step(full)["trajectory"]
+        return full
+    finally:
+        p.close()
 
 
 def web_server(

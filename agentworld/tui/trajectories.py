@@ -147,6 +147,7 @@ class TrajectoriesScreen(CuratingScreen):
         self._stale = False  # new records arrived while the user was pressing keys
         self.suggester = FilterSuggester()
         self.pending_filter: str | None = None
+        self.applied_filter = ""  # the filter line the list shows (a bad one is not applied)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -269,12 +270,18 @@ class TrajectoriesScreen(CuratingScreen):
         if not self.is_mounted:  # a mode screen made a moment ago: on_mount applies it
             self.pending_filter = text
             return
-        self.query_one("#filter", Input).value = text
+        line = self.query_one("#filter", Input)
+        line.value = text
         try:
             sel = parse_filter(text)
         except ConfigError as exc:
-            self._status(str(exc))
+            # The line keeps the text to mend; the list, and what `a` labels, stay the last
+            # filter that parsed, and the status line says which.
+            shows = f"'{self.applied_filter}'" if self.applied_filter else "every trajectory"
+            self._status(f"{exc}: not applied, the list still shows {shows}")
+            line.focus()
             return
+        self.applied_filter = text.strip()
         self.selection = sel
         self.aw.selection = sel
         self.page_offset = 0
@@ -351,6 +358,16 @@ class TrajectoriesScreen(CuratingScreen):
     # -- curation ---------------------------------------------------------------------------
 
     def action_arm_all(self) -> None:
+        typed = self.query_one("#filter", Input).value.strip()
+        if not self.all_armed and typed != self.applied_filter:
+            # "ALL matching" must mean what the filter line says, not an older filter
+            shows = f"'{self.applied_filter}'" if self.applied_filter else "every trajectory"
+            self.notify(
+                f"the filter line is not applied (the list shows {shows}): "
+                "mend it and press enter before labelling all",
+                severity="warning",
+            )
+            return
         self.all_armed = not self.all_armed
         self._status()
 

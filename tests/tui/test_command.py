@@ -10,7 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from agentworld.errors import CorruptDataError, MissingExtraError, PoolError
+from agentworld.errors import CorruptDataError, MissingExtraError, NotFoundError, PoolError
+from agentworld.tui import app as app_module
 from agentworld.tui import command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,3 +100,42 @@ def test_a_bad_label_line_is_one_error_line_before_the_app_starts(pool_path: Pat
         assert out.returncode == CorruptDataError.exit_code, out.stderr
         assert out.stderr.startswith("aw: error: ") and out.stderr.count("\n") == 1
         assert f"{bad}:1: bad label line" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "given, opened",
+    [
+        ("tr_grp-a_1", "tr_grp-a_1"),  # the id
+        ("rp-b_2", "tr_grp-b_2"),  # the end the list shows (6+ characters)
+        ("st_tr_grp-a_2_1", "tr_grp-a_2"),  # one of its steps
+    ],
+)
+def test_cli_opens_the_trajectory_an_id_names(
+    pool_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, opened: str
+) -> None:
+    seen = {}
+
+    class Fake:
+        def run(self) -> None:
+            pass
+
+    def fake_make_app(config, **kw):
+        seen.update(kw)
+        return Fake()
+
+    monkeypatch.setattr(app_module, "make_app", fake_make_app)
+    result = CliRunner().invoke(cli(), ["tui", "--pool", str(pool_path), "--open", given])
+    assert result.exit_code == 0, result.output
+    assert seen["open_trajectory"] == opened and seen["start"] == "trajectories"
+
+
+@pytest.mark.parametrize(
+    "given, says", [("tr_nope", "no step or trajectory matches 'tr_nope'"), ("tr_grp", "ambiguous")]
+)
+def test_cli_refuses_an_id_that_names_no_one_trajectory_before_starting(
+    pool_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, says: str
+) -> None:
+    """It started on an inspector that stayed at "loading…" under an error toast."""
+    monkeypatch.setattr(app_module, "make_app", lambda *a, **k: pytest.fail("the app started"))
+    result = CliRunner().invoke(cli(), ["tui", "--pool", str(pool_path), "--open", given])
+    assert isinstance(result.exception, NotFoundError) and says in str(result.exception)

@@ -559,3 +559,27 @@ async def test_usable_at_80x24(pool_path: Path) -> None:
             pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
         )
         assert screen.query_one("#list", DataTable).row_count == 6
+
+
+async def test_a_filter_that_does_not_parse_is_not_applied_and_says_what_the_list_shows(
+    pool_path: Path,
+) -> None:
+    """The list kept the last filter's rows under a filter line showing the bad one, and
+    `a` then labelled all of a selection no longer on screen."""
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        await pilot.press("slash", *"agent:solver status:done", "enter")
+        await until(pilot, lambda: screen.page.total == 2)
+        await pilot.press("slash", "ctrl+u", *"reward:abc", "enter")
+        status = lambda: str(screen.query_one("#status", Static).render())  # noqa: E731
+        await until(
+            pilot,
+            lambda: "not applied, the list still shows 'agent:solver status:done'" in status(),
+        )
+        assert screen.query_one("#filter", Input).value == "reward:abc"  # kept, to mend
+        assert isinstance(pilot.app.focused, Input)
+        await pilot.press("escape", "a")  # label ALL matching: refused, nothing armed
+        assert not screen.all_armed
+        await pilot.press("slash", "ctrl+u", *"reward:0..1", "enter", "a")
+        await until(pilot, lambda: screen.all_armed)
+        assert "ALL" in status()
