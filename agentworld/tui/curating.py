@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from textual import work
@@ -10,6 +11,7 @@ from textual.screen import Screen
 
 from agentworld.errors import AgentWorldError
 from agentworld.pool import Selection
+from agentworld.tui.data import LabelNotShown
 from agentworld.tui.delivery import taken_down
 from agentworld.tui.dialog import PromptDialog
 from agentworld.tui.messages import TrajectoryLabelled
@@ -98,9 +100,13 @@ class CuratingScreen(Screen[None]):
             self._label({"reward": None})
             return
         try:
-            self._label({"reward": float(value)})
+            reward = float(value)
         except ValueError:
-            self.notify(f"not a number: {value!r}", severity="error")
+            reward = math.nan
+        if not math.isfinite(reward):  # float() takes "nan" and "inf"; a label does not
+            self.notify(f"a reward is a finite number, not {value.strip()!r}", severity="error")
+            return
+        self._label({"reward": reward})
 
     def action_undo(self) -> None:
         self._undo()
@@ -123,6 +129,9 @@ class CuratingScreen(Screen[None]):
                 return
         try:
             action = self.aw.data.label(targets, fields)
+        except LabelNotShown as exc:
+            self.app.call_from_thread(self._not_shown, exc, "labelled")
+            return
         except AgentWorldError as exc:
             self.app.call_from_thread(self.notify, str(exc), severity="error")
             return
@@ -132,6 +141,9 @@ class CuratingScreen(Screen[None]):
     def _undo(self) -> None:
         try:
             action = self.aw.data.undo()
+        except LabelNotShown as exc:
+            self.app.call_from_thread(self._not_shown, exc, "undid")
+            return
         except AgentWorldError as exc:
             self.app.call_from_thread(self.notify, str(exc), severity="error")
             return
@@ -139,6 +151,14 @@ class CuratingScreen(Screen[None]):
             self.app.call_from_thread(self.notify, "nothing to undo", severity="warning")
             return
         self.app.call_from_thread(self._written, TrajectoryLabelled(action, self, undone=True))
+
+    def _not_shown(self, exc: LabelNotShown, verb: str) -> None:
+        """Written, but the screens cannot show it yet: labelling again would only repeat it."""
+        self.notify(
+            f"{verb}: {exc.action.describe()} (saved; shown once the pool refreshes: {exc.why})",
+            severity="warning",
+            timeout=8,
+        )
 
     def _written(self, event: TrajectoryLabelled) -> None:
         if taken_down(self):  # popped while the label was being written: the app tells the

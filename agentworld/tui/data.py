@@ -18,11 +18,21 @@ from typing import Any
 
 import orjson
 
+from agentworld.errors import AgentWorldError
 from agentworld.pool import Pool, Selection, Trajectory
 from agentworld.pool.index import Index, RefreshReport
 from agentworld.pool.opener import open_pool as open_pool_at
 from agentworld.tui import queries
 from agentworld.tui.curation import Curator, LabelAction
+
+
+class LabelNotShown(AgentWorldError):
+    """A label was written, but the index could not be refreshed to show it (a label file
+    went bad under another writer): it shows once the pool refreshes again."""
+
+    def __init__(self, action: LabelAction, why: AgentWorldError) -> None:
+        super().__init__(str(why))
+        self.action, self.why = action, why
 
 
 @dataclass(frozen=True)
@@ -188,14 +198,20 @@ class PoolData:
     def label(self, targets: Sequence[str], fields: Mapping[str, Any]) -> LabelAction:
         """Write labels, then refresh so lists and counts show them at once."""
         action = self.curator.label(targets, fields)
-        self.refresh()
+        self._refresh_after(action)
         return action
 
     def undo(self) -> LabelAction | None:
         action = self.curator.undo()
         if action is not None:
-            self.refresh()
+            self._refresh_after(action)
         return action
+
+    def _refresh_after(self, action: LabelAction) -> None:
+        try:
+            self.refresh()
+        except AgentWorldError as exc:  # the label is on disk: say so, not "failed"
+            raise LabelNotShown(action, exc) from exc
 
     # -- monitor ----------------------------------------------------------------------
 

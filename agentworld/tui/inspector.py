@@ -58,9 +58,12 @@ def info_text(t: Trajectory, review: bool) -> Text:
     return out
 
 
-def label_line(target: str, labels: dict[str, Any]) -> Text:
-    """What a label key labels now and the labels it has: a line of its own, so no
-    header however long pushes it off a narrow terminal."""
+def label_line(
+    target: str, labels: dict[str, Any], inherited: dict[str, Any] | None = None
+) -> Text:
+    """What a label key labels now and the labels it has (a step: and those it takes from
+    its trajectory, apart): a line of its own, so no header however long pushes it off a
+    narrow terminal."""
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append(" labelling ", style="dim")
     out.append(f" {target} ", style="bold reverse")
@@ -70,6 +73,9 @@ def label_line(target: str, labels: dict[str, Any]) -> Text:
         out.append(literal(label_text(labels), style="bold"))
     else:
         out.append("none")
+    if inherited:
+        out.append("  from the trajectory ", style="dim")
+        out.append(literal(label_text(inherited)))
     return out
 
 
@@ -324,7 +330,7 @@ class InspectorScreen(CuratingScreen):
             return
         self.query_one("#info", Static).update(info_text(t, self.review))
         self.query_one("#labelbar", Static).update(
-            label_line(self.target_name(), self.current_labels())
+            label_line(self.target_name(), *self.label_parts())
         )
         if not t.steps:
             self.query_one("#meta", Static).update(Text("no steps"))
@@ -474,6 +480,16 @@ class InspectorScreen(CuratingScreen):
         if self.target_step and t.steps:
             return t.steps[self.step_i].get("_labels") or {}
         return t.labels
+
+    def label_parts(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The labels of what a key labels now, and, a step's, those it takes from its
+        trajectory (a step's labels are its trajectory's with its own on top)."""
+        labels = self.current_labels()
+        t = self.trajectory
+        if t is None or not (self.target_step and t.steps):
+            return labels, {}
+        inherited = {k: v for k, v in labels.items() if k in t.labels and t.labels[k] == v}
+        return {k: v for k, v in labels.items() if k not in inherited}, inherited
 
     def labels_written(self, event: TrajectoryLabelled) -> None:
         verb = "undid" if event.undone else "labelled"

@@ -164,6 +164,22 @@ async def test_label_keys_land_in_the_overlay_and_the_list(pool_path: Path) -> N
         assert {e.author for e in entries} == {"tester"}
 
 
+async def test_a_reward_override_that_is_not_finite_is_refused_in_words(pool_path: Path) -> None:
+    """ "nan" passed float() and came back as the label check's field path."""
+    async with app_for(pool_path).run_test(size=SIZE) as pilot:
+        screen = await loaded_list(pilot)
+        for typed in ("nan", "inf", "abc"):
+            await pilot.press("o")
+            await until(pilot, lambda: isinstance(pilot.app.screen, PromptDialog))
+            await pilot.press(*typed, "enter")
+            said = f"a reward is a finite number, not {typed!r}"
+            await until(
+                pilot, lambda said=said: any(said == n.message for n in pilot.app._notifications)
+            )
+        assert pilot.app.screen is screen
+        assert not list(Pool.open(pool_path, recover=False).labels.entries())  # nothing written
+
+
 async def test_label_every_matching_trajectory(pool_path: Path) -> None:
     async with app_for(pool_path).run_test(size=SIZE) as pilot:
         screen = await loaded_list(pilot)
@@ -209,6 +225,18 @@ async def test_inspector_transcript_metadata_tokens_and_step_labels(pool_path: P
         await until(
             pilot, lambda: overlay(pool_path).get("trajectory:tr_grp-b_1") == {"quality": "good"}
         )
+        # a step's label line tells its own labels from those its trajectory gives it
+        labelbar = lambda: str(ins.query_one("#labelbar", Static).render())  # noqa: E731
+        await pilot.press("full_stop", "k")
+        await until(pilot, lambda: "labelling  step 0" in labelbar())
+        assert "labels none  from the trajectory quality=good" in labelbar()
+        await pilot.press("x")
+        await until(
+            pilot, lambda: "labels trainable=false  from the trajectory quality=good" in labelbar()
+        )
+        await pilot.press("u", "full_stop")
+        await until(pilot, lambda: "labelling  trajectory" in labelbar())
+        assert "from the trajectory" not in labelbar()
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(pilot.app.screen, TrajectoriesScreen))
         await until(pilot, lambda: screen.page.rows[1].get("label_quality") == "good")
@@ -448,7 +476,15 @@ async def test_a_label_file_gone_bad_meanwhile_is_a_notice_not_a_crash(pool_path
             before = len(shown)
             await pilot.press(*keys)  # label, undo, group view, review queue, inspector
             await until(pilot, lambda n=before: len(shown) > n)
-        assert all(s == "error" and f"{bad}:1: bad label line" in m for s, m in shown)
+        assert all(f"{bad}:1: bad label line" in m for _, m in shown)
+        # A label and its undo are written all the same: said so, not reported as failed
+        # (a user told "error" labels again)
+        saved = [(s, m) for s, m in shown if "(saved; shown once the pool refreshes" in m]
+        assert [s for s, _ in saved] == ["warning", "warning"]
+        assert saved[0][1].startswith("labelled: ") and saved[1][1].startswith("undid: ")
+        assert all(s == "error" for s, m in shown if (s, m) not in saved)
+        entries = [ln for ln in pool_path.glob("labels/tester/*.jsonl")]
+        assert entries and len(entries[0].read_text().splitlines()) == 2  # label and undo
         assert len(refresh()) == 1  # not repeated at every refresh
         assert pilot.app.is_running and listing.page.total == 6
         bad.write_text("")
@@ -583,3 +619,24 @@ async def test_a_filter_that_does_not_parse_is_not_applied_and_says_what_the_lis
         await pilot.press("slash", "ctrl+u", *"reward:0..1", "enter", "a")
         await until(pilot, lambda: screen.all_armed)
         assert "ALL" in status()
+
+
+async def test_full_text_wraps_long_lines_unless_one_is_huge_and_w_toggles(
+    pool_path: Path,
+) -> None:
+    """A long system prompt was cut at the right edge with nothing saying it scrolls."""
+    from agentworld.tui.fulltext import WRAP_MAX_CHARS
+
+    async with app_for(pool_path).run_test(size=(80, 24)) as pilot:
+        await loaded_list(pilot)
+        await pilot.app.push_screen(FullTextScreen("step 0 · user", "word " * 100 + "\nend"))
+        area = pilot.app.screen.query_one(TextArea)
+        assert area.soft_wrap and area.wrapped_document.height > 5  # wrapped onto lines
+        assert "wrapped (w)" in pilot.app.screen.sub_title
+        await pilot.press("w")
+        assert not area.soft_wrap and area.wrapped_document.height == 2
+        assert "scroll sideways (w)" in pilot.app.screen.sub_title
+        await pilot.press("escape")
+        huge = "x" * (WRAP_MAX_CHARS + 1)  # wrapping it would be as slow as laying it out
+        await pilot.app.push_screen(FullTextScreen("step 1 · tool", huge))
+        assert not pilot.app.screen.query_one(TextArea).soft_wrap
