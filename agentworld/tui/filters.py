@@ -17,6 +17,9 @@ FILTER_HELP = (
     "policy:2..3 label:good|bad|unsure|any|none|trainable tag:X since:1h until:2026-01-31 "
     "and free words (searched in messages)"
 )
+# The filter line's placeholder: the most used terms first, as a narrow terminal cuts the
+# end (80 columns show about 75 characters); `?` lists them all (FILTER_HELP).
+FILTER_PLACEHOLDER = "filter: words label:good reward:0..1 agent:A since:1h … (? lists all)"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -19,7 +19,7 @@ from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.data import Page
 from agentworld.tui.delivery import deliver
 from agentworld.tui.dialog import PromptDialog
-from agentworld.tui.filters import FILTER_HELP, parse_filter
+from agentworld.tui.filters import FILTER_PLACEHOLDER, parse_filter
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
 from agentworld.tui.saved_filters import FILTERS_FILE
 from agentworld.tui.suggest import FilterSuggester
@@ -151,7 +151,7 @@ class TrajectoriesScreen(CuratingScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Input(placeholder="filter: " + FILTER_HELP, id="filter", suggester=self.suggester)
+        yield Input(placeholder=FILTER_PLACEHOLDER, id="filter", suggester=self.suggester)
         yield Static(Text("loading…"), id="status")
         yield DataTable(id="list", cursor_type="row", zebra_stripes=True)
         yield Footer(compact=True, show_command_palette=False)

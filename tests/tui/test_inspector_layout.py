@@ -95,3 +95,15 @@ async def test_label_line_and_conversation_fit_a_small_terminal(
         text = str(pilot.app.screen.query_one("#help").render())
         assert "PgDn  Scroll the conversation a page down" in text
         assert "i  The step's metadata in full" in text
+
+
+async def test_the_filter_placeholder_shows_its_most_used_terms_at_80_columns(
+    pool_path: Path,
+) -> None:
+    """It listed agent:, dataset:, split:, ... first, and 80 columns cut it before label:,
+    tag:, since: and free words."""
+    async with app_for(pool_path).run_test(size=(80, 24)) as pilot:
+        await loaded_list(pilot)
+        line = next(s for s in screen_text(pilot.app) if "filter:" in s)
+        for term in ("words", "label:good", "reward:", "since:1h", "(? lists all)"):
+            assert term in line, line
