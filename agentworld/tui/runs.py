@@ -39,7 +39,8 @@ def run_label(run: Path, root: Path) -> Text:
 
 
 def latest_text(rows: list[dict[str, Any]]) -> Text:
-    """The last update's headline numbers, one line."""
+    """The last update's headline numbers: ``key=value`` pairs, so a narrow pane wraps
+    between pairs, never inside one."""
     if not rows:
         return Text("no updates logged yet", style="dim")
     last = rows[-1]
@@ -48,7 +49,7 @@ def latest_text(rows: list[dict[str, Any]]) -> Text:
     for key in ("policy_version", "reward_mean", "loss", "kl", "clip_frac", "tokens_per_s"):
         v = last.get(key)
         if isinstance(v, int | float) and not isinstance(v, bool):
-            out.append(f"   {key} ", style="dim")
+            out.append(f"   {key}=", style="dim")
             out.append(f"{v:,.4g}")
     return out
 
@@ -57,7 +58,8 @@ class RunsScreen(Screen[None]):
     """Pick a run folder; see its curves; see reward by policy version in the pool."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("g", "reload", "Reload"),
+        # not g: g is the group view everywhere else
+        Binding("ctrl+r", "reload", "Reload", tooltip="Look for runs again"),
         Binding("escape", "focus_list", "Runs", show=False),
     ]
     DEFAULT_CSS = """
@@ -99,6 +101,7 @@ class RunsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.sub_title = "training runs"
         table = self.query_one("#by-version", DataTable)
         for col in ("version", "trajectories", "scored", "reward mean", "failed"):
             table.add_column(col, key=col)

@@ -36,7 +36,8 @@ async def test_runs_screen_shows_the_newest_runs_curves_and_switches_runs(pool_p
         assert titles == ["reward", "loss", "KL / mismatch", "clipping", "ratios / TIS", "tokens/s"]
         assert len(screen.query(PlotextPlot)) == 6
         latest = str(screen.query_one("#latest", Static).render())
-        assert "update 4" in latest and "reward_mean 0.6" in latest
+        assert "update 4" in latest and "reward_mean=0.6" in latest  # a pair never wraps
+        assert screen.sub_title == "training runs"
         # The pool's ended trajectories are all at version 1: 5 scored (one failed, no reward).
         table = screen.query_one("#by-version", DataTable)
         assert [str(c) for c in table.get_row_at(0)] == ["1", "6", "6", "0.500", "1"]
@@ -50,6 +51,8 @@ async def test_runs_screen_shows_the_newest_runs_curves_and_switches_runs(pool_p
         with open(old / "metrics.jsonl", "a") as f:
             f.write(json.dumps(run_rows(3)[-1]) + "\n")
         await until(pilot, lambda: screen.rows[-1]["step"] == 3, wait_s=10)
+        assert app.screen.active_bindings["ctrl+r"].binding.action == "reload"  # g: group
+        assert "g" not in app.screen.active_bindings
 
 
 async def test_no_runs_says_where_it_looked(pool_path: Path, tmp_path: Path) -> None:
