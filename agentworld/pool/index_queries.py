@@ -258,23 +258,6 @@ class IndexQueries:
             "labelled_trajectories": labelled,
         }
 
-    def reward_histogram(self, bins: int = 10) -> list[tuple[float, float, int]]:
-        lo, hi = self.db.execute(
-            "SELECT MIN(r), MAX(r) FROM (SELECT COALESCE(l.reward, t.reward) AS r "
-            "FROM trajectories t LEFT JOIN tlabels l ON l.trajectory = t.id)"
-        ).fetchone()
-        if lo is None:
-            return []
-        width = (hi - lo) / bins or 1.0
-        counts = [0] * bins
-        q = (
-            "SELECT COALESCE(l.reward, t.reward) FROM trajectories t "
-            "LEFT JOIN tlabels l ON l.trajectory = t.id WHERE COALESCE(l.reward, t.reward) IS NOT NULL"
-        )
-        for (r,) in self.db.execute(q):
-            counts[min(bins - 1, int((r - lo) / width))] += 1
-        return [(lo + i * width, lo + (i + 1) * width, c) for i, c in enumerate(counts)]
-
 
 def _traj_dict(row: sqlite3.Row) -> dict[str, Any]:
     d = dict(row)

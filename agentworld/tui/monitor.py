@@ -11,7 +11,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Container, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 
@@ -19,7 +19,7 @@ from agentworld.literal import literal, one_line
 from agentworld.tui.data import MonitorSnapshot
 from agentworld.tui.delivery import deliver
 from agentworld.tui.messages import PoolRefreshed
-from agentworld.tui.proxy_panel import proxy_panel
+from agentworld.tui.proxy_panel import ProxyPanel
 
 if TYPE_CHECKING:
     from agentworld.tui.app import AgentWorldApp
@@ -35,6 +35,21 @@ PER_AGENT_COLUMNS = {
     "failed": 6,
     "reward": 6,
 }
+# The table's width in cells (each column is padded a cell either side): given it whole,
+# no column is cut off behind a scrollbar no key moves.
+TABLE_WIDTH = sum(PER_AGENT_COLUMNS.values()) + 2 * len(PER_AGENT_COLUMNS)
+# Keys that scroll the monitor: key, how the page moves, the words for it, the key shown.
+SCROLL_KEYS = (
+    ("pagedown", "page_down", "a page down", None),
+    ("pageup", "page_up", "a page up", None),
+    ("down", "down", "a line down", "↓"),
+    ("up", "up", "a line up", "↑"),
+    ("home", "home", "to the top", None),
+    ("end", "end", "to the end", None),
+)
+# From this many columns the table and the reward bins sit left of the errors, disk and
+# proxy (about 40 columns are left for those); below it everything is stacked.
+WIDE_AT = TABLE_WIDTH + 44
 
 
 log = logging.getLogger(__name__)
@@ -101,7 +116,8 @@ def summary_text(s: MonitorSnapshot, indexing: tuple[int, int] | None = None) ->
     out.append("\nlabelled ", style="bold")
     out.append(plural(st.get("labelled_trajectories"), "trajectory", "trajectories"))
     versions = st.get("policy_versions") or {}
-    out.append("   policy versions ", style="bold")
+    # Steps, not trajectories (one trajectory can span versions): the unit says so.
+    out.append("   steps per policy version ", style="bold")
     out.append(
         " ".join(
             f"v{v}:{n:,}"
@@ -124,21 +140,31 @@ def bin_digits(bins: list[tuple[float, float]]) -> int:
     return 6
 
 
-def side_text(s: MonitorSnapshot) -> Text:
-    heavy = s.heavy or {}
+def rewards_text(s: MonitorSnapshot) -> Text:
+    """The effective rewards' bins; rewards all of one value are one bin saying so
+    (``all 0``), not a range no reward had."""
+    hist = (s.heavy or {}).get("histogram") or []
     out = Text()
     out.append("reward distribution\n", style="bold underline")
-    hist = heavy.get("histogram") or []
     top = max((c for _, _, c in hist), default=0)
-    digits = bin_digits([(lo, hi) for lo, hi, _ in hist])
+    digits = bin_digits([(lo, hi) for lo, hi, _ in hist if lo != hi])
     for lo, hi, c in hist:
         bar = "█" * (round(20 * c / top) if top else 0)
-        out.append(f"{lo:6.{digits}f}…{hi:<6.{digits}f} ")
+        label = f"{lo:6.{digits}f}…{hi:<6.{digits}f}" if lo != hi else f"all {lo:.6g}".ljust(13)
+        out.append(f"{label} ")
         out.append(bar, style="green")
         out.append(f" {c:,}\n")
     if not hist:
-        out.append("no rewards yet\n", style="dim")
-    out.append("\nerrors (latest)\n", style="bold underline")
+        out.append("no rewards yet", style="dim")
+    out.rstrip()  # the panels' margins space them
+    return out
+
+
+def side_text(s: MonitorSnapshot) -> Text:
+    """The latest errors and the disk use (the proxy's stats are a panel of their own)."""
+    heavy = s.heavy or {}
+    out = Text()
+    out.append("errors (latest)\n", style="bold underline")
     for e in s.errors:
         when = datetime.fromtimestamp(e["started_at"] or 0, UTC).strftime("%H:%M:%S")
         out.append(f"{when} ", style="dim")
@@ -150,30 +176,52 @@ def side_text(s: MonitorSnapshot) -> Text:
         out.append("none\n", style="dim")
     disk = heavy.get("disk") or {}
     out.append("\ndisk ", style="bold underline")
-    out.append("  ".join(f"{name.strip('.')} {human_bytes(n)}" for name, n in disk.items()) + "\n")
-    if s.proxy is not None:
-        out.append("\n")
-        out.append(proxy_panel(s.proxy))
+    out.append("  ".join(f"{name.strip('.')} {human_bytes(n)}" for name, n in disk.items()))
     return out
 
 
 class MonitorScreen(Screen[None]):
     """Live view of the pool, refreshed every second from a worker thread."""
 
-    DEFAULT_CSS = """
-    MonitorScreen #summary { height: auto; padding: 0 1; }
-    MonitorScreen #rate-label { height: 1; padding: 0 1; color: $text-muted; }
-    MonitorScreen #rate { height: 3; margin: 0 1; }
-    MonitorScreen #tables { height: auto; }
-    MonitorScreen #per-agent { width: 1fr; height: auto; max-height: 16; }
-    MonitorScreen #side { width: 1fr; height: auto; padding: 0 1; }
+    DEFAULT_CSS = f"""
+    MonitorScreen #summary {{ height: auto; padding: 0 1; }}
+    MonitorScreen #rate-label {{ height: 1; padding: 0 1; color: $text-muted; }}
+    MonitorScreen #rate {{ height: 3; margin: 0 1; }}
+    MonitorScreen #panels {{ height: auto; layout: vertical; }}
+    MonitorScreen.-wide #panels {{ layout: horizontal; }}
+    MonitorScreen #left, MonitorScreen #right {{ height: auto; }}
+    MonitorScreen.-wide #left {{ width: {TABLE_WIDTH + 2}; }}
+    MonitorScreen.-wide #right {{ width: 1fr; }}
+    MonitorScreen #per-agent {{ width: {TABLE_WIDTH}; height: auto; margin: 0 1; }}
+    MonitorScreen #rewards, MonitorScreen #side, MonitorScreen #proxy {{
+        height: auto; padding: 0 1; margin-top: 1;
+    }}
+    MonitorScreen.-wide #side {{ margin-top: 0; }}
     """
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [
+        (0, "-narrow"),
+        (WIDE_AT, "-wide"),
+    ]
 
     # The app's keys, shown in this footer (the other screens' footers have no room).
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "app.go('trajectories')", "List", tooltip="Go to the trajectory list"),
         Binding("r", "app.review", "Review", tooltip="Review unlabelled trajectories one by one"),
         Binding("q", "app.quit", "Quit", tooltip="Quit aw tui"),
+        # The monitor is taller than a small terminal: these scroll it whatever holds
+        # the focus (the per-agent table takes none; its rows scroll with the page).
+        *(
+            Binding(
+                key,
+                f"scroll_body('{how}')",
+                f"Scroll {tip}",
+                show=False,
+                priority=True,
+                key_display=shown,
+                tooltip=f"Scroll the monitor {tip}",
+            )
+            for key, how, tip, shown in SCROLL_KEYS
+        ),
     ]
 
     def __init__(self) -> None:
@@ -189,18 +237,23 @@ class MonitorScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with VerticalScroll():
+        with VerticalScroll(id="body"):
             yield Static(Text("loading…"), id="summary")
             yield Static(Text("steps per second, last 2 minutes"), id="rate-label")
             yield Sparkline([0.0], id="rate")
-            with Horizontal(id="tables"):
-                yield DataTable(id="per-agent", cursor_type="row", zebra_stripes=True)
-                yield Static(Text(""), id="side")
+            with Container(id="panels"):
+                with Vertical(id="left"):
+                    yield DataTable(id="per-agent", show_cursor=False, zebra_stripes=True)
+                    yield Static(Text(""), id="rewards")
+                with Vertical(id="right"):
+                    yield Static(Text(""), id="side")
+                    yield Static(Text(""), id="proxy")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "monitor"
         table = self.query_one("#per-agent", DataTable)
+        table.can_focus = False  # the page scrolls, rows and all; arrows are not the table's
         for col, width in PER_AGENT_COLUMNS.items():
             table.add_column(col, key=col, width=width)
         self.set_interval(TICK_S, self.tick)
@@ -211,6 +264,10 @@ class MonitorScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self.tick(shown=True)  # at once when shown, not at the next interval
+
+    def action_scroll_body(self, how: str) -> None:
+        """Scroll the monitor (``page_down``, ``up``, ``home``…)."""
+        getattr(self.query_one("#body", VerticalScroll), f"scroll_{how}")(animate=False)
 
     @property
     def ready(self) -> bool:
@@ -258,7 +315,12 @@ class MonitorScreen(Screen[None]):
         self.shown_indexing = self.aw.indexing
         self.query_one("#summary", Static).update(summary_text(snap, self.shown_indexing))
         self.query_one("#rate", Sparkline).data = snap.rate or [0.0]
+        self.query_one("#rewards", Static).update(rewards_text(snap))
         self.query_one("#side", Static).update(side_text(snap))
+        proxy = self.query_one("#proxy", Static)
+        proxy.display = snap.proxy is not None
+        if snap.proxy is not None:
+            proxy.update(ProxyPanel(snap.proxy))
         table = self.query_one("#per-agent", DataTable)
         rows = ((snap.heavy or {}).get("stats") or {}).get("per_agent") or []
         if rows == self._per_agent_shown:

@@ -79,13 +79,18 @@ def recent_errors(db: sqlite3.Connection, limit: int = 5) -> list[dict[str, Any]
 
 
 def reward_histogram(db: sqlite3.Connection, bins: int = 10) -> list[tuple[float, float, int]]:
-    """Effective rewards (label overrides win) in ``bins`` equal bins, computed in SQL."""
+    """Effective rewards (label overrides win) in ``bins`` equal bins, computed in SQL.
+
+    Rewards that are all one value (every one 0 early in a run) are one bin ``(v, v, n)``:
+    ten bins of width 1 from it showed a 0…10 range no reward had."""
     r = "COALESCE(l.reward, t.reward)"
     frm = f"FROM trajectories t LEFT JOIN tlabels l ON l.trajectory = t.id WHERE {r} IS NOT NULL"
-    lo, hi = db.execute(f"SELECT MIN({r}), MAX({r}) {frm}").fetchone()
+    lo, hi, total = db.execute(f"SELECT MIN({r}), MAX({r}), COUNT(*) {frm}").fetchone()
     if lo is None:
         return []
-    width = (hi - lo) / bins or 1.0
+    if hi == lo:
+        return [(lo, hi, total)]
+    width = (hi - lo) / bins
     counts = [0] * bins
     q = f"SELECT MIN(CAST(({r} - ?) / ? AS INTEGER), ?) AS b, COUNT(*) {frm} GROUP BY b"
     for b, n in db.execute(q, (lo, width, bins - 1)):

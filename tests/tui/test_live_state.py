@@ -11,7 +11,7 @@ from textual.widgets import Static
 from agentworld.pool import Pool
 from agentworld.tui import data as tui_data
 from agentworld.tui.data import MonitorSnapshot
-from agentworld.tui.monitor import MonitorScreen, side_text, summary_text
+from agentworld.tui.monitor import MonitorScreen, rewards_text, summary_text
 from agentworld.tui.proxy_panel import proxy_panel
 
 from .conftest import app_for
@@ -60,7 +60,7 @@ def test_counts_bins_and_proxy_stats_read_as_words() -> None:
         },
     )  # fmt: skip
     assert "labelled 1 trajectory " in summary_text(snap).plain
-    bins = [line.split()[0] for line in side_text(snap).plain.splitlines()[1:11]]
+    bins = [line.split()[0] for line in rewards_text(snap).plain.splitlines()[1:11]]
     assert len(set(bins)) == 10, bins  # no "0.01…0.01" ten times
     stats = {
         "steps": {"ok": 3, "error": 0, "total": 3},

@@ -501,7 +501,8 @@ async def test_monitor_shows_counts_and_switching_modes(pool_path: Path) -> None
         assert "steps 12" in summary and "done 5" in summary and "failed 1" in summary
         assert "v1:12" in summary
         side = str(mon.query_one("#side", Static).render())
-        assert "boom [red]x[/red]" in side and "reward distribution" in side
+        assert "boom [red]x[/red]" in side
+        assert "reward distribution" in str(mon.query_one("#rewards", Static).render())
         assert mon.query_one("#per-agent", DataTable).row_count == 2
         await pilot.press("l")
         await until(pilot, lambda: isinstance(pilot.app.screen, TrajectoriesScreen))
@@ -515,7 +516,9 @@ async def test_monitor_shows_proxy_stats_or_why_not(pool_path: Path) -> None:
         await until(
             pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
         )
-        assert "unreachable" in str(pilot.app.screen.query_one("#side", Static).render())
+        proxy = pilot.app.screen.query_one("#proxy", Static)  # drawn at its width: its lines
+        text = "".join(proxy.render_line(y).text for y in range(proxy.size.height))
+        assert text.startswith("proxy") and "unreachable" in text
 
 
 async def test_help_lists_every_key_and_palette_has_every_action(pool_path: Path) -> None:
