@@ -111,7 +111,8 @@ class IndexQueries:
         if sort not in TRAJECTORY_SORTS:
             raise ValueError(f"unknown sort {sort!r}; known: {sorted(TRAJECTORY_SORTS)}")
         where, args = self._where(sel)
-        order = f"{TRAJECTORY_SORTS[sort]} {'DESC' if descending else 'ASC'}, t.id"
+        way = "DESC" if descending else "ASC"  # ties too: a reversed sort reverses them
+        order = f"{TRAJECTORY_SORTS[sort]} {way}, t.id {way}"
         q = (
             "SELECT t.*, l.trainable AS label_trainable, l.quality AS label_quality, "
             "l.tags AS label_tags, l.note AS label_note, l.reward AS label_reward, "

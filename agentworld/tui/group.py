@@ -8,17 +8,23 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import HorizontalScroll
+from textual.containers import ItemGrid, VerticalScroll
+from textual.widget import AwaitMount
 from textual.widgets import DataTable, Footer, Header, Static
 
 from agentworld import records
 from agentworld.errors import AgentWorldError
 from agentworld.literal import literal
 from agentworld.pool import Trajectory
+from agentworld.pool.labels import label_text
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.delivery import deliver
 from agentworld.tui.grouping import final_sequence, grpo_advantages, shared_prefix
 from agentworld.tui.messages import TrajectoryLabelled
+
+# The narrowest a member's card gets: as many side by side as fit, the rest on the rows
+# below (a fixed row of cards ran off the right edge, its last ones unreachable).
+CARD_WIDTH = 32
 
 
 def member_card(t: Trajectory, reward: float | None, advantage: float | None) -> Text:
@@ -46,6 +52,14 @@ def member_card(t: Trajectory, reward: float | None, advantage: float | None) ->
     return out
 
 
+def notes_last(labels: dict[str, Any]) -> dict[str, Any]:
+    """The labels with a free-text note after the short fields, so a long note can't push
+    ``trainable=`` or ``quality=`` off the table's right edge."""
+    return {k: v for k, v in labels.items() if k != "note"} | (
+        {"note": labels["note"]} if "note" in labels else {}
+    )
+
+
 class GroupScreen(CuratingScreen):
     """Members of one group with what GRPO would make of their rewards."""
 
@@ -53,7 +67,8 @@ class GroupScreen(CuratingScreen):
     GroupScreen #ginfo { height: 2; padding: 0 1; background: $boost; }
     GroupScreen #members { height: auto; max-height: 12; }
     GroupScreen #side { height: 1fr; }
-    GroupScreen .card { width: 38; height: auto; padding: 0 1; border-right: vkey $primary-darken-2; }
+    GroupScreen .card { height: auto; padding: 0 1; border-right: vkey $primary-darken-2; }
+    GroupScreen .card.-current { background: $boost; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to where the group was opened"),
@@ -64,6 +79,25 @@ class GroupScreen(CuratingScreen):
             "Diff",
             tooltip="Diff: mark this trajectory, or diff it against the marked one",
         ),
+        # The member table holds the focus (its cursor brings a member's card into
+        # view); these scroll the cards wherever the focus is, for a card taller than
+        # the screen.
+        Binding(
+            "pagedown",
+            "scroll_cards('page_down')",
+            "Scroll down",
+            show=False,
+            priority=True,
+            tooltip="Scroll the cards a page down",
+        ),
+        Binding(
+            "pageup",
+            "scroll_cards('page_up')",
+            "Scroll up",
+            show=False,
+            priority=True,
+            tooltip="Scroll the cards a page up",
+        ),
         *CURATION_BINDINGS,
     ]
 
@@ -73,12 +107,15 @@ class GroupScreen(CuratingScreen):
         self.focus_id = focus
         self.members: list[Trajectory] = []
         self.advantages: list[float | None] = []
+        self.cards: list[Static] = []
+        self.card_ids: list[str] = []  # whose cards ``cards`` are, in order
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text("loading…"), id="ginfo")
         yield DataTable(id="members", cursor_type="row", zebra_stripes=True)
-        yield HorizontalScroll(id="side")
+        with VerticalScroll(id="side"):
+            yield ItemGrid(id="cards", min_column_width=CARD_WIDTH, stretch_height=False)
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -153,21 +190,53 @@ class GroupScreen(CuratingScreen):
                 Text(str(len(t.steps))),
                 Text(f"{tokens:,}"),
                 Text(f"{100 * frac:.0f}%"),
-                literal(" ".join(f"{k}={v}" for k, v in t.labels.items())),
+                literal(label_text(notes_last(t.labels))),
                 key=t.id,
             )
+        texts = [
+            member_card(t, t.reward, adv) for t, adv in zip(members, self.advantages, strict=True)
+        ]
+        if [t.id for t in members] == self.card_ids:  # a reload: the cards stay where they are
+            for card, text in zip(self.cards, texts, strict=True):
+                card.update(text)
+        else:
+            cards = self.query_one("#cards", ItemGrid)
+            cards.remove_children()
+            self.card_ids = [t.id for t in members]
+            self.cards = [Static(text, classes="card") for text in texts]
+            mounted = cards.mount_all(self.cards)
+            self.call_next(self._show_card_once_mounted, mounted, focus_row)
         if members:
             table.move_cursor(row=focus_row, animate=False)
-        side = self.query_one("#side", HorizontalScroll)
-        side.remove_children()
-        side.mount_all(
-            Static(member_card(t, t.reward, adv), classes="card")
-            for t, adv in zip(members, self.advantages, strict=True)
-        )
 
     def current(self) -> Trajectory | None:
         row = self.query_one("#members", DataTable).cursor_row
         return self.members[row] if 0 <= row < len(self.members) else None
+
+    def show_card(self, row: int) -> None:
+        """Mark the card of the member under the cursor and scroll it into view: the
+        cursor is how a card on a row below (or past the screen's foot) is reached.
+
+        The scroll is immediate: a reload's ``table.clear()`` highlights row 0 first, and
+        its deferred scroll would land after this one."""
+        for i, card in enumerate(self.cards):
+            card.set_class(i == row, "-current")
+        if 0 <= row < len(self.cards) and self.cards[row].is_mounted:
+            self.cards[row].scroll_visible(animate=False, top=True, immediate=True)
+
+    async def _show_card_once_mounted(self, mounted: AwaitMount, row: int) -> None:
+        """New cards (the first show, or members that changed) have no place until they
+        are mounted and laid out: bring the cursor's card into view then."""
+        await mounted
+        self.call_after_refresh(self.show_card, row)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self.show_card(event.cursor_row)
+
+    def action_scroll_cards(self, how: str) -> None:
+        """Scroll the cards (``page_down``, ``page_up``)."""
+        getattr(self.query_one("#side", VerticalScroll), f"scroll_{how}")(animate=False)
 
     def action_back(self) -> None:
         self.dismiss()

@@ -99,14 +99,24 @@ class InspectorScreen(CuratingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to where the inspector was opened"),
         Binding("t", "toggle_tokens", "Tokens", tooltip="Tokens of the step / its conversation"),
+        # At 80 columns the footer has room for Back and Tokens beside the label keys and
+        # `? Help`; `.` is named on the label line ("(. switches)"), and the keys the
+        # footer leaves out are all in the `?` help.
         Binding(
             "full_stop",
             "toggle_target",
             "Step/traj",
             key_display=".",
+            show=False,
             tooltip="Label keys label the step / the trajectory",
         ),
-        Binding("i", "toggle_details", "Details", tooltip="The step's metadata in full / folded"),
+        Binding(
+            "i",
+            "toggle_details",
+            "Details",
+            show=False,
+            tooltip="The step's metadata in full / folded",
+        ),
         Binding(
             "h",
             "toggle_history",

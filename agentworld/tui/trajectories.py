@@ -117,17 +117,26 @@ class TrajectoriesScreen(CuratingScreen):
         ),
         Binding("enter", "inspect", "Inspect", show=False, tooltip="Open the trajectory"),
         Binding("g", "group", "Group", tooltip="The trajectory's group, side by side"),
+        # At 80 columns the footer has room for Filter, Group and Sort beside the label
+        # keys and `? Help`; the keys it leaves out are all in the `?` help.
         Binding(
             "d",
             "diff",
             "Diff",
+            show=False,
             tooltip="Diff: mark this trajectory, or diff it against the marked one",
         ),
         Binding("s", "sort", "Sort", tooltip="Sort by the next column"),
         Binding("S", "reverse", "Reverse", show=False, tooltip="Reverse the order"),
         Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
         Binding("left_square_bracket", "prev_page", "Prev page", key_display="[", show=False),
-        Binding("a", "arm_all", "All matching", tooltip="The next label applies to every match"),
+        Binding(
+            "a",
+            "arm_all",
+            "All matching",
+            show=False,
+            tooltip="The next label applies to every match",
+        ),
         Binding("w", "save_filter", "Save filter", show=False, tooltip="Save the filter by name"),
         Binding("f", "recall_filter", "Filters", show=False, tooltip="Recall a saved filter"),
         *CURATION_BINDINGS,

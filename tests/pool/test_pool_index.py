@@ -147,3 +147,13 @@ def test_records_the_index_cannot_take_leave_the_rest_of_their_shard_indexed(poo
     idx = pool.index()
     assert [r["idx"] for r in idx.steps("tr_ok")] == [0, 1, 2]
     assert idx.steps("tr_x") == [] and idx.steps("tr_y") == []
+
+
+def test_a_reversed_sort_reverses_ties_too(pool: Pool) -> None:
+    """All trajectories with the same step count: `S` in `aw tui` flipped the arrow and
+    left the list as it was."""
+    write_trajectories(pool, 4, 2)
+    idx = pool.index()
+    up = [r["id"] for r in idx.trajectories(Selection(), sort="steps", descending=False)]
+    down = [r["id"] for r in idx.trajectories(Selection(), sort="steps", descending=True)]
+    assert len(up) == 4 and down == up[::-1]

@@ -1,10 +1,13 @@
-"""Getting around: `l` and `m` always reach their screen, footers fit 100 columns."""
+"""Getting around: `l` and `m` always reach their screen, footers fit 80 columns."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from textual.widgets import Static
+
 from agentworld.tui.group import GroupScreen
+from agentworld.tui.help import HelpScreen, bindings_of, key_name, what_it_does
 from agentworld.tui.inspector import InspectorScreen
 from agentworld.tui.monitor import MonitorScreen
 from agentworld.tui.trajectories import TrajectoriesScreen
@@ -63,3 +66,37 @@ async def test_open_links_straight_to_a_trajectory(pool_path: Path) -> None:
         assert ins.trajectory.id == "tr_grp-b_1"
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(pilot.app.screen, TrajectoriesScreen))
+
+
+async def footer_and_help_fit(pilot, cls: type) -> None:
+    """The footer ends ``? Help`` at the screen's width, and ``?`` lists every key of
+    ``cls``, those the footer leaves out included."""
+    app = pilot.app
+    await until(pilot, lambda: footer_fits(app))
+    assert "u Undo" in screen_text(app)[-1]
+    screen = app.screen
+    await pilot.press("question_mark")
+    await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+    text = str(app.screen.query_one("#help", Static).render())
+    for b in bindings_of(cls):
+        assert f"{key_name(b)}  {what_it_does(b)}" in text, (cls.__name__, b.key)
+    await pilot.press("escape")
+    await until(pilot, lambda: app.screen is screen)
+
+
+async def test_footers_fit_80_columns_and_help_lists_the_keys_they_leave_out(
+    pool_path: Path,
+) -> None:
+    """At 80 columns the list's and the inspector's footers lost ``u Undo ? Help``: a new
+    user could not see how to get help. The keys a footer leaves out are in the ``?`` help."""
+    async with app_for(pool_path).run_test(size=(80, 24)) as pilot:
+        app = pilot.app
+        await loaded_list(pilot)
+        await footer_and_help_fit(pilot, TrajectoriesScreen)
+        await pilot.press("enter")
+        await shown_inspector(pilot)
+        await footer_and_help_fit(pilot, InspectorScreen)
+        assert screen_text(app)[-1].startswith("esc Back t Tokens")
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GroupScreen) and app.screen.members)
+        await footer_and_help_fit(pilot, GroupScreen)
