@@ -287,18 +287,20 @@ def hf_features(arrow_schema: Any) -> Any:
 
 
 def json_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Rows with ``messages`` and ``response`` as JSON texts (only the keys each message has)."""
+    """Rows with ``messages`` and ``response`` as JSON texts in the shape chat templates
+    take, as ``-f trl`` writes them (tool calls as ``{id, type, function: {name,
+    arguments}}`` with arguments an object, reasoning as ``reasoning_content``), each
+    message with only the keys it uses: what ``apply_chat_template`` renders as is."""
+    from agentworld.export.trl_rows import trl_messages
+
     for row in rows:
-        row["messages"] = [orjson.dumps(_compact(m)).decode() for m in row["messages"]]
+        row["messages"] = [orjson.dumps(m).decode() for m in trl_messages(row["messages"])]
         if "response" in row:
             resp = row["response"]
-            row["response"] = None if resp is None else orjson.dumps(_compact(resp)).decode()
+            row["response"] = (
+                None if resp is None else orjson.dumps(trl_messages([resp])[0]).decode()
+            )
         yield row
-
-
-def _compact(m: dict[str, Any]) -> dict[str, Any]:
-    """A message without the fields it does not use (role and content always kept)."""
-    return {k: v for k, v in m.items() if k in ("role", "content") or v not in (None, [])}
 
 
 def iter_rows(trajs: Iterable[Trajectory], rows: str, counts: Counter[str]) -> Iterator[dict]:

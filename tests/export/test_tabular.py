@@ -110,15 +110,19 @@ def test_hf_folder_reads_back_with_datasets(filled: Pool, tmp_path: Path) -> Non
     )
     row = next(r for r in ds if r["step"] == "tr_b1_s0")
     assert row["input_ids"] == [1, 2, 3, 4, 100, 200, 300]
-    # Each message keeps its own keys: nothing None-filled by an Arrow struct.
+    # Each message keeps its own keys (nothing None-filled by an Arrow struct), in the shape
+    # chat templates take: a tool call's function and its arguments as an object.
     assert row["messages"][0] == {"role": "system", "content": "Use the calc tool."}
     assert row["response"] == {
         "role": "assistant",
-        "content": None,
-        "tool_calls": [{"id": "call_0", "name": "calc", "arguments": '{"e": "0+1"}'}],
-    }
+        "content": "",
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "calc", "arguments": {"e": "0+1"}}}
+        ],
+    }  # fmt: skip
     later = next(r for r in ds if r["step"] == "tr_b1_s1")["messages"]
-    assert later[3] == {"role": "tool", "content": "1", "tool_call_id": "call_0"}
+    assert later[3] == {"role": "tool", "content": "1", "tool_call_id": "call_0", "name": "calc"}
+
     assert row["group"] == "g2"
     assert (tmp_path / "hf.manifest.json").exists()
 
