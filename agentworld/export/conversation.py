@@ -8,6 +8,7 @@ conversation breaks into a new *segment*; exporters emit each segment.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,4 +124,41 @@ def orphan_tool_results(messages: list[dict[str, Any]]) -> list[int]:
             open_ids = {c.get("id") for c in m.get("tool_calls") or () if c.get("id")}
         elif m.get("role") == "tool" and m.get("tool_call_id") not in open_ids:
             out.append(i)
+    return out
+
+
+def template_arguments(raw: Any) -> Any:
+    """Arguments as the object chat templates ``tojson``; text that is no JSON object stays text."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw
+
+
+def trl_messages(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Normalised messages in chat-template shape, each with only the keys it uses."""
+    out: list[dict[str, Any]] = []
+    call_names: dict[str, str] = {}
+    for m in messages:
+        role = "system" if m["role"] == "developer" else m["role"]
+        msg: dict[str, Any] = {"role": role, "content": content_text(m.get("content"))}
+        if m.get("reasoning"):
+            msg["reasoning_content"] = m["reasoning"]
+        if m.get("tool_calls"):
+            msg["tool_calls"] = []
+            for i, c in enumerate(m["tool_calls"]):
+                call_id = c.get("id") or f"call_{i}"
+                call_names[call_id] = c["name"]
+                fn = {"name": c["name"], "arguments": template_arguments(c.get("arguments"))}
+                msg["tool_calls"].append({"id": call_id, "type": "function", "function": fn})
+        if role == "tool":
+            if m.get("tool_call_id"):
+                msg["tool_call_id"] = m["tool_call_id"]
+            name = m.get("name") or call_names.get(m.get("tool_call_id") or "")
+            if name:
+                msg["name"] = name
+        out.append(msg)
     return out

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from agentworld.errors import MissingExtraError
-from agentworld.export.conversation import usable
+from agentworld.export.conversation import trl_messages, usable
 from agentworld.export.select import step_reward, step_trainable
 from agentworld.pool import Trajectory
 
@@ -291,8 +291,6 @@ def json_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     take, as ``-f trl`` writes them (tool calls as ``{id, type, function: {name,
     arguments}}`` with arguments an object, reasoning as ``reasoning_content``), each
     message with only the keys it uses: what ``apply_chat_template`` renders as is."""
-    from agentworld.export.trl_rows import trl_messages
-
     for row in rows:
         row["messages"] = [orjson.dumps(m).decode() for m in trl_messages(row["messages"])]
         if "response" in row:

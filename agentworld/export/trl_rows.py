@@ -16,7 +16,6 @@ exactly its own keys (an Arrow struct would give every message every key,
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import orjson
 
 from agentworld.errors import MissingExtraError
-from agentworld.export.conversation import content_text, openai_tools, usable
+from agentworld.export.conversation import openai_tools, trl_messages, usable
 from agentworld.export.manifest import left_out
 from agentworld.export.pairs import preference_pairs
 from agentworld.export.select import fold_tasks, step_reward, step_trainable
@@ -32,43 +31,6 @@ from agentworld.pool import Trajectory
 
 VARIANTS = ("chat", "preference", "prompt")
 MESSAGE_COLUMNS = ("prompt", "completion", "chosen", "rejected")
-
-
-def _arguments(raw: Any) -> Any:
-    """Arguments as the object chat templates ``tojson``; text that is no JSON object stays text."""
-    if not isinstance(raw, str):
-        return raw
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return raw
-    return value if isinstance(value, dict) else raw
-
-
-def trl_messages(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Normalised messages in chat-template shape, each with only the keys it uses."""
-    out: list[dict[str, Any]] = []
-    call_names: dict[str, str] = {}
-    for m in messages:
-        role = "system" if m["role"] == "developer" else m["role"]
-        msg: dict[str, Any] = {"role": role, "content": content_text(m.get("content"))}
-        if m.get("reasoning"):
-            msg["reasoning_content"] = m["reasoning"]
-        if m.get("tool_calls"):
-            msg["tool_calls"] = []
-            for i, c in enumerate(m["tool_calls"]):
-                call_id = c.get("id") or f"call_{i}"
-                call_names[call_id] = c["name"]
-                fn = {"name": c["name"], "arguments": _arguments(c.get("arguments"))}
-                msg["tool_calls"].append({"id": call_id, "type": "function", "function": fn})
-        if role == "tool":
-            if m.get("tool_call_id"):
-                msg["tool_call_id"] = m["tool_call_id"]
-            name = m.get("name") or call_names.get(m.get("tool_call_id") or "")
-            if name:
-                msg["name"] = name
-        out.append(msg)
-    return out
 
 
 def _tools(tools: list[Any] | None) -> str | None:
