@@ -134,6 +134,22 @@ def checkpoints_in(output_dir: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+def refuse_earlier_run(output_dir: Path, metrics_name: str) -> None:
+    """A fresh run must not land in a folder holding another run: it cut that run's
+    metrics to nothing and mixed its checkpoints with the new ones (``latest`` on the new,
+    the old ones left beside them). ``--resume`` continues it; a new ``-o`` starts anew."""
+    ckpts = checkpoints_in(output_dir)
+    metrics = output_dir / metrics_name
+    rows = metrics.is_file() and metrics.stat().st_size > 0
+    if not ckpts and not rows:
+        return
+    held = f"checkpoints up to {ckpts[-1][1].name}" if ckpts else f"a {metrics_name}"
+    raise ConfigError(
+        f"train.output_dir: {output_dir} holds a run already ({held}); "
+        "--resume latest continues it, or give a new -o for a new run"
+    )
+
+
 def state_source(folder: Path) -> Path | None:
     """Where resuming from ``folder`` takes its optimizer state: the folder itself, else the
     newest checkpoint before it (same run folder) that has some; None when none has."""

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from agentworld.cli_options import AGENT_FILTER, DATASET_FILTER, POOL_OPTION, SPLIT_FILTER
+
+if TYPE_CHECKING:
+    from agentworld.train.config import TrainConfig
 
 _DEFAULT_POOL = Path("pool")
 
@@ -59,8 +63,11 @@ def train(
         recipe,
         flags,
         sets,
-        # The embedded model `aw serve` and `aw demo` use, so a first run needs no --model.
-        default_model=lambda: str(resolve_model(None, default_aw_home() / "models")),
+        default_model=lambda cfg: (
+            resumed_base_model(cfg)
+            # The embedded model `aw serve` and `aw demo` use: a first run needs no --model.
+            or str(resolve_model(None, default_aw_home() / "models"))
+        ),
     )
     try:
         import accelerate  # noqa: F401
@@ -76,3 +83,20 @@ def train(
     fid = summary.get("fidelity")
     if fid is not None and not fid.ok:
         typer.echo(f"aw train: warning: {fid.line()}", err=True)
+    if summary.get("interrupted"):
+        saved = summary.get("checkpoint")
+        where = f"saved {saved}; --resume latest continues it" if saved else "nothing to save"
+        typer.echo(f"aw train: interrupted after update {summary['step']}: {where}", err=True)
+        raise typer.Exit(130)
+
+
+def resumed_base_model(cfg: TrainConfig) -> str | None:
+    """The model a resumed run started from (its checkpoint's ``base_model``): a resume
+    without --model continues that run, not one from the embedded default (whose other
+    vocabulary then served as the KL reference, and was recorded as the base)."""
+    if not cfg.resume:
+        return None
+    from agentworld.train.checkpoint import read_meta, resolve_resume
+
+    base = read_meta(resolve_resume(cfg.resume, Path(cfg.output_dir))).get("base_model")
+    return base if isinstance(base, str) and base else None

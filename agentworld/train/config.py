@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -126,10 +127,27 @@ class TrainConfig:
             raise ConfigError("train.keep_checkpoints: must be 0 (keep all) or more")
         for key in (
             "max_seq_len", "batch_tokens", "buffer_trajectories", "grad_accum", "state_every",
-            "reload_every", "forward_tokens", "logits_chunk_tokens",
+            "reload_every", "forward_tokens", "logits_chunk_tokens", "log_every", "max_steps",
         ):  # fmt: skip
             if getattr(self, key) < 1:
-                raise ConfigError(f"train.{key}: must be at least 1")
+                raise ConfigError(f"train.{key}: must be at least 1, got {getattr(self, key)}")
+        # A negative warm-up made the learning rate negative (gradient ascent); a zero
+        # max_grad_norm clipped every gradient to nothing; a clip range outside [0, 1)
+        # clamps every ratio. Each trained without a word.
+        for key, low in (
+            ("lr", "0 or more"), ("max_grad_norm", "above 0"), ("warmup_steps", "0 or more"),
+            ("save_every", "0 (only at the end) or more"), ("weight_decay", "0 or more"),
+            ("kl_coef", "0 or more"), ("clip_high", "0 or more"),
+        ):  # fmt: skip
+            value = getattr(self, key)
+            if not math.isfinite(value) or (value <= 0 if low == "above 0" else value < 0):
+                raise ConfigError(f"train.{key}: must be {low}, got {value:g}")
+        if not 0 <= self.clip_low < 1:  # the ratio's floor, 1 - clip_low, must stay above 0
+            raise ConfigError(f"train.clip_low: must be in [0, 1), got {self.clip_low:g}")
+        if not (self.ratio_cap == 0 or self.ratio_cap > 1):  # dual clip: a bound above 1
+            raise ConfigError(
+                f"train.ratio_cap: must be 0 (off) or above 1, got {self.ratio_cap:g}"
+            )
         if self.max_seq_len > self.batch_tokens:
             raise ConfigError("train.batch_tokens: must be at least train.max_seq_len")
         if self.epochs is not None and self.epochs < 1:
@@ -150,10 +168,12 @@ class TrainConfig:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def to_toml(self) -> str:
-        """The resolved config as a `[train]` table that `--recipe` reads back."""
+        """The resolved config as a `[train]` table that `--recipe` reads back: what trains,
+        not how this run was started (``resume`` would make every run of the recipe look
+        for a checkpoint in its own new folder)."""
         lines = ["[train]"]
         for key, value in self.to_dict().items():
-            if value is not None:
+            if value is not None and key != "resume":
                 lines.append(f"{key} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"
 
@@ -280,11 +300,11 @@ def load_config(
     recipe: Path | None = None,
     flags: Mapping[str, Any] | None = None,
     sets: Sequence[str] = (),
-    default_model: Callable[[], str] | None = None,
+    default_model: Callable[[TrainConfig], str] | None = None,
 ) -> TrainConfig:
     """Resolve defaults, then the recipe, then CLI flags (None = not given), then --set;
-    ``default_model`` names the model when none of them does (called only then: it may
-    convert the embedded model on first use)."""
+    ``default_model`` names the model when none of them does, from the config resolved so
+    far (called only then: it may convert the embedded model on first use)."""
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     values: dict[str, Any] = {}
     layers: list[tuple[str, Mapping[str, Any]]] = []
@@ -299,7 +319,7 @@ def load_config(
             values[key] = _coerce(key, value, where)
     cfg = TrainConfig(**values)
     if not cfg.model and default_model is not None:
-        cfg = dataclasses.replace(cfg, model=default_model())
+        cfg = dataclasses.replace(cfg, model=default_model(cfg))
     if not cfg.model:
         raise ConfigError("train.model: required (--model PATH or model = ... in the recipe)")
     return cfg

@@ -30,6 +30,7 @@ from agentworld.train.checkpoint import (
     model_policy_version,
     prune_checkpoints,
     read_meta,
+    refuse_earlier_run,
     resolve_resume,
     save_checkpoint,
     weights_once,
@@ -46,12 +47,13 @@ from agentworld.train.data import (
 from agentworld.train.fidelity import FidelityReport, logprob_gap, report
 from agentworld.train.host_memory import release_freed_tensors
 from agentworld.train.importance import ImportanceStats, behaviour_logprobs
+from agentworld.train.interrupt import StopRequest, stop_everywhere
 from agentworld.train.logprobs import sampled_logprobs
 from agentworld.train.losses import policy_loss, sft_loss
 from agentworld.train.online import Cursor, CursorState, OnlineUpdates, catch_up, publish
 from agentworld.train.plots import CurvePainter
 from agentworld.train.sequences import stop_ids_of
-from agentworld.train.tracking import MetricsLog, check_trackers
+from agentworld.train.tracking import METRICS, MetricsLog, check_trackers
 
 
 def forward_parts(batch: dict[str, Any], forward_tokens: int) -> list[dict[str, Any]]:
@@ -208,6 +210,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
     set_seed(cfg.seed)
     main = acc.is_main_process
     out_dir = Path(cfg.output_dir)
+    if not cfg.resume and not cfg.online:  # online: a restart goes on from its cursor
+        refuse_earlier_run(out_dir, METRICS)
     pool = open_pool(cfg.pool, recover=False)
     pool.fetch_all()  # an s3:// pool: every shard into the local cache first (the plan reads all)
     if main:
@@ -433,8 +437,15 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
     t_run = time.perf_counter()
     run_tokens = 0
     step = start_step
-    with progress:
+    interrupted = False
+    # Offline, Ctrl-C stops at an update boundary and saves (online runs checkpoint every
+    # reload_every updates, and a wait for groups would hold a graceful stop back).
+    stop = StopRequest() if online is None else None
+    with progress, stop or nullcontext():
         while step < cfg.max_steps:
+            if stop is not None and stop_everywhere(acc, stop.requested):
+                interrupted = True
+                break
             micro = next(updates, None)
             if micro is None:
                 break  # online: no new groups within idle_exit_s
@@ -630,7 +641,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 saved(last_ckpt, upto=step)
         if online is None and step < cfg.max_steps:  # the data ran out first: the bar ends
             progress.update(task, total=max(step, 1), completed=step)  # where the run did
-    if main and online is None and start_step < step < cfg.max_steps:
+    if main and online is None and not interrupted and start_step < step < cfg.max_steps:
         console.print(
             f"note: the data ran out after {step - start_step} updates (epochs={cfg.epochs}),"
             f" before max_steps={cfg.max_steps}"
@@ -679,10 +690,13 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         "policy_version": version if online is not None else base_version + 1,
         "device": str(acc.device),
         "mixed_precision": acc.mixed_precision,
+        "interrupted": interrupted,
     }
     if main:
         table = Table(title="aw train", show_header=False)
         for k, v in summary.items():
+            if k == "interrupted" and not v:
+                continue
             if isinstance(v, FidelityReport):
                 v = v.line()
             elif isinstance(v, float):

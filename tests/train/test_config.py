@@ -79,6 +79,36 @@ def test_bad_values_are_refused_with_their_source(tmp_path: Path) -> None:
         load_config(recipe(tmp_path, "[train\n"))
 
 
+@pytest.mark.parametrize(
+    "setting, says",
+    [
+        ("log_every=0", "train.log_every: must be at least 1, got 0"),  # a ZeroDivisionError
+        ("max_steps=0", "train.max_steps: must be at least 1, got 0"),
+        ("lr=-1", "train.lr: must be 0 or more, got -1"),  # torch's traceback
+        ("lr=nan", "train.lr: must be 0 or more, got nan"),
+        ("warmup_steps=-5", "train.warmup_steps: must be 0 or more, got -5"),  # lr < 0
+        ("max_grad_norm=0", "train.max_grad_norm: must be above 0, got 0"),  # no update
+        ("save_every=-1", r"train.save_every: must be 0 \(only at the end\) or more, got -1"),
+        ("clip_low=2", r"train.clip_low: must be in \[0, 1\), got 2"),
+        ("clip_high=-1", "train.clip_high: must be 0 or more, got -1"),  # every ratio clamped
+        ("ratio_cap=0.5", "train.ratio_cap: must be 0 \\(off\\) or above 1, got 0.5"),
+        ("kl_coef=-0.1", "train.kl_coef: must be 0 or more, got -0.1"),
+    ],
+)
+def test_values_that_would_train_wrongly_are_refused(setting: str, says: str) -> None:
+    """Each of these trained silently wrong (ascent, frozen weights) or died in a traceback."""
+    with pytest.raises(ConfigError, match=says):
+        load_config(None, {"model": "m"}, [setting])
+
+
+def test_a_recipe_does_not_carry_resume(tmp_path: Path) -> None:
+    """A resumed run's config.toml said resume = "latest": as a recipe for a new run it
+    failed with "no checkpoint in ... to resume"."""
+    cfg = load_config(None, {"model": "m", "resume": "latest"})
+    assert cfg.resume == "latest" and "resume" not in cfg.to_toml()
+    assert load_config(recipe(tmp_path, cfg.to_toml())).resume is None
+
+
 def test_resolved_config_round_trips_through_toml(tmp_path: Path) -> None:
     cfg = load_config(
         None, {"model": "m", "agent": "a", "algo": "grpo"}, ["quality=good", "kl_coef=0.05"]
@@ -96,3 +126,24 @@ def test_mixed_precision_from_set_or_recipe(tmp_path: Path) -> None:
     cfg = load_config(r)
     assert cfg.mixed_precision == "fp16"
     assert load_config(recipe(tmp_path, cfg.to_toml())) == cfg
+
+
+def test_a_resume_without_a_model_continues_the_runs_base_model(tmp_path: Path) -> None:
+    """`aw train --resume latest` without --model took the embedded default as the base:
+    another vocabulary as the KL reference, and the wrong base_model in meta.json."""
+    from agentworld.train.command import resumed_base_model
+
+    out = tmp_path / "run"
+    (out / "ckpt-000002").mkdir(parents=True)
+    (out / "ckpt-000002" / "meta.json").write_text('{"base_model": "/models/tiny"}')
+    (out / "latest").write_text("ckpt-000002")
+    embedded = lambda cfg: resumed_base_model(cfg) or "/models/embedded"  # noqa: E731
+    flags = {"resume": "latest", "output_dir": str(out)}
+    assert load_config(None, flags, default_model=embedded).model == "/models/tiny"
+    assert load_config(None, {**flags, "model": "/m"}, default_model=embedded).model == "/m"
+    assert load_config(None, {"output_dir": str(out)}, default_model=embedded).model == (
+        "/models/embedded"  # a fresh run: the default
+    )
+    with pytest.raises(ConfigError, match="no checkpoint in"):
+        load_config(None, {"resume": "latest", "output_dir": str(tmp_path / "none")},
+                    default_model=embedded)  # fmt: skip

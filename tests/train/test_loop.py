@@ -13,6 +13,7 @@ import torch
 from rich.console import Console
 from safetensors.torch import load_file
 
+from agentworld.errors import ConfigError
 from agentworld.train.config import TrainConfig
 from agentworld.train.loop import train
 from tests.terminal import Stderr
@@ -181,6 +182,57 @@ def test_resume_continues_exactly(builder, tiny_model: Path, tmp_path: Path) -> 
     a, b = weights(Path(full["checkpoint"])), weights(Path(resumed["checkpoint"]))
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
+
+
+def test_a_new_run_into_a_folder_holding_a_run_is_refused(
+    builder, tiny_model: Path, tmp_path: Path
+) -> None:
+    """It cut the earlier run's metrics ("dropped 4 row(s) past update 0") and left its
+    checkpoints beside the new ones; a recipe run without -o did it to its own run."""
+    builder.group([1.0, 0.0], turns=2)
+    out = tmp_path / "run"
+    run(builder, tiny_model, out, algo="sft")
+    metrics = (out / "metrics.jsonl").read_text()
+    with pytest.raises(ConfigError, match=r"holds a run already \(checkpoints up to ckpt-000002"):
+        run(builder, tiny_model, out, algo="sft")
+    assert (out / "metrics.jsonl").read_text() == metrics  # nothing touched
+    resumed, _ = run(builder, tiny_model, out, algo="sft", resume="latest", max_steps=3)
+    assert resumed["step"] == 3  # --resume continues it
+
+
+def test_ctrl_c_finishes_the_update_saves_it_and_a_resume_goes_on(
+    builder, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGINT ended the run at once: every update since the last checkpoint (by default
+    the whole run) was lost, without a word."""
+    import os
+    import signal
+
+    from agentworld.train import loop
+
+    for _ in range(3):
+        builder.group([1.0, 0.0], turns=2)
+    real = loop.advantage_stats
+    calls = []
+
+    def ctrl_c_in_the_first_update(advs: list[float]) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C does
+        return real(advs)
+
+    monkeypatch.setattr(loop, "advantage_stats", ctrl_c_in_the_first_update)
+    out = tmp_path / "run"
+    kw = {"algo": "grpo", "max_steps": 5}
+    summary, log = run(builder, tiny_model, out, **kw)
+    assert summary["interrupted"] and summary["step"] == 1  # the update under way finished
+    assert Path(summary["checkpoint"]) == out / "ckpt-000001"
+    assert json.loads((out / "ckpt-000001" / "meta.json").read_text())["counts"]["updates"] == 1
+    assert "ran out" not in log
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+    monkeypatch.setattr(loop, "advantage_stats", real)
+    resumed, _ = run(builder, tiny_model, out, resume="latest", **kw)
+    assert resumed["step"] == 5 and resumed["updates"] == 4 and not resumed["interrupted"]
 
 
 def test_bf16_mixed_precision_trains_and_saves_fp32(
