@@ -450,13 +450,20 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             if micro is None:
                 break  # online: no new groups within idle_exit_s
             real = torch.tensor(sum(mb is not None for mb in micro), device=acc.device)
-            if int(acc.reduce(real, "sum")) == 0:
+            n_real = int(acc.reduce(real, "sum"))
+            if n_real == 0:
                 if online is not None:
                     skipped_groups += len(online.current)
                     continue  # every group in this chunk was filtered out
                 break  # every process ran out of data (epochs)
             filler = next((mb for mb in micro if mb is not None), None)
             micro = [mb if mb is not None else dummy_batch(filler, pad_id) for mb in micro]
+            # DDP and accumulation average the micro-batches' gradients over every slot
+            # (processes x grad_accum); a process out of data fills its slots with batches
+            # of weight 0, which pulled that average down (half the gradient, and grad_norm,
+            # with one of two processes empty): the real ones are weighed up to make it
+            # their own average.
+            weigh_up = acc.num_processes * len(micro) / n_real
 
             if fidelity is None:
                 # Before the first update: trainer vs rollout log-probs of the sampled tokens.
@@ -522,7 +529,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                             loss, st = forward_loss(
                                 model, ref, part, cfg, n_seqs=n_seqs, n_tokens=n_tokens
                             )
-                            acc.backward(loss * b["weight"])
+                            acc.backward(loss * (b["weight"] * weigh_up))
                         loss_sum += float(loss.detach())
                         if st.get("importance") is not None and b["weight"]:
                             importance.add(st["importance"])

@@ -235,6 +235,26 @@ def test_ctrl_c_finishes_the_update_saves_it_and_a_resume_goes_on(
     assert resumed["step"] == 5 and resumed["updates"] == 4 and not resumed["interrupted"]
 
 
+def test_a_slot_without_data_does_not_shrink_the_gradient(
+    builder, tiny_model: Path, tmp_path: Path
+) -> None:
+    """One micro-batch of data in an update of two (grad_accum=2, or a second process with
+    nothing left): the zero-weight filler halved the averaged gradient and its norm."""
+    builder.group([1.0, 0.0], turns=2)
+    kw = {"algo": "grpo", "max_steps": 1, "epochs": 1, "max_grad_norm": 1e9}
+    one, _ = run(builder, tiny_model, tmp_path / "one", grad_accum=1, **kw)
+    two, _ = run(builder, tiny_model, tmp_path / "two", grad_accum=2, **kw)
+    norms = [metrics_rows(tmp_path / d)[0]["grad_norm"] for d in ("one", "two")]
+    assert norms[0] > 0 and norms[1] == pytest.approx(norms[0], rel=1e-5)
+    a, b = weights(Path(one["checkpoint"])), weights(Path(two["checkpoint"]))
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-7), k
+
+
+def metrics_rows(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
 def test_bf16_mixed_precision_trains_and_saves_fp32(
     builder, tiny_model: Path, tmp_path: Path
 ) -> None:
