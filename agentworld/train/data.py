@@ -136,14 +136,16 @@ def make_plan(
         ids.append(t.id)
         groups.append(group_of(t))
         rewards.append(float(reward))
-    plan.groups = len(set(groups))
     advs = group_advantages(rewards, groups, scale_std=scale_std_for(cfg.normaliser))
-    for tid, r, a in zip(ids, rewards, advs, strict=True):
+    kept: set[Any] = set()  # the groups trained on: a group whose members all drop is not
+    for tid, g, r, a in zip(ids, groups, rewards, advs, strict=True):
         if a == 0.0 and cfg.skip_zero_advantage:
             plan.zero_advantage += 1
             continue
         plan.advantages[tid] = a
         plan.rewards[tid] = r
+        kept.add(g)
+    plan.groups = len(kept)
     return plan
 
 

@@ -195,7 +195,8 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
     require_models(cfg)
     release_freed_tensors()  # ~1 GB less RSS on CPU: see train/host_memory.py
     acc = make_accelerator(cfg)
-    console = console or Console(stderr=True)
+    # Off a terminal Rich would wrap at 80 columns: a log keeps each line whole, for grep.
+    console = console or Console(stderr=True, soft_wrap=not sys.stderr.isatty())
     # transformers' own bars (loading, writing a checkpoint) go with the run's progress: on
     # the main process only, not when the caller asked for none, and not into a log file
     # (tqdm's redraws would pile up there: two lines of bars every online checkpoint).
@@ -229,6 +230,11 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         resume_dir = Path(cursor_state.checkpoint)
     meta0 = read_meta(resume_dir) if resume_dir else {}
     start_step = int(meta0.get("counts", {}).get("updates", 0))
+    if resume_dir and cfg.online is False and start_step >= cfg.max_steps:
+        raise ConfigError(  # it ran no update and said nothing
+            f"train.max_steps: {cfg.max_steps}, but {resume_dir.name} is at update "
+            f"{start_step} (max_steps counts the run's updates, not this session's)"
+        )
     if resume_dir:
         base_version = int(meta0.get("base_policy_version", 0))
         version = int(meta0.get("policy_version", base_version))

@@ -44,6 +44,7 @@ def test_untrainable_trajectories_are_excluded_and_label_rewards_replace_recorde
     # d is not trainable; e is then alone in its group: no baseline, no signal, dropped
     assert d not in plan.advantages and e not in plan.advantages
     assert plan.matched == 4 and plan.zero_advantage == 1
+    assert plan.groups == 1  # the group of e alone is not one trained on ("in 2 groups")
 
 
 def test_failed_stale_and_unlabelled_quality_are_filtered(builder) -> None:

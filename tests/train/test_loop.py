@@ -198,6 +198,8 @@ def test_a_new_run_into_a_folder_holding_a_run_is_refused(
     assert (out / "metrics.jsonl").read_text() == metrics  # nothing touched
     resumed, _ = run(builder, tiny_model, out, algo="sft", resume="latest", max_steps=3)
     assert resumed["step"] == 3  # --resume continues it
+    with pytest.raises(ConfigError, match="max_steps: 3, but ckpt-000003 is at update 3"):
+        run(builder, tiny_model, out, algo="sft", resume="latest", max_steps=3)  # did nothing
 
 
 def test_ctrl_c_finishes_the_update_saves_it_and_a_resume_goes_on(
