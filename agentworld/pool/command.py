@@ -46,7 +46,9 @@ def _open(path: Path) -> Any:
     pool = open_pool(path)
     for r in pool.recovered:
         msg = f"recovered journal {r.journal}: {r.records} records"
-        if r.torn_bytes:
+        if r.kept:
+            msg += f"; damaged after them ({r.problem}): kept whole as {r.kept}"
+        elif r.torn_bytes:
             msg += f", cut {r.torn_bytes} torn bytes ({r.problem})"
         typer.echo(msg, err=True)
     return pool
@@ -420,7 +422,9 @@ def seal(pool_path: Path = POOL_OPTION) -> None:
     pool = open_pool(pool_path, recover=False)
     for r in seal_idle(pool):
         msg = f"sealed {r.journal}: {r.records} records -> {r.shard or 'nothing to keep'}"
-        if r.torn_bytes:
+        if r.kept:
+            msg += f"; damaged after them ({r.problem}): kept whole as {r.kept}"
+        elif r.torn_bytes:
             msg += f"; cut {r.torn_bytes} torn bytes ({r.problem})"
         typer.echo(msg, err=True)
     typer.echo(f"{len(pool.layout.journal_paths())} live writer journal(s) left", err=True)

@@ -359,6 +359,14 @@ def fsck(pool: Any, progress: Progress | None = None) -> FsckReport:
         done += 1
         if progress:
             progress(done, total)
+    if layout.damaged.is_dir():  # kept by recovery until someone decides: fsck says so
+        for path in sorted(p for p in layout.damaged.iterdir() if not p.name.startswith(".")):
+            report.add(
+                str(path.relative_to(layout.root)),
+                None,
+                "a journal recovery found damaged mid-way, kept whole: records after the "
+                "damage are in it but not in the pool; recover them or delete the file",
+            )
     _check_superseded(layout, report)
     checker.cross_checks()
     _check_index(layout, checker, report)

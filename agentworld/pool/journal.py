@@ -195,6 +195,7 @@ class Recovery:
     torn_bytes: int
     problem: str | None
     shard: str | None
+    kept: str | None = None  # damaged mid-way: where the whole journal was kept
 
 
 def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
@@ -203,7 +204,8 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
     The caller holds the journal's lock (``fd``), or the journal is known closed.
     """
     with open(path, "rb") as f:
-        scan = scan_journal(path, f.read())
+        data = f.read()
+    scan = scan_journal(path, data)
     body, trailer = parse_journal(scan)
     shard = None
     if trailer is not None:
@@ -217,13 +219,70 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
             shard = None
     if shard is None and body:
         shard = write_shard(layout, body)
+    kept = None
     if scan.torn_bytes:
-        log.warning("%s: cut %d torn bytes (%s)", path, scan.torn_bytes, scan.problem)
+        later = later_valid_lines(data, scan.valid_bytes)
+        if later:  # damage, not a crash: keep what sealing cannot read before unlinking
+            kept = keep_damaged(layout, path, data)
+            log.error(
+                "%s: %s; %d later lines pass their checksum, so this is damage, not a torn "
+                "write: the journal is kept whole as %s (not read as data; delete it once "
+                "its records are recovered or not wanted)",
+                path,
+                scan.problem,
+                later,
+                kept,
+            )
+        else:
+            log.warning("%s: cut %d torn bytes (%s)", path, scan.torn_bytes, scan.problem)
     os.unlink(path)
     fsync_dir(path.parent)
     return Recovery(
-        path.name, len(body), scan.torn_bytes, scan.problem, shard.name if shard else None
+        path.name,
+        len(body),
+        scan.torn_bytes,
+        scan.problem,
+        shard.name if shard else None,
+        str(kept) if kept else None,
     )
+
+
+def later_valid_lines(data: bytes, start: int) -> int:
+    """How many complete lines after the first bad one (at byte ``start``) pass their
+    checksum. A crash tears only the end of the last write, so any means damage: records
+    acknowledged after it that a seal from the valid prefix would drop."""
+    count = 0
+    pos = data.find(b"\n", start) + 1  # past the bad line
+    while 0 < pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break
+        line = data[pos:end]
+        try:
+            if len(line) >= 10 and line[8:9] == b" " and int(line[:8], 16) == crc32(line[9:]):
+                count += 1
+        except ValueError:
+            pass
+        pos = end + 1
+    return count
+
+
+def keep_damaged(layout: Layout, path: Path, data: bytes) -> Path:
+    """A copy of a damaged journal under ``damaged/`` (durable before the journal goes)."""
+    layout.damaged.mkdir(exist_ok=True)
+    dest = layout.damaged / path.name
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = layout.damaged / f"{path.name}.{n}"
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, dest)
+    fsync_dir(layout.damaged)
+    return dest
 
 
 def journal_is_live(path: Path) -> bool:

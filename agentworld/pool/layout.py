@@ -67,6 +67,11 @@ class Layout:
         return self.root / "state"
 
     @property
+    def damaged(self) -> Path:
+        """Journals recovery found damaged mid-way, kept whole (``journal.seal_journal``)."""
+        return self.root / "damaged"
+
+    @property
     def superseded(self) -> Path:
         return self.root / "superseded.txt"
 

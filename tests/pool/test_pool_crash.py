@@ -192,3 +192,42 @@ def test_writer_rotation_seals_shards_while_running(pool: Pool) -> None:
     stored = _stored_ids(pool)
     assert len(stored) == 200 == len(set(stored))
     assert fsck(pool).ok
+
+
+def test_a_journal_damaged_mid_way_is_kept_whole_not_cut(pool: Pool) -> None:
+    """One bad byte in the middle of a dead writer's journal: recovery (which any command
+    runs) sealed the lines before it and deleted the journal, and with it every
+    acknowledged record after the damage, each with a valid checksum."""
+    proc = _start(pool, "strict", 0, 512)
+    acked = _read_ids(proc, 20)
+    acked += _kill(proc)
+    (journal,) = pool.layout.journal_paths()
+    data = bytearray(journal.read_bytes())
+    lines = data.split(b"\n")
+    at = sum(len(x) + 1 for x in lines[:6]) + 20  # inside the sixth record's JSON
+    data[at] ^= 0x01
+    journal.write_bytes(bytes(data))
+    reopened = Pool.open(pool.root)
+    (rec,) = reopened.recovered
+    assert rec.records == 5 and rec.kept is not None and "checksum mismatch" in rec.problem
+    kept = Path(rec.kept)
+    assert kept.parent == pool.layout.damaged and kept.read_bytes() == bytes(data)
+    assert not pool.layout.journal_paths()  # sealed what it could read ...
+    assert len(set(acked) & set(_stored_ids(reopened))) == 5
+    report = fsck(reopened)  # ... and fsck says where the rest is until someone decides
+    (problem,) = report.problems
+    assert problem.path == f"damaged/{journal.name}" and "recover them" in problem.problem
+    kept.unlink()
+    assert fsck(reopened).ok
+
+
+def test_a_torn_last_write_is_cut_not_kept(pool: Pool) -> None:
+    """A crash's torn tail has no valid line after it: cut as before, nothing kept."""
+    proc = _start(pool, "strict", 0, 512)
+    _read_ids(proc, 5)
+    _kill(proc)
+    (journal,) = pool.layout.journal_paths()
+    with open(journal, "ab") as f:
+        f.write(b'0000abcd {"kind": "st')
+    (rec,) = Pool.open(pool.root).recovered
+    assert rec.torn_bytes and rec.kept is None and not pool.layout.damaged.exists()
