@@ -262,18 +262,25 @@ class Labels:
         d.mkdir(parents=True, exist_ok=True)  # once every line is made: no empty folder
         written = len(lines)
         with self._lock:
-            fd = os.open(d / f"{day}.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                # Appenders in other processes take the same lock, so a line
-                # without its newline here is a crashed append: cut it, as a
-                # journal's torn tail is cut, so it never fuses with ours.
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                _cut_torn_tail(fd)
-                os.write(fd, b"".join(lines))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            # Appenders in other processes take the same lock, so a line without its
+            # newline there is a crashed append: cut, as a journal's torn tail is cut,
+            # so it never fuses with ours.
+            append_label_lines(d / f"{day}.jsonl", lines)
         return written
+
+
+def append_label_lines(path: Path, lines: list[bytes]) -> None:
+    """Append whole label lines (each ending in a newline) to ``path`` as ``Labels.set``
+    does: under the file's lock, a torn last line cut first, one write, fsynced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _cut_torn_tail(fd)
+        os.write(fd, b"".join(lines))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _cut_torn_tail(fd: int) -> None:

@@ -5,9 +5,10 @@ twice, and every copied shard is checked on the way in as ``fsck`` would: its
 bytes against its name, then every line as a record.
 Label files (and superseded.txt) merge as a union of lines, exactly what
 git's ``merge=union`` does, so merging by hand and merging clones with
-``git merge`` give the same pool. Safe while writers run on either side:
-copies land under a temporary name and are renamed into place; label lines
-are appended with O_APPEND in one write, like ``Labels.set``.
+``git merge`` give the same pool; a label line that is not valid is named and
+left out, never spread. Safe while writers run on either side: copies land
+under a temporary name and are renamed into place; label lines are appended
+as ``Labels.set`` appends them (the file's lock, one write).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentworld.errors import CorruptDataError, PoolError
+import orjson
+
+from agentworld.errors import CorruptDataError, PoolError, RecordError
+from agentworld.pool.labels import append_label_lines, parse_label_line
 from agentworld.pool.layout import Layout, check_version, shard_digest
 from agentworld.pool.shards import install_shard, read_verified, shard_records, stage_shard
 
@@ -28,6 +32,9 @@ class MergeReport:
     bytes_copied: int = 0
     label_files: int = 0
     label_lines_added: int = 0
+    # "labels/<author>/<day>.jsonl:N: why" of the other pool's lines not merged: bad ones
+    # would make every command on this pool fail (its readers refuse a bad label line)
+    label_lines_refused: list[str] = field(default_factory=list)
     superseded_added: int = 0
     journals_skipped: list[str] = field(default_factory=list)
 
@@ -84,6 +91,33 @@ def union_lines(src: Path, dst: Path) -> int:
     return len(missing)
 
 
+def union_label_lines(src: Path, dst: Path, refused: list[str], name: str) -> int:
+    """Append to label file ``dst`` the valid lines of ``src`` it lacks; returns how many.
+
+    A line ``src``'s own readers would refuse is left out and named in ``refused``, and
+    its torn last line (no newline: an append that never finished) is not data; the
+    append is ``Labels.set``'s (the lock, the target's torn tail cut first).
+    """
+    lines = src.read_bytes().split(b"\n")
+    lines.pop()  # b"" after the last newline, or a torn append: not data either way
+    have: set[bytes] = set()
+    if dst.exists():
+        have = {line for line in dst.read_bytes().split(b"\n") if line.strip()}
+    missing: dict[bytes, None] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or line in have:
+            continue
+        try:
+            parse_label_line(line)
+        except (orjson.JSONDecodeError, TypeError, ValueError, RecordError) as exc:
+            refused.append(f"{name}:{n}: bad label line: {exc}")
+            continue
+        missing[line] = None
+    if missing:
+        append_label_lines(dst, [line + b"\n" for line in missing])
+    return len(missing)
+
+
 def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
     """Bring every sealed shard and label line of the pool at ``src_root`` into ``dst``.
 
@@ -105,7 +139,9 @@ def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
             report.shards_present += 1
     if src.labels.is_dir():
         for path in sorted(src.labels.glob("*/*.jsonl")):
-            added = union_lines(path, dst.labels / path.relative_to(src.labels))
+            rel = path.relative_to(src.labels)
+            refused = report.label_lines_refused
+            added = union_label_lines(path, dst.labels / rel, refused, f"labels/{rel}")
             report.label_files += 1
             report.label_lines_added += added
     if src.superseded.exists():

@@ -35,6 +35,8 @@ def merge(
         f"{report.shards_present} already here, {report.label_lines_added} label lines added",
         err=True,
     )
+    for line in report.label_lines_refused:
+        typer.echo(f"not merged: {other}/{line}", err=True)
     if report.journals_skipped:
         typer.echo(
             f"{len(report.journals_skipped)} live journal(s) there were not merged: "

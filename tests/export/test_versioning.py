@@ -78,6 +78,30 @@ def test_merge_is_a_union_and_idempotent(tmp_path: Path) -> None:
     assert_clean(tmp_path / "a")
 
 
+def test_merge_leaves_out_bad_label_lines_and_torn_tails_and_names_them(
+    tmp_path: Path,
+) -> None:
+    """A garbage line or a torn last line of the other pool was copied in (a torn one with
+    a newline added): every command on this pool then failed on a bad label line."""
+    a, b = Pool.create(tmp_path / "a"), Pool.create(tmp_path / "b")
+    fill(a, [{"tid": "tr_1", "answer": "6", "reward": 1.0}])
+    a.labels.set(["trajectory:tr_1"], {"quality": "good"}, author="ann", at=100.0)
+    b.labels.set(["trajectory:tr_1"], {"tags": ["x"]}, author="bob", at=200.0)
+    (bobs,) = b.layout.labels.glob("bob/*.jsonl")
+    with open(bobs, "ab") as f:
+        f.write(b"this is garbage\n")
+        f.write(b'{"target": "trajectory:tr_1", "author": "bob", "ti')  # torn: not data
+    mine = a.layout.labels / "bob" / bobs.name  # this pool's copy, with a torn append
+    mine.parent.mkdir()
+    mine.write_bytes(b'{"target": "traj')  # cut before merging appends, not fused
+    report = merge_pools(a.layout, tmp_path / "b")
+    assert report.label_lines_added == 1
+    (refused,) = report.label_lines_refused
+    assert refused.startswith(f"labels/bob/{bobs.name}:2: bad label line: ")
+    assert_clean(tmp_path / "a")  # every line in this pool parses
+    assert a.labels.effective()["trajectory:tr_1"]["tags"].value == ["x"]
+
+
 def test_merge_refuses_a_corrupt_shard(tmp_path: Path) -> None:
     a, b = Pool.create(tmp_path / "a"), Pool.create(tmp_path / "b")
     fill(b, [{"tid": "tr_2", "answer": "7", "reward": 0.0}])
