@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentworld.errors import ConfigError, CorruptDataError
-from agentworld.pool.layout import SHARD_SUFFIX, Layout, shard_digest
+from agentworld.pool.layout import (
+    SHARD_SUFFIX,
+    Layout,
+    final_replacement,
+    read_superseded,
+    shard_digest,
+)
 from agentworld.pool.merge import copy_shard
 from agentworld.pool.shards import verify_shard
 
@@ -60,6 +66,13 @@ def write_manifest(layout: Layout, *, ignore_objects: bool = False) -> int:
         listed = read_manifest(layout)
     for p in layout.shard_paths():
         listed[shard_digest(p)] = p.stat().st_size
+    # A shard compaction replaced (superseded.txt) goes once its replacement is listed:
+    # gc deletes it, and `--check` would call it missing forever.
+    sup = read_superseded(layout)
+    for digest in list(listed):
+        holder = _holder(layout, digest, sup)
+        if holder != digest and holder in listed:
+            del listed[digest]
     body = HEADER + "".join(f"{h} {listed[h]}\n" for h in sorted(listed))
     tmp = layout.root / f".MANIFEST.{os.getpid()}.tmp"
     tmp.write_text(body)
@@ -92,18 +105,35 @@ class ManifestCheck:
         return not self.missing and not self.corrupt
 
 
+def _holder(layout: Layout, digest: str, sup: dict[str, str] | None = None) -> str:
+    """The digest of the shard that holds a listed shard's records now: itself, or the end
+    of its chain of compactions in superseded.txt."""
+    sup = read_superseded(layout) if sup is None else sup
+    return final_replacement(sup, digest + SHARD_SUFFIX).removesuffix(SHARD_SUFFIX)
+
+
 def check_manifest(layout: Layout, *, verify: bool = True) -> ManifestCheck:
-    """Which listed shards are missing, the wrong size, or (with ``verify``) fail their hash."""
+    """Which listed shards are missing, the wrong size, or (with ``verify``) fail their hash.
+
+    A listed shard that compaction replaced (superseded.txt) needs its replacement instead,
+    listed or not: after ``gc`` only the replacement holds its records."""
     listed = read_manifest(layout)
     report = ManifestCheck(listed=len(listed))
     present = {shard_digest(p): p for p in layout.shard_paths()}
-    for digest, size in sorted(listed.items()):
+    sup = read_superseded(layout)
+    needed: dict[str, int | None] = {}
+    for digest, size in listed.items():
+        holder = _holder(layout, digest, sup)
+        needed.setdefault(holder, size if holder == digest else listed.get(holder))
+    for digest, size in sorted(needed.items()):
         path = present.get(digest)
         if path is None:
             report.missing.append(digest)
-        elif path.stat().st_size != size or (verify and verify_shard(path) is not None):
+        elif (size is not None and path.stat().st_size != size) or (
+            verify and verify_shard(path) is not None
+        ):
             report.corrupt.append(digest)
-    report.unlisted = sorted(set(present) - set(listed))
+    report.unlisted = sorted(set(present) - set(listed) - set(needed))
     return report
 
 

@@ -11,6 +11,7 @@ import pytest
 from agentworld.errors import CorruptDataError
 from agentworld.pool import Pool
 from agentworld.pool.diff import diff_pools, pool_at_revision
+from agentworld.pool.layout import shard_digest
 from agentworld.pool.manifest import check_manifest, fetch_shards, write_manifest
 from agentworld.pool.merge import merge_pools
 from agentworld.pool.shards import verify_shard
@@ -203,3 +204,32 @@ def test_manifest_route_keeps_shards_out_of_git(tmp_path: Path) -> None:
         "tr_a",
         "tr_c",
     ]
+
+
+def test_the_manifest_follows_compaction_and_gc(tmp_path: Path) -> None:
+    """After compact + gc, `--check` called every compacted shard missing (and rewriting the
+    manifest kept them), and a clone with the manifest from before fetched nothing."""
+    from agentworld.pool.maintenance import compact, gc
+
+    pool = Pool.create(tmp_path / "pool")
+    for i in range(3):
+        fill(pool, [{"tid": f"tr_{i}", "answer": "6", "reward": 1.0}])
+    assert write_manifest(pool.layout) == 3
+    old_manifest = (tmp_path / "pool" / "MANIFEST").read_text()
+    compact(pool)
+    gc(pool)
+    (shard,) = pool.layout.shard_paths()
+    check = check_manifest(pool.layout)  # the old lines' records are in the new shard
+    assert check.ok and check.missing == [] and check.unlisted == []
+    assert write_manifest(pool.layout) == 1  # the replaced shards leave it
+    assert check_manifest(pool.layout).ok
+
+    clone = tmp_path / "clone"  # the manifest from before, superseded.txt from after
+    Pool.create(clone)
+    (clone / "MANIFEST").write_text(old_manifest)
+    shutil.copy(tmp_path / "pool" / "superseded.txt", clone / "superseded.txt")
+    layout = Pool.open(clone).layout
+    assert check_manifest(layout).missing == [shard_digest(shard)]
+    copied, after = fetch_shards(layout, str(tmp_path / "pool"))
+    assert copied == 1 and after.ok
+    assert snapshot(clone) == snapshot(tmp_path / "pool")
