@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -289,13 +290,19 @@ def import_file(
     build = _atif_row if fmt == "atif" else _openai_row
     report = ImportReport()
     rows: list[_Row] = []
+    copies: Counter[bytes] = Counter()
     for location, raw in _sources(path, fmt):
         try:
             try:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
                 raise RowError("", f"not JSON: {exc}") from None
-            built = build(obj, location, raw, opts)
+            # A row's id comes from its bytes, so importing a file again adds nothing; the
+            # same row twice in what is imported (identical samples of one prompt, common
+            # in GRPO data) is two samples: the later copies' ids count them.
+            k = copies[raw]
+            copies[raw] += 1
+            built = build(obj, location, raw if k == 0 else raw + b"\0copy %d" % k, opts)
             for row in built:
                 for rec in row.records:
                     records.validate(rec)

@@ -202,3 +202,20 @@ def test_bad_rows_are_refused_with_line_numbers(pool: Pool, tmp_path: Path) -> N
     assert list(pool.iter_trajectories()) == []  # nothing half-imported
     report = import_file(pool, path, "openai-jsonl", ImportOptions(skip_bad=True))
     assert report.trajectories == 1 and len(report.bad_rows) == 3
+
+
+def test_identical_rows_are_each_a_sample_and_a_second_import_adds_nothing(
+    pool: Pool, tmp_path: Path
+) -> None:
+    """Three identical conversations (one prompt sampled thrice alike) were imported as one,
+    the other two reported "already present" in an empty pool."""
+    line = json.dumps(
+        {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
+    )
+    path = tmp_path / "sft.jsonl"
+    path.write_text(f"{line}\n{line}\n{line}\n")
+    report = import_file(pool, path, "openai-jsonl")
+    assert report.trajectories == 3 and report.already_present == 0
+    again = import_file(pool, path, "openai-jsonl")  # the same file: nothing new
+    assert again.trajectories == 0 and again.already_present == 3
+    assert pool.index().count_trajectories() == 3
