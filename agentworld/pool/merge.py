@@ -37,6 +37,8 @@ class MergeReport:
     label_lines_refused: list[str] = field(default_factory=list)
     superseded_added: int = 0
     journals_skipped: list[str] = field(default_factory=list)
+    # shards that failed fsck's checks there ("path: why"): not copied, the rest merged
+    shards_refused: list[str] = field(default_factory=list)
 
 
 def copy_shard(src: Path, dst_layout: Layout) -> int:
@@ -131,7 +133,11 @@ def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
         raise PoolError(f"{src.root}: cannot merge a pool into itself")
     report = MergeReport()
     for path in src.shard_paths():
-        n = copy_shard(path, dst)
+        try:
+            n = copy_shard(path, dst)
+        except CorruptDataError as exc:  # refused, named; the good shards still come
+            report.shards_refused.append(str(exc))
+            continue
         if n:
             report.shards_copied += 1
             report.bytes_copied += n

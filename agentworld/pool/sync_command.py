@@ -37,12 +37,18 @@ def merge(
     )
     for line in report.label_lines_refused:
         typer.echo(f"not merged: {other}/{line}", err=True)
+    for line in report.shards_refused:
+        typer.echo(f"not merged: {line}", err=True)
     if report.journals_skipped:
         typer.echo(
             f"{len(report.journals_skipped)} live journal(s) there were not merged: "
             "run `aw pool seal` on that pool once its writers stop, then merge again",
             err=True,
         )
+    if report.shards_refused:  # the rest came; a script must still see that some did not
+        from agentworld.errors import CorruptDataError
+
+        raise typer.Exit(CorruptDataError.exit_code)
 
 
 def diff(

@@ -229,3 +229,17 @@ def test_an_option_the_format_does_not_take_is_refused(
     assert isinstance(res.exception, ConfigError), res.output
     assert str(res.exception) == f"{flag}: -f {fmt} does not take it (only {takers})"
     assert not out.exists()  # refused before anything was written
+
+
+def test_merge_with_a_bad_shard_there_merges_the_rest_names_it_and_exits_6(
+    pool: Pool, tmp_path: Path
+) -> None:
+    other = Pool.create(tmp_path / "other")
+    fill(other, [{"tid": "tr_bad", "answer": "7", "reward": 0.0}])
+    (bad,) = other.layout.shard_paths()
+    bad.write_bytes(bad.read_bytes()[:-1] + b"\x00")
+    fill(other, [{"tid": "tr_good", "answer": "6", "reward": 1.0}])
+    res = runner.invoke(app, ["pool", "merge", str(other.root), "--pool", str(pool.root)])
+    assert res.exit_code == 6, res.output
+    assert f"not merged: {bad}" in res.stderr and "1 shards copied" in res.stderr
+    assert [t.id for t in pool.iter_trajectories()] == ["tr_good"]

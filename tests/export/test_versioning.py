@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from agentworld.errors import CorruptDataError
 from agentworld.pool import Pool
 from agentworld.pool.diff import diff_pools, pool_at_revision
 from agentworld.pool.layout import shard_digest
@@ -103,16 +102,23 @@ def test_merge_leaves_out_bad_label_lines_and_torn_tails_and_names_them(
     assert a.labels.effective()["trajectory:tr_1"]["tags"].value == ["x"]
 
 
-def test_merge_refuses_a_corrupt_shard(tmp_path: Path) -> None:
+def test_merge_refuses_a_corrupt_shard_and_merges_the_rest(tmp_path: Path) -> None:
+    """One bad shard there stopped the merge at it, the good ones and the labels not
+    copied, while the message named only the bad one."""
     a, b = Pool.create(tmp_path / "a"), Pool.create(tmp_path / "b")
     fill(b, [{"tid": "tr_2", "answer": "7", "reward": 0.0}])
     shard = b.layout.shard_paths()[0]
     data = bytearray(shard.read_bytes())
     data[-1] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(CorruptDataError, match="does not match"):
-        merge_pools(a.layout, tmp_path / "b")
-    assert a.layout.shard_paths() == []
+    fill(b, [{"tid": "tr_3", "answer": "6", "reward": 1.0}])
+    b.labels.set(["trajectory:tr_3"], {"quality": "good"}, author="ann", at=100.0)
+    report = merge_pools(a.layout, tmp_path / "b")
+    (refused,) = report.shards_refused
+    assert shard.name in refused and "does not match" in refused
+    assert report.shards_copied == 1 and report.label_lines_added == 1
+    assert [t.id for t in a.iter_trajectories()] == ["tr_3"]
+    assert_clean(tmp_path / "a")
 
 
 def test_git_clone_reads_identically_and_two_machines_merge(tmp_path: Path) -> None:
