@@ -135,6 +135,25 @@ def pool_path(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture
+def started_with(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """What `aw tui` hands ``make_app`` (its keyword arguments), the app itself not run."""
+    from agentworld.tui import app as app_module
+
+    seen: dict = {}
+
+    class NotRun:
+        def run(self) -> None:
+            pass
+
+    def fake_make_app(config: TuiConfig, **kw: object) -> NotRun:
+        seen.update(kw)
+        return NotRun()
+
+    monkeypatch.setattr(app_module, "make_app", fake_make_app)
+    return seen
+
+
 def app_for(pool_path: Path, *, start: str = "trajectories", **kw) -> AgentWorldApp:
     config = TuiConfig(
         str(pool_path),

@@ -111,22 +111,12 @@ def test_a_bad_label_line_is_one_error_line_before_the_app_starts(pool_path: Pat
     ],
 )
 def test_cli_opens_the_trajectory_an_id_names(
-    pool_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, opened: str
+    pool_path: Path, started_with: dict, given: str, opened: str
 ) -> None:
-    seen = {}
-
-    class Fake:
-        def run(self) -> None:
-            pass
-
-    def fake_make_app(config, **kw):
-        seen.update(kw)
-        return Fake()
-
-    monkeypatch.setattr(app_module, "make_app", fake_make_app)
     result = CliRunner().invoke(cli(), ["tui", "--pool", str(pool_path), "--open", given])
     assert result.exit_code == 0, result.output
-    assert seen["open_trajectory"] == opened and seen["start"] == "trajectories"
+    assert started_with["open_trajectory"] == opened
+    assert started_with["start"] == "trajectories"
 
 
 @pytest.mark.parametrize(

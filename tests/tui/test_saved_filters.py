@@ -8,7 +8,6 @@ import pytest
 from typer.testing import CliRunner
 
 from agentworld.errors import ConfigError
-from agentworld.tui import app as app_module
 from agentworld.tui.dialog import ChoiceDialog, PromptDialog
 from agentworld.tui.saved_filters import FILTERS_FILE, SavedFilters
 from agentworld.tui.trajectories import TrajectoriesScreen
@@ -105,21 +104,10 @@ def test_store_refuses_what_it_could_not_recall(tmp_path: Path) -> None:
         store.load()
 
 
-def test_cli_passes_the_filter_to_the_app(pool_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    seen = {}
-
-    class Fake:
-        def run(self) -> None:
-            pass
-
-    def fake_make_app(config, **kw):
-        seen.update(kw)
-        return Fake()
-
-    monkeypatch.setattr(app_module, "make_app", fake_make_app)
+def test_cli_passes_the_filter_to_the_app(pool_path: Path, started_with: dict) -> None:
     result = CliRunner().invoke(cli(), ["tui", "--pool", str(pool_path), "--filter", "mine"])
     assert result.exit_code == 0, result.output
-    assert seen["saved_filter"] == "mine" and seen["start"] == "trajectories"
+    assert started_with["saved_filter"] == "mine" and started_with["start"] == "trajectories"
 
 
 def test_web_passes_the_filter_to_each_tab(pool_path: Path) -> None:
