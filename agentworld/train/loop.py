@@ -230,7 +230,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         resume_dir = Path(cursor_state.checkpoint)
     meta0 = read_meta(resume_dir) if resume_dir else {}
     start_step = int(meta0.get("counts", {}).get("updates", 0))
-    if resume_dir and cfg.online is False and start_step >= cfg.max_steps:
+    if resume_dir and not cfg.online and start_step >= cfg.max_steps:
         raise ConfigError(  # it ran no update and said nothing
             f"train.max_steps: {cfg.max_steps}, but {resume_dir.name} is at update "
             f"{start_step} (max_steps counts the run's updates, not this session's)"
