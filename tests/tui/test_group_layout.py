@@ -68,7 +68,9 @@ async def test_group_labels_read_as_everywhere_else(tmp_path: Path) -> None:
     app = app_for(wide_group(tmp_path / "pool", 4))
     async with app.run_test(size=(120, 40)) as pilot:
         await shown_group(pilot)
-        row = next(s for s in screen_text(pilot.app) if s.lstrip().startswith("tr_wide-3"))
+        rows = lambda: [s for s in screen_text(pilot.app) if s.lstrip().startswith("tr_wide-3")]  # noqa: E731
+        await until(pilot, rows)  # drawn (a loaded machine draws late)
+        row = rows()[0]
         assert "quality=good tags=arith,short trainable=true" in row, row
         assert "['" not in row and "True" not in row
 
@@ -119,6 +121,8 @@ async def test_page_keys_scroll_a_card_taller_than_the_screen(tmp_path: Path) ->
         cards = lambda: list(screen.query(".card"))  # noqa: E731
         await until(pilot, lambda: len(cards()) == 3 and cards()[-1].region)
         assert not any("END0" in s for s in screen_text(app))  # below the screen's foot
+        side = screen.query_one("#side")
+        await until(pilot, lambda: side.max_scroll_y > 0)  # laid out: there is room to scroll
         await pilot.press("pagedown")
         await until(pilot, lambda: any("END0" in s for s in screen_text(app)))
         await pilot.press("pageup")

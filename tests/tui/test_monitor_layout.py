@@ -86,6 +86,8 @@ async def test_rewards_of_one_value_are_one_bin_not_a_made_up_range(
 async def test_every_per_agent_column_is_on_screen(pool_path: Path, size: tuple[int, int]) -> None:
     async with app_for(pool_path, start="monitor").run_test(size=size) as pilot:
         monitor = await shown_monitor(pilot)
+        solver_rows = lambda: [ln for ln in screen_text(pilot.app) if ln.split()[:1] == ["solver"]]  # noqa: E731
+        await until(pilot, solver_rows)  # the per-agent table, drawn (late on a loaded host)
         lines = screen_text(pilot.app)
         header = next(line for line in lines if " dataset " in line)
         assert header.split()[:8] == [
@@ -116,20 +118,20 @@ async def test_proxy_stats_are_whole_and_reachable_with_keys(
         col = lines[row].index("proxy")
         assert not any("…" in line[col:] for line in lines[row:]), lines[row:]
         await pilot.press("home")
-        await until(pilot, lambda: body.scroll_y == 0)
-        assert "steps 12" in screen_text(app)[1]
+        await until(pilot, lambda: body.scroll_y == 0 and "steps 12" in screen_text(app)[1])
 
 
 async def test_page_and_arrow_keys_scroll_the_monitor_at_80x24(pool_path: Path) -> None:
     async with app_for(pool_path, start="monitor").run_test(size=(80, 24)) as pilot:
         monitor = await shown_monitor(pilot)
         body = monitor.query_one(VerticalScroll)
-        assert body.max_scroll_y > 0 and body.scroll_y == 0
+        await until(pilot, lambda: body.max_scroll_y > 0)  # laid out, taller than the screen
+        assert body.scroll_y == 0
         await pilot.press("down")
         await until(pilot, lambda: body.scroll_y == 1)
         await pilot.press("pagedown")
         await until(pilot, lambda: body.scroll_y > 1)
-        assert any("errors (latest)" in line for line in screen_text(pilot.app))
+        await until(pilot, lambda: any("errors (latest)" in ln for ln in screen_text(pilot.app)))
         await pilot.press("pageup", "up")
         await until(pilot, lambda: body.scroll_y == 0)
         await pilot.press("question_mark")
@@ -141,4 +143,7 @@ async def test_page_and_arrow_keys_scroll_the_monitor_at_80x24(pool_path: Path) 
 async def test_policy_versions_say_they_count_steps(pool_path: Path) -> None:
     async with app_for(pool_path, start="monitor").run_test(size=(80, 24)) as pilot:
         await shown_monitor(pilot)
-        assert any("steps per policy version v1:12" in line for line in screen_text(pilot.app))
+        await until(
+            pilot,
+            lambda: any("steps per policy version v1:12" in ln for ln in screen_text(pilot.app)),
+        )

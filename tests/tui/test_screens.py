@@ -517,8 +517,9 @@ async def test_monitor_shows_proxy_stats_or_why_not(pool_path: Path) -> None:
             pilot, lambda: isinstance(pilot.app.screen, MonitorScreen) and pilot.app.screen.ready
         )
         proxy = pilot.app.screen.query_one("#proxy", Static)  # drawn at its width: its lines
-        text = "".join(proxy.render_line(y).text for y in range(proxy.size.height))
-        assert text.startswith("proxy") and "unreachable" in text
+        text = lambda: "".join(proxy.render_line(y).text for y in range(proxy.size.height))  # noqa: E731
+        await until(pilot, lambda: "unreachable" in text())  # drawn late on a loaded host
+        assert text().startswith("proxy")
 
 
 async def test_help_lists_every_key_and_palette_has_every_action(pool_path: Path) -> None:
