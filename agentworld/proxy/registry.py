@@ -396,13 +396,19 @@ def _read(got: dict[str, Any], tid: str, row: dict[str, Any]) -> dict[str, Any] 
     return rec
 
 
+def _trajectory_seed(rec: dict[str, Any] | None) -> int | None:
+    """The seed a trajectory was opened with, as its last step recorded it (``seed_call``)."""
+    seed = ((rec or {}).get("metadata") or {}).get("trajectory_seed")
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
 def restore(
     registry: Registry, pool: Any, *, limit: int = 100_000, instance: str | None = None
 ) -> int:
     """Re-open the pool's open trajectories (no end record) after a restart.
 
-    Steps are numbered on from the last one stored; threaded trajectories get
-    their continuation points back from their last step. Only the trajectories
+    Steps are numbered on from the last one stored, a seeded trajectory keeps its
+    seed; threaded trajectories get their continuation points back from their last step. Only the trajectories
     whose last step this proxy ``instance`` served are taken (its name is in the
     step's ``metadata.proxy``; an unnamed proxy's steps carry none): another
     proxy sharing the pool goes on serving, and timing out, its own. A
@@ -441,6 +447,7 @@ def restore(
             next_index=max(s["idx"] for s in steps) + 1,
             steps=len(steps),
             policy_version=row.get("policy_max") or 0,
+            seed=_trajectory_seed(rec),
         )
         for s in steps:
             t.step_ids.setdefault(s["idx"], []).append(s["id"])

@@ -280,8 +280,31 @@ async def test_a_seeded_trajectory_seeds_each_call_the_agent_left_unseeded(proxy
     assert steps[1]["request"]["params"]["seed"] == 5 and "seed" not in steps[1]["metadata"]
     assert steps[2]["metadata"]["seed"] == derive(11, 2)  # the Anthropic call, translated
     assert steps[3]["request"]["params"]["seed"] == derive(11, 3) != derive(11, 0)
+    assert {s["metadata"]["trajectory_seed"] for s in steps.values()} == {11}
     (unseeded,) = [s for s in steps_of(pool) if s["trajectory"] == plain["trajectory"]]
     assert "seed" not in unseeded["request"]["params"] and "seed" not in unseeded["metadata"]
+    assert "trajectory_seed" not in unseeded["metadata"]
+
+
+async def test_a_seeded_trajectory_stays_seeded_across_a_restart(make_proxy, pool):
+    """A proxy restart reopens a seeded trajectory with its seed: the next call is sent
+    the seed a proxy that never stopped would have sent it."""
+    first = await make_proxy()
+    _, created = await post(first.url + "/aw/trajectories", {"agent": "solver", "seed": 11})
+    tid = created["trajectory"]
+    c = client(first.trajectory_url(tid))
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "a"}], seed=3)
+    await c.close()
+    await first.stop()
+
+    second = await make_proxy()
+    c = client(second.trajectory_url(tid))
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}])
+    await c.close()
+    await second.stop()
+    steps = {s["index"]: s for s in steps_of(pool) if s["trajectory"] == tid}
+    assert steps[0]["request"]["params"]["seed"] == 3  # the agent's own; the trajectory's kept
+    assert steps[1]["request"]["params"]["seed"] == derive(11, 1) == steps[1]["metadata"]["seed"]
 
 
 async def test_group_and_agent_path_segments(proxy, pool):

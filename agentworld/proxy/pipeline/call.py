@@ -117,9 +117,14 @@ def new_call(
 def seed_call(call: Call, body: dict[str, Any], mode: str) -> None:
     """A call of a trajectory opened with a seed (`aw run --seed`) gets its own: the
     agent's own ``seed`` wins, else ``derive(trajectory seed, step index)`` goes upstream
-    and into the step's metadata. Not on a pass-through call: that API has no seed."""
+    and into the step's metadata. Not on a pass-through call: that API has no seed.
+    Every call of a seeded trajectory records the trajectory's seed
+    (``metadata.trajectory_seed``): a restarted proxy reopens it seeded (``restore``)."""
     seed = call.trajectory.seed
-    if seed is None or mode == PASSTHROUGH or "seed" in body:
+    if seed is None:
+        return
+    call.metadata["trajectory_seed"] = seed
+    if mode == PASSTHROUGH or "seed" in body:
         return
     call.sent["seed"] = call.metadata["seed"] = derive(seed, call.index)
 
