@@ -71,13 +71,23 @@ def init(
 ) -> None:
     """Create pool/, agents.toml and datasets.toml in a folder."""
     from agentworld.pool import Pool
-    from agentworld.templates import write_templates
+    from agentworld.templates import TEMPLATE_NAMES, write_templates
 
     pool = Pool.create(path / "pool")
     written = write_templates(path)
     typer.echo(f"pool ready at {pool.root}", err=True)
-    for f in written:
-        typer.echo(f"wrote {f}", err=True)
+    for name in TEMPLATE_NAMES:
+        f = path / name
+        typer.echo(f"wrote {f}" if f in written else f"kept {f} (already there)", err=True)
+    where = "" if path.resolve() == Path.cwd().resolve() else f" (in {path})"
+    typer.echo(f"next{where}:\n{FIRST_STEPS}", err=True)
+
+
+# What `aw init` suggests next: the README's first rollout, on the embedded model.
+FIRST_STEPS = """\
+  aw serve                                      # the embedded model on :8000, in its own terminal
+  aw run --agent math --dataset mini-gsm -n 4   # 4 rollouts a task, recorded in pool/
+  aw tui                                        # watch them land, inspect, curate"""
 
 
 # Commands from the other subsystems register here (each module imports only

@@ -142,12 +142,15 @@ scorer = { type = "numeric" }
 """
 
 
+TEMPLATE_NAMES = ("agents.toml", "datasets.toml")
+
+
 def write_templates(folder: Path) -> list[Path]:
     """Write the example config files that do not exist yet; return what was written."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in (("agents.toml", AGENTS_TOML), ("datasets.toml", DATASETS_TOML)):
+    for name, text in zip(TEMPLATE_NAMES, (AGENTS_TOML, DATASETS_TOML), strict=True):
         path = folder / name
         if path.exists():
             continue

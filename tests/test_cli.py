@@ -73,6 +73,18 @@ def test_init_creates_pool_and_configs(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert (tmp_path / "pool" / "POOL.toml").exists()
     Pool.open(tmp_path / "pool")  # readable
+    assert f"wrote {tmp_path / 'agents.toml'}" in res.output
+    assert f"next (in {tmp_path}):" in res.output  # what to run there, in order
+    steps = [line.split("#")[0].split() for line in res.output.splitlines()[-3:]]
+    assert [s[:2] for s in steps] == [["aw", "serve"], ["aw", "run"], ["aw", "tui"]]
+    assert "--dataset mini-gsm" in res.output  # a dataset the written datasets.toml has
+    assert "[datasets.mini-gsm]" in (tmp_path / "datasets.toml").read_text()
+    (tmp_path / "agents.toml").write_text("# mine\n")
+    again = runner.invoke(app, ["init", str(tmp_path)])
+    assert again.exit_code == 0 and f"kept {tmp_path / 'agents.toml'} (already there)" in (
+        again.output
+    )
+    assert (tmp_path / "agents.toml").read_text() == "# mine\n"
 
 
 def test_stats_and_ls_json(pool: Pool) -> None:
