@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agentworld.config import AgentConfig
 from agentworld.errors import ConfigError
+from agentworld.run.upstream_probe import check_upstreams
 
 
 @asynccontextmanager
@@ -37,6 +38,7 @@ async def local_proxy(
             f"cannot start a proxy in-process ({exc}); start `aw proxy` and pass --proxy URL"
         ) from None
     upstream = UpstreamConfig.from_table(agent.upstream, where)
+    await check_upstreams(agent.name, upstream.urls, str(agent.where.path))
     agents = {agent.name: upstream}
     config = ProxyConfig(
         agents=agents,

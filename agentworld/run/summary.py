@@ -144,7 +144,21 @@ def summarise(
         if r.status in ("failed", "timeout") and r.error
     )
     out["error_types"] = dict(errors)
+    # What went wrong, in words: the first message of the commonest error type.
+    out["error_example"] = None
+    if errors:
+        commonest = errors.most_common(1)[0][0]
+        out["error_example"] = next(
+            (r.error or {}).get("message")
+            for r in results
+            if r.status in ("failed", "timeout")
+            and r.error
+            and r.error.get("type", "?") == commonest
+        )
     return out
+
+
+ERROR_EXAMPLE_CHARS = 200  # of the example error's message in the table
 
 
 def _num(x: float | None, fmt: str = "{:.3f}") -> str:
@@ -187,5 +201,10 @@ def render(summary: Mapping[str, Any]) -> Table:
     row("status", statuses or "-")
     errors = ", ".join(f"{k} {v}" for k, v in sorted(summary["error_types"].items()))
     row("errors", f"{summary['errors']}" + (f" ({errors})" if errors else ""))
+    example = summary.get("error_example")
+    if example:
+        one_line = " ".join(str(example).split())
+        cut = one_line[:ERROR_EXAMPLE_CHARS]
+        row("  e.g.", cut + ("…" if len(one_line) > len(cut) else ""))
     row("wall time", f"{summary['wall_s']:.1f} s")
     return table

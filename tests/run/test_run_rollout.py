@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 from collections import Counter
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import typer
 from aw_run_fakes import CLI_AGENT, PYTHON, FakeProxy, tasks_jsonl, write
+from rich.console import Console
 from typer.testing import CliRunner
 
 from agentworld.errors import ConfigError
@@ -202,6 +204,11 @@ async def test_crashing_and_hanging_agents_fail_their_own_trajectory_only(
     assert fake_proxy.completed[failed.trajectory]["status"] == "failed"
     assert fake_proxy.completed[failed.trajectory]["error"]["message"] == "odd task"
     assert summary["errors"] == 1 and summary["error_types"] == {"ValueError": 1}
+    assert summary["error_example"] == "odd task"  # what went wrong, in words
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(render(summary))
+    (line,) = [line for line in console.export_text().splitlines() if "e.g." in line]
+    assert "odd task" in line
     assert summary["success_rate"] == pytest.approx(2 / 3)  # t0 and t2 answer right
 
     for agent, status, kind in [
