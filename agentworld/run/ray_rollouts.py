@@ -213,6 +213,8 @@ async def run_on_ray(
 
         Pool.create(opts.pool).close()
     assert opts.ray is not None
+    if on_start is not None:  # known now: the progress line counts while the cluster starts
+        on_start(len(p.tasks) * opts.n)
     connect(opts.ray)
     run_id = new_id("ray")
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU")]
@@ -238,8 +240,6 @@ async def run_on_ray(
         raise UpstreamError(f"--ray: a node's proxy did not start: {_why(exc)}") from None
     urls = dict(zip(proxies, started, strict=True))
     report = RunReport(opts.agent, p.dataset.name, p.split, opts.n, len(p.tasks))
-    if on_start is not None:
-        on_start(len(p.tasks) * opts.n)
     pending: dict[Any, tuple[Any, str, str]] = {}  # ref -> (task, group, node)
     queue = [(task, new_id("gr")) for task in p.tasks]
     lost_groups: set[str] = set()
