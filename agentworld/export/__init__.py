@@ -179,9 +179,11 @@ def export(
         from agentworld.export import tabular, verl
 
         rows = verl.rows(trajs, counts, ability=options.ability, data_source=options.data_source)
-        names = verl.tool_names(rows)
-        arrow_schema = verl.schema(names, verl.message_keys(rows))
-        counts["rows"] = tabular.write_parquet(rows, out, arrow_schema)
+        plain = verl.plain_prompts(rows)
+        arrow_schema = verl.schema(verl.tool_names(rows), json_prompt=not plain)
+        counts["rows"] = tabular.write_parquet(
+            rows if plain else verl.json_prompts(rows), out, arrow_schema
+        )
         datasets = Path(options.datasets) if options.datasets else None
         extra["reward"] = verl.route_rewards(rows, out, datasets)
     else:

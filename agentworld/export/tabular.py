@@ -318,18 +318,36 @@ def write_parquet(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: 
     n = 0
     batch: list[dict[str, Any]] = []
     tmp = out.with_name(f".{out.name}.tmp")
+    # pyarrow builds no extension type (JSON) from Python values: rows are built as
+    # their storage (JSON text) and cast.
+    storage = pa.schema([(f.name, _storage_type(pa, f.type)) for f in arrow_schema])
+
+    def table(rows: list[dict[str, Any]]) -> Any:
+        return pa.Table.from_pylist(rows, schema=storage).cast(arrow_schema)
+
     with pq.ParquetWriter(tmp, arrow_schema) as writer:
         for row in rows_iter:
             batch.append(row)
             if len(batch) >= BATCH_ROWS:
-                writer.write_table(pa.Table.from_pylist(batch, schema=arrow_schema))
+                writer.write_table(table(batch))
                 n += len(batch)
                 batch.clear()
         if batch or n == 0:
-            writer.write_table(pa.Table.from_pylist(batch, schema=arrow_schema))
+            writer.write_table(table(batch))
             n += len(batch)
     tmp.replace(out)
     return n
+
+
+def _storage_type(pa: Any, t: Any) -> Any:
+    """``t`` with every extension type replaced by its storage type (lists and structs walked)."""
+    if isinstance(t, pa.BaseExtensionType):
+        return t.storage_type
+    if pa.types.is_list(t):
+        return pa.list_(_storage_type(pa, t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([(f.name, _storage_type(pa, f.type)) for f in t])
+    return t
 
 
 def write_hf(

@@ -4,9 +4,18 @@ verl's trainer reads ``data_source``, ``prompt`` (a chat list), ``ability``,
 ``reward_model`` ``{style, ground_truth}``, ``extra_info`` and, for its
 multi-turn agent loop, ``agent_name`` and ``extra_info.tools_kwargs``
 (``verl/utils/dataset/rl_dataset.py``, ``verl/experimental/agent_loop/``).
-The prompt is the first call's messages as the agent sent them (developer
-as system, as every chat export; assistant tool calls and tool results kept);
-the ground truth is the dataset's reference answer that ``aw run`` records as
+The prompt is the first call's messages as the agent sent them, in the shape
+Hugging Face chat templates take, as ``-f trl`` writes them (developer as
+system; tool calls as ``{id, type, function: {name, arguments}}`` with
+arguments an object, tool results with their ``name``). verl hands
+``prompt`` to ``apply_chat_template`` as ``datasets`` reads it back, so the
+column's Parquet type decides what a template sees: an Arrow struct gives
+every message every field (a null ``tool_calls`` fails Llama 3.1's template)
+and arguments one type (a JSON string, which ``| tojson`` quotes a second
+time). A prompt of role and content only is a struct of those two; once a
+prompt holds tool traffic, each message is Arrow's JSON type, which
+``datasets`` (5 and later) reads back as the message's own keys. The
+ground truth is the dataset's reference answer that ``aw run`` records as
 ``metadata.ground_truth`` (never the agent's own ``metadata.answer``); tasks
 without one get ``""`` and are counted as ``tasks_without_ground_truth``.
 
@@ -22,14 +31,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from agentworld.export.conversation import content_text, openai_tools
-from agentworld.export.openai import to_openai_message
+from agentworld.export.conversation import openai_tools, trl_messages
 from agentworld.export.select import fold_tasks
 from agentworld.export.tabular import import_pyarrow
 from agentworld.pool import Trajectory
@@ -74,28 +82,17 @@ def verl_scores(data_source: str) -> bool:
     return data_source in VERL_SCORED or data_source.startswith("aime")
 
 
-MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id")
+PLAIN_KEYS = frozenset({"role", "content"})
 
 
-def schema(tool_names: Iterable[str] = (), message_keys: Iterable[str] = MESSAGE_KEYS) -> Any:
+def schema(tool_names: Iterable[str] = (), *, json_prompt: bool = False) -> Any:
     """The Arrow schema of verl rows (``tools_kwargs`` has one field per tool offered;
-    a prompt message the fields of ``message_keys``, role and content always)."""
+    a prompt message a ``{role, content}`` struct, or with ``json_prompt`` a JSON object)."""
     pa = import_pyarrow()
-    call = pa.struct(
-        [
-            ("id", pa.string()),
-            ("type", pa.string()),
-            ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
-        ]
-    )
-    types = {
-        "role": pa.string(),
-        "content": pa.string(),
-        "tool_calls": pa.list_(call),
-        "tool_call_id": pa.string(),
-    }
-    keys = {"role", "content", *message_keys}
-    message = pa.struct([(k, types[k]) for k in MESSAGE_KEYS if k in keys])
+    if json_prompt:
+        message = pa.json_()
+    else:
+        message = pa.struct([("role", pa.string()), ("content", pa.string())])
     create = pa.struct([("create_kwargs", pa.struct([("ground_truth", pa.string())]))])
     extra = [
         ("split", pa.string()),
@@ -121,17 +118,6 @@ def schema(tool_names: Iterable[str] = (), message_keys: Iterable[str] = MESSAGE
             ("extra_info", pa.struct(extra)),
         ]
     )
-
-
-def verl_message(m: dict[str, Any]) -> dict[str, Any]:
-    """A prompt message as verl hands it to the chat template: the OpenAI export's, text content.
-
-    ``name`` is dropped: the Parquet struct holds one shape for every message.
-    """
-    out = to_openai_message(m)
-    out.pop("name", None)
-    out["content"] = content_text(m.get("content"))
-    return out
 
 
 def rows(
@@ -166,7 +152,7 @@ def rows(
             {
                 "data_source": data_source or fold.dataset or fold.agent,
                 "agent_name": TOOL_AGENT if tools else SINGLE_TURN_AGENT,
-                "prompt": [verl_message(m) for m in fold.first["request"]["messages"]],
+                "prompt": trl_messages(fold.first["request"]["messages"]),
                 "ability": ability or fold.agent,
                 "reward_model": {"style": "rule", "ground_truth": gt},
                 "extra_info": info,
@@ -175,12 +161,16 @@ def rows(
     return out
 
 
-def message_keys(rows_: list[dict[str, Any]]) -> list[str]:
-    """The message keys the rows' prompts use. Parquet gives every message of a column the
-    same fields, and a key present as null breaks chat templates that test ``'tool_calls'
-    in message`` (Llama 3.1's): a plain system + user prompt gets role and content only."""
-    used = {k for r in rows_ for m in r["prompt"] for k in m}
-    return [k for k in MESSAGE_KEYS if k in used]
+def plain_prompts(rows_: list[dict[str, Any]]) -> bool:
+    """Whether every prompt message is role and content only (no tool traffic, no
+    reasoning): then ``prompt`` is a plain struct list, as verl's own examples write it."""
+    return all(PLAIN_KEYS.issuperset(m) for r in rows_ for m in r["prompt"])
+
+
+def json_prompts(rows_: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Rows with each prompt message as JSON text, the storage of Arrow's JSON type."""
+    for row in rows_:
+        yield {**row, "prompt": [orjson.dumps(m).decode() for m in row["prompt"]]}
 
 
 def tool_names(rows_: list[dict[str, Any]]) -> list[str]:

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import tempfile
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from agentworld import records
 from agentworld.export import ExportOptions, export
 from agentworld.pool import Pool
+from tests.export.chat_templates import LLAMA31_TOOL_LOOP, QWEN25_TOOL_LOOP
 from tests.export.trajectories import TOOLS, trajectory_records
 from tests.export.verl_pinned import agent_loop, naive_reward, rl_dataset_item
 
+datasets = pytest.importorskip("datasets")  # verl reads its Parquet with datasets
+
 
 def _rows(path: Path) -> list[dict]:
-    return [rl_dataset_item(r) for r in pq.read_table(path).to_pylist()]
+    """The rows as verl's RLHFDataset has them: read by ``datasets.load_dataset("parquet")``."""
+    cache = tempfile.mkdtemp(dir=path.parent, prefix=".hf-cache-")  # a fresh read each time
+    ds = datasets.load_dataset("parquet", data_files=str(path), cache_dir=cache)["train"]
+    return [rl_dataset_item(dict(r)) for r in ds]
 
 
 def _datasets_toml(tmp_path: Path) -> Path:
@@ -59,24 +65,67 @@ def test_tools_reach_verls_tool_agent_loop(filled: Pool, tmp_path: Path) -> None
     assert json.loads(row["extra_info"]["tools"]) == TOOLS
 
 
-def test_a_first_call_with_history_keeps_its_prompt(pool: Pool, tmp_path: Path) -> None:
+def _resumed(pool: Pool) -> None:
+    """Task t1 first recorded mid-conversation (a resumed or forked agent): its first
+    prompt holds a tool call and its result. Task t2 starts plainly."""
     recs = trajectory_records("tr_h", answer="6", reward=1.0, turns=1)
     step = recs[1]  # the second call: history with an assistant tool call and its result
     step["request"]["messages"][0]["role"] = "developer"
     recs = [r for r in recs if r.get("id") != recs[0]["id"]]
     recs[0] = records.make_step(**{**step, "index": 0})  # it is the first call recorded
+    recs += trajectory_records("tr_p", answer="6", reward=1.0, turns=0, task="t2")
     with pool.writer() as w:
         for rec in recs:
             w.append(rec)
+
+
+def test_a_first_call_with_history_keeps_its_prompt(pool: Pool, tmp_path: Path) -> None:
+    _resumed(pool)
     out = tmp_path / "verl.parquet"
     export(pool, "verl", out)
-    (row,) = _rows(out)
-    prompt = row["raw_prompt"]
+    rows = _rows(out)
+    prompt = next(r for r in rows if r["extra_info"]["task"] == "t1")["raw_prompt"]
     assert [m["role"] for m in prompt] == ["system", "user", "assistant", "tool"]
-    assert prompt[2]["tool_calls"] == [
-        {"id": "call_0", "type": "function", "function": {"name": "calc", "arguments": '{"e": "0+1"}'}}
-    ]  # fmt: skip
-    assert prompt[3]["tool_call_id"] == "call_0" and prompt[3]["content"] == "1"
+    # The chat-template shape -f trl writes: arguments an object, each message its own keys.
+    assert prompt[2] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "calc", "arguments": {"e": "0+1"}}}
+        ],
+    }  # fmt: skip
+    assert prompt[3] == {"role": "tool", "content": "1", "tool_call_id": "call_0", "name": "calc"}
+    plain = next(r for r in rows if r["extra_info"]["task"] == "t2")["raw_prompt"]
+    assert [sorted(m) for m in plain] == [["content", "role"]] * 2  # no null tool_calls beside
+
+
+def test_prompts_render_through_chat_templates_without_double_encoding(
+    pool: Pool, tmp_path: Path
+) -> None:
+    """Qwen2.5's and Llama 3.1's templates `tojson` the arguments: a JSON string came out
+    quoted again ("{\\"e\\": ...}"), and a null tool_calls failed Llama's on plain prompts."""
+    from transformers import AutoTokenizer
+
+    from agentworld.serve.tiny import make_tiny_tokenizer
+
+    make_tiny_tokenizer(tmp_path / "tok")
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    _resumed(pool)
+    out = tmp_path / "verl.parquet"
+    export(pool, "verl", out)
+    rows = {r["extra_info"]["task"]: r["raw_prompt"] for r in _rows(out)}
+
+    def render(prompt: list[dict], template: str) -> str:
+        return tok.apply_chat_template(
+            prompt, chat_template=template, tokenize=False, add_generation_prompt=True
+        )
+
+    qwen = render(rows["t1"], QWEN25_TOOL_LOOP)
+    assert '{"name": "calc", "arguments": {"e": "0+1"}}' in qwen
+    llama = render(rows["t1"], LLAMA31_TOOL_LOOP)
+    assert '{"name": "calc", "parameters": {"e": "0+1"}}' in llama
+    assert "\\" not in qwen + llama  # nothing escaped twice
+    assert "Task t2: what is 1+2+3?" in render(rows["t2"], LLAMA31_TOOL_LOOP)
 
 
 def test_rewards_go_to_a_scorer_that_exists(filled: Pool, tmp_path: Path) -> None:
