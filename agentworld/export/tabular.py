@@ -11,6 +11,12 @@ sequence (``input_ids``/``assistant_masks``/``logprobs``) as long as each
 step's prompt ids continue the previous prompt + completion exactly, the
 same rule the trainer uses; where that chain breaks, the trajectory gives one
 row per chain (``sequence`` 0, 1, ...; ``sequence_breaks`` counts the breaks).
+
+Parquet rows are a raw dump: ``messages`` and ``response`` keep the pool's
+own message form (one struct for all, null where absent; tool calls flat
+``{id, name, arguments}``, arguments the model's JSON text), which analysis
+reads as recorded. ``-f hf`` rows turn them into the shape chat templates
+take (``json_messages``), which an Arrow struct cannot hold.
 """
 
 from __future__ import annotations

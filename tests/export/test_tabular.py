@@ -34,9 +34,12 @@ def test_step_rows_have_ids_masks_logprobs_rewards_groups(filled: Pool, tmp_path
     assert r["assistant_masks"] == [0] * 8 + [1] * 3
     assert r["completion_logprobs"] == [-0.5, -0.25, -0.125]
     assert r["group"] == "g1" and r["token_source"] == "engine"
+    # The pool's own message form, as the README says (-f hf gives the chat-template one).
     assert r["response"]["tool_calls"] == [
         {"id": "call_1", "name": "calc", "arguments": '{"e": "1+1"}'}
     ]
+    assert r["messages"][2]["tool_calls"][0]["arguments"] == '{"e": "0+1"}'
+    assert r["messages"][0]["tool_calls"] == [] and r["messages"][0]["name"] is None
     assert rows["tr_a2_s0"]["trajectory_reward"] == 0.25
     assert rows["tr_a2_s0"]["quality"] == "bad"
     assert rows["tr_a1_s0"]["trajectory_reward"] == 1.0
