@@ -141,7 +141,12 @@ def preference_rows(trajs: Iterable[Trajectory], counts: Counter[str]) -> Iterat
 
 
 def prompt_rows(trajs: Iterable[Trajectory], counts: Counter[str]) -> Iterator[dict[str, Any]]:
-    """One prompt-only row per task, for GRPO: TRL hands the other columns to reward functions."""
+    """One prompt-only row per task, for GRPO: TRL hands the other columns to reward functions.
+
+    ``tools`` among them, and only there: GRPOTrainer renders prompts with the
+    callables of its own ``tools=[...]`` (``trl/trainer/grpo_trainer.py``), which
+    no dataset column can supply; the README says how to match them.
+    """
     for fold in fold_tasks(trajs, counts):
         yield {
             "prompt": trl_messages(fold.first["request"]["messages"]),

@@ -183,9 +183,11 @@ def test_trl_grpo_trainer_takes_prompt_rows(filled: Pool, tmp_path: Path, tiny_d
     ]
     assert row["ground_truth"] == "6" and row["mean_reward"] == 0.5
     seen: list[str] = []
+    tools_seen: list[str] = []
 
     def reward(prompts: list, completions: list, ground_truth: list, **kw: Any) -> list[float]:
         seen.extend(ground_truth)
+        tools_seen.extend(kw["tools"])
         return [0.0] * len(completions)
 
     config = GRPOConfig(
@@ -203,5 +205,9 @@ def test_trl_grpo_trainer_takes_prompt_rows(filled: Pool, tmp_path: Path, tiny_d
     trainer = GRPOTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok
     )
+    # The README's word: without tools=[...] of its own, TRL renders prompts with no tools;
+    # the column reaches reward functions only.
+    assert not trainer.tools
     trainer.train()
     assert seen and set(seen) <= {"6"}
+    assert tools_seen and {json.loads(t)[0]["function"]["name"] for t in tools_seen} == {"calc"}
