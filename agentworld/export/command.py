@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, TextIO
 
 import typer
 
@@ -78,9 +79,6 @@ def export(
     so does a selection the format makes nothing of (preference pairs need groups whose
     rewards differ).
     """
-    from rich.console import Console
-    from rich.progress import Progress
-
     from agentworld.errors import NotFoundError
     from agentworld.export import export as run_export
     from agentworld.export import options_for
@@ -115,8 +113,7 @@ def export(
     pool = open_pool(pool_path)
     total = pool.index().count_trajectories(sel)
     empty = explain_empty(pool, sel) if total == 0 else []
-    console = Console(stderr=True)  # no bar off a terminal: Rich would leave a blank line
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+    with _progress(sys.stderr) as bar:
         task_id = bar.add_task(f"exporting {fmt}", total=total or None)
         manifest = run_export(
             pool, fmt, out, sel, options, progress=lambda n: bar.update(task_id, completed=n)
@@ -140,6 +137,31 @@ def export(
         for line in empty:
             typer.echo(line, err=True)
         raise typer.Exit(NotFoundError.exit_code)
+
+
+def _progress(stream: TextIO) -> Any:
+    """The trajectories read so far out of those selected, as a transient bar on a
+    terminal; off one (a log, a pipe, a script's ``2>``), as for ``aw run``, no bar:
+    Rich would still end it with a blank line, and stderr is the summary lines only."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("trajectories"),
+        TimeElapsedColumn(),
+        console=Console(file=stream),
+        transient=True,
+        disable=not stream.isatty(),
+    )
 
 
 def pool_import(

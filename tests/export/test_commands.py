@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from agentworld.export.command import export, pool_import
 from agentworld.pool import Pool
 from agentworld.pool.sync_command import diff, fetch, manifest, merge
 from tests.export.trajectories import fill, trajectory_records
+from tests.terminal import Stderr
 
 app = typer.Typer()
 app.command("export")(export)
@@ -243,3 +245,26 @@ def test_merge_with_a_bad_shard_there_merges_the_rest_names_it_and_exits_6(
     assert res.exit_code == 6, res.output
     assert f"not merged: {bad}" in res.stderr and "1 shards copied" in res.stderr
     assert [t.id for t in pool.iter_trajectories()] == ["tr_good"]
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_an_export_counts_trajectories_on_a_terminal_only(
+    filled: Pool, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch, tty: bool
+) -> None:
+    """A long export said nothing until it ended; off a terminal stderr stays the summary."""
+    monkeypatch.setattr("agentworld.export.command.sys.stderr", Stderr(sys.stderr, tty))
+    capfd.readouterr()
+    args = [
+        "export",
+        "-f",
+        "parquet",
+        "-o",
+        str(tmp_path / "s.parquet"),
+        "--pool",
+        str(filled.root),
+    ]
+    assert typer.main.get_command(app).main(args, standalone_mode=False) is None
+    err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", capfd.readouterr().err)  # colours, cursor
+    assert ("exporting parquet" in err and "4/4 trajectories" in err) is tty
+    if not tty:
+        assert err.startswith("wrote ") and err.count("\n") == 1, err
