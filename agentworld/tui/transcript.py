@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.table import Table
 from rich.text import Text
 
 from agentworld.literal import clean, literal
@@ -266,8 +267,20 @@ def step_summary(step: dict[str, Any], mark: str = "") -> Text:
     return out
 
 
-def step_metadata(step: dict[str, Any]) -> Text:
-    """Timings, usage, finish reason, policy version, token source, error and labels."""
+def step_metadata(step: dict[str, Any]) -> Table:
+    """Timings, usage, finish reason, policy version, token source, error and labels: a
+    key column and a value column, a long value wrapping within its own column (as one
+    Text it went on at the pane's left edge, under the keys)."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", style="bold", no_wrap=True, min_width=12)
+    grid.add_column(overflow="fold")  # an id or a path longer than the line is cut up
+    for key, value in metadata_rows(step):
+        grid.add_row(key, value)
+    return grid
+
+
+def metadata_rows(step: dict[str, Any]) -> list[tuple[str, Text]]:
+    """The rows of ``step_metadata``: each key with its value as literal text."""
     t = step.get("timings") or {}
     resp = step.get("response") or {}
     tokens = step.get("tokens") or {}
@@ -315,10 +328,7 @@ def step_metadata(step: dict[str, Any]) -> Text:
         )
     if step.get("_labels"):
         rows.append(("labels", label_text(step["_labels"])))
-    out = Text()
-    for k, v in rows:
-        out.append(f"{k:>12} ", style="bold")
-        red = k in ("error", "left out")
-        out.append(literal("-" if v is None else v, style="red" if red else ""))
-        out.append("\n")
-    return out
+    return [
+        (k, literal("-" if v is None else v, style="red" if k in ("error", "left out") else ""))
+        for k, v in rows
+    ]

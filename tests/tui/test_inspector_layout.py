@@ -21,7 +21,7 @@ def screen_text(app: AgentWorldApp) -> list[str]:
     return [strip.text for strip in app.screen._compositor.render_strips()]
 
 
-def long_session(path: Path) -> Path:
+def long_session(path: Path, usage: dict | None = None) -> Path:
     """One trajectory whose one step has a long conversation and a usage with None fields."""
     msgs = [{"role": "system", "content": "You solve things."}] + [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "words " * 30}
@@ -41,7 +41,8 @@ def long_session(path: Path) -> Path:
         response={
             "message": {"role": "assistant", "content": "THE LAST ANSWER"},
             "finish_reason": "stop",
-            "usage": {"prompt_tokens": 900, "completion_tokens": 4, "prompt_tokens_details": None},
+            "usage": usage
+            or {"prompt_tokens": 900, "completion_tokens": 4, "prompt_tokens_details": None},
         },
     )
     end = records.make_end(
@@ -107,3 +108,28 @@ async def test_the_filter_placeholder_shows_its_most_used_terms_at_80_columns(
         line = next(s for s in screen_text(pilot.app) if "filter:" in s)
         for term in ("words", "label:good", "reward:", "since:1h", "(? lists all)"):
             assert term in line, line
+
+
+async def test_unfolded_metadata_wraps_under_its_value_column_at_80_columns(
+    tmp_path: Path,
+) -> None:
+    """A usage too long for the line went on at column 0 of the pane, under the keys."""
+    usage = {
+        "prompt_tokens": 327,
+        "completion_tokens": 96,
+        "total_tokens": 423,
+        "cached_prompt_tokens": 256,
+        "reasoning_tokens": 0,
+    }
+    async with app_for(long_session(tmp_path / "pool", usage)).run_test(size=(80, 24)) as pilot:
+        await loaded_list(pilot)
+        pilot.app.inspect("tr_long")
+        await shown_inspector(pilot)
+        await pilot.press("i")
+        await until(pilot, lambda: any("first token" in s for s in screen_text(pilot.app)))
+        lines = screen_text(pilot.app)
+        at = next(i for i, s in enumerate(lines) if " usage " in s)
+        value_col = lines[at].index(" usage ") + len(" usage ")
+        assert "reasoning_tokens=0" not in lines[at], lines[at]  # it does wrap at 80
+        rest = lines[at + 1]
+        assert rest[:value_col].strip(" │▎▊") == "" and rest[value_col] != " ", lines[at : at + 2]

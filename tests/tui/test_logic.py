@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from agentworld.errors import ConfigError
 from agentworld.literal import literal, one_line
@@ -17,6 +19,7 @@ from agentworld.tui.transcript import (
     Clip,
     clipped,
     message_text,
+    metadata_rows,
     new_from,
     step_metadata,
     step_transcript,
@@ -188,12 +191,14 @@ def test_step_metadata_shows_what_the_proxy_left_out_and_why() -> None:
         "upstream_failed": ["http://a"],
         "upstream_invalid": {"tokens.completion_ids[0]": "token ids are integers"},
     }
-    text = step_metadata(step)
-    shown = text.plain
-    assert "left out tokens.completion_ids[0]: token ids are integers" in shown
-    assert 'metadata threading=auto upstream_failed=["http://a"]' in shown
-    assert any(span.style == "red" for span in text.spans)
-    assert "left out" not in step_metadata(conversation_step("tr_1", 0)).plain
+    rows = dict(metadata_rows(step))
+    assert rows["left out"].plain == "tokens.completion_ids[0]: token ids are integers"
+    assert rows["left out"].style == "red"
+    assert rows["metadata"].plain == 'threading=auto upstream_failed=["http://a"]'
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(step_metadata(step))
+    assert "    left out tokens.completion_ids[0]: token ids are integers" in console.export_text()
+    assert "left out" not in dict(metadata_rows(conversation_step("tr_1", 0)))
 
 
 def test_curator_undo_restores_previous_values(tmp_path: Path) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
 
@@ -23,6 +25,13 @@ from agentworld.tui.trajectories import TrajectoriesScreen
 from .conftest import T0, app_for, write_pool
 
 SIZE = (100, 30)
+
+
+def static_text(widget: Static) -> str:
+    """What a Static holds, as plain text, whether it was given Text or a table."""
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
 
 
 async def until(pilot: Pilot, cond: Callable[[], object], wait_s: float = 30.0) -> None:
@@ -207,7 +216,7 @@ async def test_inspector_transcript_metadata_tokens_and_step_labels(pool_path: P
         ins = pilot.app.screen
         assert ins.trajectory.id == "tr_grp-b_1"
         body = lambda: str(ins.query_one("#body", Static).render())  # noqa: E731
-        meta = lambda: str(ins.query_one("#meta", Static).render())  # noqa: E731
+        meta = lambda: static_text(ins.query_one("#meta", Static))  # noqa: E731
         assert "── system" in body() and "→ tool call calc" in body() and "reasoning" in body()
         assert "finish stop" in meta() and "first token" not in meta()  # folded to a line
         await pilot.press("i")
@@ -324,7 +333,7 @@ async def test_inspector_clips_a_long_message_and_keys_leave_the_body_alone(
         assert "lines (" in shown and "characters) not shown · v: the whole text" in shown
         content = body.content
         await pilot.press("j", "full_stop", "full_stop", "1")  # j: at the last step already
-        meta = lambda: str(ins.query_one("#meta", Static).render())  # noqa: E731
+        meta = lambda: static_text(ins.query_one("#meta", Static))  # noqa: E731
         await until(pilot, lambda: "quality=good" in meta())
         await pilot.pause(0.1)
         assert body.content is content and ins.step_i == 1  # neither built nor laid out again
