@@ -67,8 +67,11 @@ def _progress() -> Any:
     return Progress(console=console, transient=True, disable=not console.is_terminal)
 
 
-def _index(pool: Any) -> Any:
-    """The index, refreshed with a progress bar when there is much to read."""
+def _index(pool: Any, *, warn: bool = True) -> Any:
+    """The index, refreshed with a progress bar when there is much to read; ``warn``: say
+    on stderr, once, that corrupt shards were skipped (reading goes on, exit 0)."""
+    from agentworld.pool.corrupt import corrupt_note
+
     idx = pool.index(refresh=False)
     with _progress() as bar:
         task = bar.add_task("indexing shards", total=None)
@@ -77,6 +80,9 @@ def _index(pool: Any) -> Any:
             bar.update(task, completed=done, total=total)
 
         idx.refresh(progress)
+    note = corrupt_note(idx.corrupt_shards())
+    if warn and note:
+        typer.echo(f"warning: {note}", err=True)
     return idx
 
 
@@ -95,7 +101,7 @@ def stats(
 ) -> None:
     """Counts, tokens, rewards, per-agent tables and disk use."""
     pool = _open(pool_path)
-    idx = _index(pool)
+    idx = _index(pool, warn=False)  # said in the table (and --json) instead
     s = idx.stats()
     disk = pool.shard_bytes()
     s["shard_bytes"] = disk
@@ -107,6 +113,7 @@ def stats(
     from rich.text import Text
 
     from agentworld.literal import clean
+    from agentworld.pool.corrupt import corrupt_note
 
     console = _console()
     by = s["trajectories_by_status"]
@@ -138,6 +145,9 @@ def stats(
         f"{s['journal_bytes'] / 1e6:.1f} MB",
     )
     head.add_row("labelled", f"{s['labelled_trajectories']:,} trajectories")
+    note = corrupt_note(s["corrupt_shards"], names=False)  # a table cell: --json names them
+    if note:
+        head.add_row("corrupt", Text(note))
     console.print(head)
     if s["per_agent"]:
         t = Table(title="per agent and dataset")
@@ -280,6 +290,24 @@ def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
     out.print(listing.fit_table(listing.STEPS, cells, out.width, title=title))
 
 
+def _resolve(idx: Any, pool: Any, ident: str) -> tuple[str, str]:
+    """``Index.resolve``; an id found nowhere but in a corrupt shard says where it is."""
+    from agentworld.errors import NotFoundError
+    from agentworld.pool.corrupt import shard_holding
+
+    try:
+        return idx.resolve(ident, pool.root)
+    except NotFoundError as exc:
+        found = None if idx.find(ident) else shard_holding(pool.layout, idx.corrupt_shards(), ident)
+        if found is None:
+            raise  # not anywhere, or ambiguous
+        shard, sure = found
+        where = "is in" if sure else "is mentioned in"
+        raise NotFoundError(
+            f"{exc}: {ident!r} {where} {shard}, a corrupt shard readers skip (run `aw pool fsck`)"
+        ) from None
+
+
 def _check_ids(idents: list[str]) -> None:
     """Refuse an empty id before opening the pool: as a prefix it would match every record."""
     from agentworld.errors import ConfigError
@@ -305,7 +333,7 @@ def show(
     _check_ids([ident])
     pool = _open(pool_path)
     idx = _index(pool)
-    kind, full = idx.resolve(ident, pool.root)
+    kind, full = _resolve(idx, pool, ident)
     if kind == "step":
         step = pool.get_step(full)
         if as_json:
@@ -346,7 +374,7 @@ def label(
     Without ids, every trajectory the filters (--agent … --max-reward) select."""
     from agentworld.errors import ConfigError
     from agentworld.pool import Selection
-    from agentworld.pool.labels import label_text
+    from agentworld.pool.labels import BadLabelLineError, check_value, label_text
 
     fields: dict[str, Any] = {}
     if trainable is not None:
@@ -367,11 +395,20 @@ def label(
         raise ConfigError("nothing to set: give --trainable/--untrainable, --quality, --tags, …")
     _check_ids(targets or [])
     pool = _open(pool_path)
-    idx = _index(pool)
+    bad_labels = None
+    try:
+        idx = _index(pool)
+    except BadLabelLineError as exc:
+        if not targets:
+            raise  # a filter reads labels (reward overrides): not on a guess
+        # Ids resolve without labels, and an appended line cannot make the bad one
+        # worse: curating goes on while someone fixes (or removes) that line.
+        bad_labels = exc
+        idx = pool.index(refresh=False)
     resolved: list[str] = []
     if targets:
         for ident in targets:
-            kind, full = idx.resolve(ident, pool.root)
+            kind, full = _resolve(idx, pool, ident)
             resolved.append(f"{kind}:{full}")
     else:
         sel = Selection.from_flags(
@@ -388,7 +425,10 @@ def label(
     who = resolve_author(author)
     n = pool.labels.set(resolved, fields, author=who)
     what = "target" if n == 1 else "targets"
-    typer.echo(f"labelled {n} {what} as {who}: {label_text(fields)}", err=True)
+    stored = {f: check_value(f, v) for f, v in fields.items()}  # tags sorted, once each
+    typer.echo(f"labelled {n} {what} as {who}: {label_text(stored)}", err=True)
+    if bad_labels is not None:
+        typer.echo(f"warning: {bad_labels}", err=True)
 
 
 def _check_not_set(field: str, fields: dict[str, Any]) -> None:

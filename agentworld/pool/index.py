@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from agentworld.errors import CorruptDataError, PoolFormatError
-from agentworld.pool.index_queries import IndexQueries
+from agentworld.pool.index_queries import CORRUPT, IndexQueries
 from agentworld.pool.journal import parse_journal, scan_journal, split_trailer
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, hidden_shards
@@ -245,30 +245,26 @@ class Index(IndexQueries):
         present = {self._rel(p) for p in shards} | {self._rel(p) for p in journals}
         gone = [k for k in known if k not in present and not k.startswith("labels")]
         total = len(new_shards)
+        label_error: CorruptDataError | None = None
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS touched (id TEXT PRIMARY KEY)")
             self.db.execute("DELETE FROM touched")
             for i, path in enumerate(new_shards):
                 rel = self._rel(path)
-                try:
-                    report.records += self._index_source(rel, "shard", path)
+                if self._index_shard(rel, path, report):
                     report.shards += 1
-                except (CorruptDataError, FileNotFoundError) as exc:
-                    # One bad shard must not keep the rest of the pool out of the
-                    # index; it is retried on every refresh until fsck/gc deal with it.
-                    self._forget(rel)
-                    report.corrupt.append(f"{rel}: {exc}")
-                    log.error("index: skipping %s: %s", rel, exc)
                 if progress:
                     progress(i + 1, total)
             # A sealed shard never changes: one whose size or mtime moved since it was
             # read was damaged (or replaced), and its rows must not be served from the
-            # cache. Read it again: a corrupt one is then skipped and named.
+            # cache. Read it again: a corrupt one is then skipped and named. A shard
+            # found corrupt is remembered as such (kind "corrupt"), not hashed again on
+            # every refresh, until it changes (a good copy fetched over it, say).
             for path in shards:
                 rel = self._rel(path)
                 prev = known.get(rel)
-                if prev is None or prev["kind"] != "shard":
+                if prev is None or prev["kind"] not in ("shard", CORRUPT):
                     continue
                 try:
                     st = path.stat()
@@ -277,21 +273,17 @@ class Index(IndexQueries):
                 # mtime 0: indexed from a remote pool's rows object, before the shard was here
                 if st.st_size == prev["size"] and prev["mtime_ns"] in (0, st.st_mtime_ns):
                     continue
-                log.warning(
-                    "index: shard %s changed since it was indexed (%d bytes, now %d):"
-                    " reading it again",
-                    rel,
-                    prev["size"],
-                    st.st_size,
-                )
-                report.changed.append(rel)
+                if prev["kind"] == "shard":
+                    log.warning(
+                        "index: shard %s changed since it was indexed (%d bytes, now %d):"
+                        " reading it again",
+                        rel,
+                        prev["size"],
+                        st.st_size,
+                    )
+                    report.changed.append(rel)
                 self._forget(rel)
-                try:
-                    report.records += self._index_source(rel, "shard", path)
-                except (CorruptDataError, FileNotFoundError) as exc:
-                    self._forget(rel)
-                    report.corrupt.append(f"{rel}: {exc}")
-                    log.error("index: skipping %s: %s", rel, exc)
+                self._index_shard(rel, path, report)
             for rel in gone:
                 # A sealed journal's records now live in a shard indexed above;
                 # rows still pointing at it were never sealed (or the shard was gc'd).
@@ -318,7 +310,15 @@ class Index(IndexQueries):
                 report.journals += 1
             # Step labels attach to trajectories through the steps table, so new
             # rows can change the label summary even when no label file changed.
-            report.labels = self._refresh_labels(force=bool(report.records or gone))
+            # A bad label line fails the refresh, but only after what was read of the
+            # shards is kept: rolled back, every command read them again (a changed
+            # shard re-hashed) for as long as the line stayed. The labels keep their
+            # last good state and are read again once the file changes.
+            try:
+                report.labels = self._refresh_labels(force=bool(report.records or gone))
+            except CorruptDataError as exc:
+                label_error = exc
+                self.db.execute("DELETE FROM meta WHERE key = 'labels_sig'")  # read them next
             self.db.execute(
                 "DELETE FROM trajectories WHERE id IN (SELECT id FROM touched) "
                 "AND id NOT IN (SELECT trajectory FROM steps) "
@@ -331,6 +331,8 @@ class Index(IndexQueries):
         except BaseException:
             self.db.rollback()
             raise
+        if label_error is not None:
+            raise label_error
         report.seconds = time.perf_counter() - t0
         return report
 
@@ -342,6 +344,30 @@ class Index(IndexQueries):
         self.db.execute("DELETE FROM meta WHERE key = 'labels_sig'")
         self.db.commit()
         return self.refresh(progress)
+
+    def _index_shard(self, rel: str, path: Path, report: RefreshReport) -> bool:
+        """Index one shard; a corrupt one is left out, remembered and named (False)."""
+        try:
+            report.records += self._index_source(rel, "shard", path)
+            return True
+        except FileNotFoundError:
+            self._forget(rel)  # collected meanwhile
+            return False
+        except CorruptDataError as exc:
+            # One bad shard must not keep the rest of the pool out of the index.
+            self._forget(rel)
+            report.corrupt.append(f"{rel}: {exc}")
+            log.error("index: skipping %s: %s", rel, exc)
+            try:
+                st = path.stat()
+                size, mtime_ns = st.st_size, st.st_mtime_ns
+            except OSError:
+                size, mtime_ns = -1, 0  # a remote pool's shard that never arrived
+            self.db.execute(
+                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, 0, ?)",
+                (rel, CORRUPT, size, mtime_ns),
+            )
+            return False
 
     def _forget(self, rel: str) -> None:
         """Drop every row read from one source (it vanished or is corrupt)."""

@@ -16,6 +16,7 @@ from agentworld.pool.search_text import like_escape, like_pattern
 from agentworld.pool.selection import Selection
 
 _IN_CHUNK = 500  # ids per IN (...): old SQLite builds take at most 999 parameters
+CORRUPT = "corrupt"  # sources.kind of a shard left out because its hash or framing is wrong
 MIN_SUFFIX = 6  # the shortest end of an id `find` looks ids up by (`aw tui` shows 10)
 
 TRAJECTORY_SORTS = {
@@ -213,6 +214,11 @@ class IndexQueries:
                 out.setdefault(r["target"], {})[r["field"]] = orjson.loads(r["value"])
         return out
 
+    def corrupt_shards(self) -> list[str]:
+        """Pool-relative paths of the shards left out as corrupt (``aw pool fsck`` says why)."""
+        q = "SELECT path FROM sources WHERE kind = ? ORDER BY path"
+        return [r[0] for r in self.db.execute(q, (CORRUPT,))]
+
     def stats(self) -> dict[str, Any]:
         """Whole-pool aggregates for `aw pool stats` and the TUI monitor."""
         db = self.db
@@ -241,6 +247,7 @@ class IndexQueries:
         )
         sources = dict(db.execute("SELECT kind, COUNT(*) FROM sources GROUP BY kind"))
         labelled = db.execute("SELECT COUNT(*) FROM tlabels").fetchone()[0]
+        corrupt = self.corrupt_shards()
         return {
             "steps": steps[0] or 0,
             "step_errors": steps[1] or 0,
@@ -256,6 +263,7 @@ class IndexQueries:
             "policy_versions": versions,
             "shards": sources.get("shard", 0),
             "journals": sources.get("journal", 0),
+            "corrupt_shards": corrupt,
             "labelled_trajectories": labelled,
         }
 

@@ -163,8 +163,22 @@ def parse_label_file(path: Path, limit_bytes: int | None = None) -> Iterator[Lab
             try:
                 entries = parse_label_line(line)
             except (orjson.JSONDecodeError, TypeError, ValueError, RecordError) as exc:
-                raise CorruptDataError(f"{path}:{n}", f"bad label line: {exc}") from None
+                raise BadLabelLineError(path, n, str(exc)) from None
             yield from entries
+
+
+class BadLabelLineError(CorruptDataError):
+    """A complete label line that does not parse: readers refuse the pool until a person
+    removes or fixes it (which line wins cannot be known without it)."""
+
+    def __init__(self, path: Path, line: int, problem: str) -> None:
+        self.file = path
+        self.line = line
+        super().__init__(
+            f"{path}:{line}",
+            f"bad label line: {problem}; remove or fix that line (commands that read "
+            "labels stop here until then)",
+        )
 
 
 def label_file_problems(path: Path) -> list[tuple[int, str]]:
