@@ -475,7 +475,10 @@ def fsck(
     pool_path: Path = POOL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
 ) -> None:
-    """Verify every shard's hash, every record, journal and label file, and the index."""
+    """Verify every shard's hash, every record, journal and label file, and the index.
+
+    Exit 6 when anything is damaged. A torn last line (a dead writer's journal, a label
+    file), which a crash leaves and readers ignore, is a warning: exit 0."""
     from agentworld.errors import CorruptDataError
     from agentworld.pool.fsck import fsck as run_fsck
     from agentworld.pool.opener import open_pool
@@ -492,12 +495,18 @@ def fsck(
         for p in report.problems:
             where = f"{p.path}:{p.line}" if p.line else p.path
             typer.echo(f"{where}: {p.problem}")
+        for p in report.warnings:
+            where = f"{p.path}:{p.line}" if p.line else p.path
+            typer.echo(f"{where}: warning: {p.problem}")
+        verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+        if report.warnings:
+            verdict += f", {len(report.warnings)} warning(s)"
         typer.echo(
             f"{report.shards} shards, {report.journals} journals, {report.records:,} records, "
             f"{report.label_files} label files"
             + (", index checked" if report.index_checked else "")
             + (" (stale: refreshes on next use)" if report.index_stale else "")
-            + f": {'ok' if report.ok else f'{len(report.problems)} problem(s)'}",
+            + f": {verdict}",
             err=True,
         )
     if not report.ok:

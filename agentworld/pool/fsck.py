@@ -19,6 +19,7 @@ import orjson
 from agentworld import records
 from agentworld.errors import CorruptDataError, RecordError
 from agentworld.pool.journal import (
+    TORN_JOURNAL_LINE,
     _is_header,
     journal_is_live,
     journal_version_problem,
@@ -54,6 +55,9 @@ class FsckReport:
     index_checked: bool = False
     index_stale: bool = False  # the index lags the shards; its next refresh catches up
     problems: list[Problem] = field(default_factory=list)
+    # What a crash leaves and readers ignore (a torn last line of a dead writer's journal
+    # or of a label file): named, but the pool is ok; recovery or the next append cuts it.
+    warnings: list[Problem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -61,6 +65,9 @@ class FsckReport:
 
     def add(self, path: str, line: int | None, problem: str) -> None:
         self.problems.append(Problem(path, line, problem))
+
+    def warn(self, path: str, line: int | None, problem: str) -> None:
+        self.warnings.append(Problem(path, line, problem))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (for ``--json``)."""
@@ -207,8 +214,15 @@ class _Checker:
             self.report.add(rel, 1, "no journal header line")
         if scan.problem is not None:
             bad_line = data.count(b"\n", 0, scan.valid_bytes) + 1
-            in_flight = live_writer and scan.problem.startswith("incomplete last line")
-            if not in_flight:  # a live writer's unfinished last line is normal
+            torn = scan.problem.startswith(TORN_JOURNAL_LINE)
+            if torn and not live_writer:  # a dead writer's torn last write: normal, cut
+                self.report.warn(
+                    rel,
+                    bad_line,
+                    f"{scan.problem}: a torn last write, never acknowledged; "
+                    f"{scan.torn_bytes} bytes from here are cut on recovery",
+                )
+            elif not torn:  # a live writer's unfinished last line is normal
                 self.report.add(
                     rel,
                     bad_line,
@@ -352,8 +366,11 @@ def fsck(pool: Any, progress: Progress | None = None) -> FsckReport:
     for path in label_files:
         report.label_files += 1
         try:
-            for line, problem in label_file_problems(path):
+            problems, torn = label_file_problems(path)
+            for line, problem in problems:
                 report.add(str(path.relative_to(layout.root)), line, problem)
+            if torn is not None:
+                report.warn(str(path.relative_to(layout.root)), *torn)
         except OSError as exc:
             report.add(str(path.relative_to(layout.root)), None, f"unreadable: {exc}")
         done += 1

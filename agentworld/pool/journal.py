@@ -57,6 +57,9 @@ def frame(data: bytes) -> bytes:
     return b"%08x " % crc32(data) + data + b"\n"
 
 
+TORN_JOURNAL_LINE = "incomplete last line"  # a write cut short: what a crash leaves
+
+
 @dataclass
 class JournalScan:
     """What a journal holds: its valid records and how many bytes of torn tail follow them."""
@@ -79,7 +82,7 @@ def scan_journal(path: Path, data: bytes | None = None) -> JournalScan:
     while pos < n:
         end = data.find(b"\n", pos)
         if end < 0:
-            problem = f"incomplete last line at byte {pos}"
+            problem = f"{TORN_JOURNAL_LINE} at byte {pos}"
             break
         line = data[pos:end]
         if len(line) < 10 or line[8:9] != b" ":

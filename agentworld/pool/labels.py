@@ -181,8 +181,9 @@ class BadLabelLineError(CorruptDataError):
         )
 
 
-def label_file_problems(path: Path) -> list[tuple[int, str]]:
-    """(line number, problem) for every bad line of a label file (fsck's view of it)."""
+def label_file_problems(path: Path) -> tuple[list[tuple[int, str]], tuple[int, str] | None]:
+    """(line number, problem) for every bad line of a label file (fsck's view of it), and
+    its torn last line if any: a crashed append, ignored by readers, not a problem."""
     out = []
     with open(path, "rb") as f:
         data = f.read()
@@ -196,8 +197,11 @@ def label_file_problems(path: Path) -> list[tuple[int, str]]:
         except (orjson.JSONDecodeError, TypeError, ValueError, RecordError) as exc:
             out.append((n, f"bad label line: {exc}"))
     if torn:
-        out.append((len(lines) + 1, "last line has no newline: a torn append, ignored by readers"))
-    return out
+        why = (
+            "last line has no newline: a torn append, ignored by readers (the next append cuts it)"
+        )
+        return out, (len(lines) + 1, why)
+    return out, None
 
 
 class Labels:

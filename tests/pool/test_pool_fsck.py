@@ -7,8 +7,10 @@ import sqlite3
 
 import orjson
 import pytest
+from typer.testing import CliRunner
 
 from agentworld import records
+from agentworld.cli import app
 from agentworld.errors import CorruptDataError
 from agentworld.pool import Pool
 from agentworld.pool.fsck import fsck
@@ -114,8 +116,25 @@ def test_bad_label_lines_named(pool: Pool) -> None:
         f.write(b'{"target": "step:st_3", "author": "me"')  # torn append
     report = fsck(pool)
     lines = sorted(p.line for p in report.problems)
-    assert lines == [2, 3, 4, 5]
+    assert lines == [2, 3, 4]
     assert all(p.path.startswith("labels/me/") for p in report.problems)
+    (torn,) = report.warnings  # a crashed append, which readers ignore: not a problem
+    assert torn.line == 5 and "torn append" in torn.problem
+
+
+def test_a_torn_label_append_alone_is_a_warning_and_fsck_passes(pool: Pool) -> None:
+    """After a crash mid-append, `fsck && train` stopped (exit 6) on what readers ignore."""
+    pool.labels.set(["step:st_1"], {"trainable": False}, author="me")
+    (path,) = pool.labels.files()
+    with open(path, "ab") as f:
+        f.write(b'{"author":"me","id":"lb_x')
+    report = fsck(pool)
+    assert report.ok and report.to_dict()["ok"] is True
+    assert [(w.path, w.line) for w in report.warnings] == [(f"labels/me/{path.name}", 2)]
+    res = CliRunner().invoke(app, ["pool", "fsck", "--pool", str(pool.root)])
+    assert res.exit_code == 0, res.output
+    assert f"labels/me/{path.name}:2: warning: last line has no newline" in res.stdout
+    assert res.stderr.strip().endswith(": ok, 1 warning(s)")
 
 
 def test_superseded_line_without_replacement_reported(pool: Pool) -> None:
