@@ -43,7 +43,9 @@ MAX_REWARD_FILTER: Any = typer.Option(None, "--max-reward", help="Reward at most
 MIN_POLICY_FILTER: Any = typer.Option(None, "--min-policy", help="Policy version at least this.")
 MAX_POLICY_FILTER: Any = typer.Option(None, "--max-policy", help="Policy version at most this.")
 QUALITY_FILTER: Any = typer.Option(None, "--quality", help="Comma list of label qualities.")
-TAG_FILTER: Any = typer.Option(None, "--tag", help="Only trajectories with this label tag.")
+TAG_FILTER: Any = typer.Option(
+    None, "--tag", help="Only trajectories with this label tag (on them or on a step)."
+)
 
 
 def status_filter(default: str | None = None) -> Any:

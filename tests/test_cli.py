@@ -103,7 +103,7 @@ def test_stats_and_ls_json(pool: Pool) -> None:
     res = runner.invoke(
         app, ["pool", "ls", "--pool", str(pool.root), "--trajectory", "tr_0001", "--json"]
     )
-    assert [r["idx"] for r in json.loads(res.stdout)] == [0, 1, 2]
+    assert [r["index"] for r in json.loads(res.stdout)] == [0, 1, 2]
 
 
 def test_show_is_literal_and_json(pool: Pool) -> None:

@@ -142,7 +142,8 @@ def export(
 ) -> dict[str, Any]:
     """Write the selected trajectories as ``fmt`` to ``out``; return the manifest written beside it."""
     from agentworld.export.manifest import Tally, pool_inputs, write_manifest
-    from agentworld.export.select import iter_selected, selection_dict
+    from agentworld.export.select import iter_selected
+    from agentworld.pool.explain import selection_dict
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format: unknown export format {fmt!r}; known: {', '.join(FORMATS)}")

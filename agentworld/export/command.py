@@ -83,8 +83,8 @@ def export(
     from agentworld.export import export as run_export
     from agentworld.export import options_for
     from agentworld.export.manifest import manifest_path
-    from agentworld.export.select import explain_empty
     from agentworld.pool import Selection
+    from agentworld.pool.explain import explain_empty
     from agentworld.pool.opener import open_pool
 
     options = options_for(
@@ -112,7 +112,7 @@ def export(
     )
     pool = open_pool(pool_path)
     total = pool.index().count_trajectories(sel)
-    empty = explain_empty(pool, sel) if total == 0 else []
+    empty = explain_empty(pool.index(), sel) if total == 0 else []
     with _progress(sys.stderr) as bar:
         task_id = bar.add_task(f"exporting {fmt}", total=total or None)
         manifest = run_export(

@@ -184,7 +184,9 @@ def ls(
     split: str | None = SPLIT_FILTER,
     task: str | None = TASK_FILTER,
     group: str | None = GROUP_FILTER,
-    trajectory: str | None = typer.Option(None, help="List the steps of this trajectory."),
+    trajectory: str | None = typer.Option(
+        None, help="List every step of this trajectory, in order (takes no filter or sort)."
+    ),
     status: str | None = status_filter(),
     min_reward: float | None = MIN_REWARD_FILTER,
     max_reward: float | None = MAX_REWARD_FILTER,
@@ -206,6 +208,27 @@ def ls(
 
     if sort not in TRAJECTORY_SORTS:
         raise ConfigError(f"--sort: unknown key {sort!r}; known: {', '.join(TRAJECTORY_SORTS)}")
+    if trajectory is not None:
+        given = {
+            "--agent": agent,
+            "--dataset": dataset,
+            "--split": split,
+            "--task": task,
+            "--group": group,
+            "--status": status,
+            "--min-reward": min_reward,
+            "--max-reward": max_reward,
+            "--min-policy": min_policy,
+            "--max-policy": max_policy,
+            "--quality": quality,
+            "--tag": tag,
+            "--text": text,
+            "--sort": None if sort == "time" else sort,
+            "--asc": asc or None,
+            "--limit": None if limit == 50 else limit,
+            "--offset": offset or None,
+        }
+        _refuse_with_trajectory([flag for flag, v in given.items() if v is not None])
     pool = _open(pool_path)
     idx = _index(pool)
     if trajectory is not None:
@@ -231,6 +254,9 @@ def ls(
         _emit_json(rows)
         return
     total = idx.count_trajectories(sel)
+    if not rows:
+        _say_nothing_listed(idx, sel, total, offset)
+        return
     from agentworld.pool import listing
 
     cells = []
@@ -262,14 +288,39 @@ def ls(
     out.print(listing.fit_table(listing.TRAJECTORIES, cells, out.width, caption=caption))
 
 
+def _refuse_with_trajectory(flags: list[str]) -> None:
+    """--trajectory lists one trajectory's steps: a filter or sort beside it would be
+    ignored (it was, silently), so it is refused."""
+    from agentworld.errors import ConfigError
+
+    if flags:
+        raise ConfigError(
+            f"--trajectory lists every step of one trajectory and takes no filter or sort: "
+            f"drop {', '.join(flags)} (or --trajectory, to list trajectories)"
+        )
+
+
+def _say_nothing_listed(idx: Any, sel: Any, total: int, offset: int) -> None:
+    """An empty listing: no table, but why, on stderr (as `aw export` says it); exit 0."""
+    from agentworld.pool.explain import explain_empty
+
+    if total:
+        lines = [f"nothing past --offset {offset}: {total:,} trajectories match"]
+    else:
+        lines = explain_empty(idx, sel)
+    for line in lines:
+        typer.echo(line, err=True)
+
+
 def _ls_steps(idx: Any, trajectory: str, as_json: bool) -> None:
     from agentworld.errors import NotFoundError
+    from agentworld.pool.index_queries import step_summary
 
     rows = idx.steps(trajectory)
     if not rows:
         raise NotFoundError(f"no steps for trajectory {trajectory!r}")
     if as_json:
-        _emit_json(rows)
+        _emit_json([step_summary(r) for r in rows])
         return
     from agentworld.pool import listing
 

@@ -80,8 +80,15 @@ class IndexQueries:
             clauses.append(f"l.quality IN ({','.join('?' * len(sel.quality))})")
             args.extend(sel.quality)
         if sel.tag is not None:
-            clauses.append("EXISTS (SELECT 1 FROM json_each(l.tags) WHERE value = ?)")
-            args.append(sel.tag)
+            # On the trajectory or on any of its steps (Selection.matches: the same rule).
+            clauses.append(
+                "(EXISTS (SELECT 1 FROM json_each(l.tags) WHERE value = ?)"
+                " OR (l.any_label = 1 AND EXISTS (SELECT 1 FROM steps s"
+                " JOIN labels sl ON sl.target = 'step:' || s.id AND sl.field = 'tags'"
+                " WHERE s.trajectory = t.id"
+                " AND EXISTS (SELECT 1 FROM json_each(sl.value) WHERE value = ?))))"
+            )
+            args += [sel.tag, sel.tag]
         if sel.labelled is True:
             clauses.append("l.any_label = 1")
         elif sel.labelled is False:
@@ -266,6 +273,13 @@ class IndexQueries:
             "corrupt_shards": corrupt,
             "labelled_trajectories": labelled,
         }
+
+
+def step_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``steps`` row under the names the records and trajectory rows use (``index``,
+    ``group``), without the index's own bookkeeping (the file and line it was read from)."""
+    names = {"idx": "index", "grp": "group"}
+    return {names.get(k, k): v for k, v in row.items() if k not in ("source", "line")}
 
 
 def _traj_dict(row: sqlite3.Row) -> dict[str, Any]:

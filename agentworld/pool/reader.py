@@ -68,7 +68,12 @@ class Trajectory:
             "first_at": min(times) if times else None,
             "last_at": (self.end or {}).get("ended_at") or (max(times) if times else None),
             "texts": [step_search_text(s) for s in self.steps] if texts else None,
+            "step_tags": sorted({t for s in self.steps for t in _step_tags(s)}),
         }
+
+
+def _step_tags(step: dict[str, Any]) -> list[str]:
+    return (step.get("_labels") or {}).get("tags") or []
 
 
 def source_paths(layout: Layout, *, journals: bool = True) -> list[tuple[str, Path]]:

@@ -22,7 +22,8 @@ class Selection:
 
     Label-aware fields use effective labels (a step's own over its
     trajectory's): ``trainable_only`` drops anything labelled not trainable;
-    ``quality`` keeps only the listed qualities; rewards use label overrides.
+    ``quality`` keeps only the listed qualities; ``tag`` keeps trajectories with
+    the tag on them or on any of their steps; rewards use label overrides.
     """
 
     agent: str | None = None
@@ -103,7 +104,9 @@ class Selection:
             return False
         if self.quality and labels.get("quality") not in self.quality:
             return False
-        if self.tag is not None and self.tag not in (labels.get("tags") or ()):
+        # A tag on the trajectory or on any of its steps (the index's rule, index_queries).
+        tags = [*(labels.get("tags") or ()), *(t.get("step_tags") or ())]
+        if self.tag is not None and self.tag not in tags:
             return False
         if self.labelled is not None and bool(labels) != self.labelled:
             return False

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from agentworld import records
 from agentworld.cli import app
+from agentworld.errors import ConfigError
 from agentworld.pool import Pool
 from agentworld.pool.listing import TRAJECTORIES, Column, fit_table, short_time
 
@@ -144,3 +145,65 @@ def test_the_short_ids_the_tui_shows_find_their_trajectory_and_step(pool: Pool) 
     for wild in ("%" * 8, "_" * 8, tid[-5:]):  # LIKE wildcards are literal; 5 is too short
         res = runner.invoke(app, ["pool", "show", wild, "--pool", str(pool.root)])
         assert res.exit_code != 0 and "no step or trajectory matches" in str(res.exception)
+
+
+def _ls(pool: Pool, *args: str) -> object:
+    return runner.invoke(app, ["pool", "ls", "--pool", str(pool.root), *args])
+
+
+def test_step_listing_json_uses_the_public_names(pool: Pool) -> None:
+    """--trajectory --json gave the index's columns: idx, grp, and where the row was read."""
+    (tid,) = _write(pool, n=1)
+    res = _ls(pool, "--trajectory", tid, "--json")
+    assert res.exit_code == 0, res.output
+    (row,) = orjson.loads(res.stdout)
+    assert row["index"] == 0 and "group" in row and row["trajectory"] == tid
+    assert not {"idx", "grp", "source", "line"} & row.keys()
+
+
+def test_a_tag_on_a_step_selects_its_trajectory_in_the_index_and_without_it(pool: Pool) -> None:
+    """`--tag x` matched only tags on trajectories; a tag set on a step (`aw pool label
+    st_…`, the TUI's `.`) selected nothing. The index and Selection.matches agree."""
+    from agentworld.pool import Selection
+
+    on_step, on_trajectory, _unlabelled = _write(pool, n=3)
+    step = pool.index().steps(on_step)[0]["id"]
+    pool.labels.set([f"step:{step}"], {"tags": ["x"]}, author="ann")
+    pool.labels.set([f"trajectory:{on_trajectory}"], {"tags": ["x", "y"]}, author="ann")
+    sel = Selection(tag="x")
+    assert sorted(pool.index().trajectory_ids(sel)) == sorted([on_step, on_trajectory])
+    assert sorted(t.id for t in pool.iter_trajectories(sel)) == sorted([on_step, on_trajectory])
+    assert pool.index().trajectory_ids(Selection(tag="y")) == [on_trajectory]
+    assert [t.id for t in pool.iter_trajectories(Selection(tag="y"))] == [on_trajectory]
+    res = _ls(pool, "--tag", "x", "--json")
+    assert sorted(r["id"] for r in orjson.loads(res.stdout)) == sorted([on_step, on_trajectory])
+
+
+def test_trajectory_refuses_filters_it_would_ignore(pool: Pool) -> None:
+    (tid,) = _write(pool, n=1)
+    res = _ls(pool, "--trajectory", tid, "--tag", "x", "--quality", "good")
+    assert res.exit_code != 0
+    assert isinstance(res.exception, ConfigError)
+    assert "takes no filter" in str(res.exception) and "drop --quality, --tag" in str(res.exception)
+    assert _ls(pool, "--trajectory", tid, "--json").exit_code == 0
+
+
+def test_an_empty_listing_says_why_instead_of_an_empty_table(pool: Pool) -> None:
+    _write(pool, n=2)
+    res = _ls(pool, "--agent", "nobody")
+    assert res.exit_code == 0, res.output
+    assert res.stdout == ""  # no header over nothing
+    assert res.stderr.splitlines()[:2] == [
+        "nothing matched --agent nobody",
+        "  without --agent nobody: 2 trajectories",
+    ]
+    assert f"agents in the pool (trajectories): {LONG_AGENT} (2)" in res.stderr
+    res = _ls(pool, "--offset", "5")
+    assert res.stdout == "" and "nothing past --offset 5: 2 trajectories match" in res.stderr
+    assert orjson.loads(_ls(pool, "--agent", "nobody", "--json").stdout) == []
+
+
+def test_an_empty_pool_lists_nothing_and_says_so(pool: Pool) -> None:
+    res = _ls(pool)
+    assert res.exit_code == 0 and res.stdout == ""
+    assert res.stderr.strip() == "nothing matched: the pool holds no trajectories"
