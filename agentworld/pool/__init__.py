@@ -36,9 +36,11 @@ class Pool:
         self._fetcher: RecordFetcher | None = None
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, recover: bool = True) -> Pool:
+    def open(
+        cls, path: str | os.PathLike[str], *, recover: bool = True, log_cuts: bool = True
+    ) -> Pool:
         """Open an existing pool folder, refusing unknown format versions, and recover dead
-        writers. An object-store URL is opened by ``agentworld.pool.opener.open_pool``
+        writers (``recovered``; ``log_cuts``: as ``seal_journal``'s). An object-store URL is opened by ``agentworld.pool.opener.open_pool``
         (a ``RemotePool``; this base class does not know its subclass)."""
         from agentworld.pool.remote_store import remote_url
 
@@ -51,7 +53,7 @@ class Pool:
         check_version(layout)
         pool = cls(layout)
         if recover:
-            pool.recovered = recover_orphans(layout)
+            pool.recovered = recover_orphans(layout, log_cuts=log_cuts)
         return pool
 
     @classmethod

@@ -43,7 +43,7 @@ def _console(stderr: bool = False) -> Any:
 def _open(path: Path) -> Any:
     from agentworld.pool.opener import open_pool
 
-    pool = open_pool(path)
+    pool = open_pool(path, log_cuts=False)  # each recovery is said here, once
     for r in pool.recovered:
         msg = f"recovered journal {r.journal}: {r.records} records"
         if r.kept:
@@ -511,7 +511,7 @@ def seal(pool_path: Path = POOL_OPTION) -> None:
     from agentworld.pool.opener import open_pool
 
     pool = open_pool(pool_path, recover=False)
-    for r in seal_idle(pool):
+    for r in seal_idle(pool, log_cuts=False):  # each is said here, once
         msg = f"sealed {r.journal}: {r.records} records -> {r.shard or 'nothing to keep'}"
         if r.kept:
             msg += f"; damaged after them ({r.problem}): kept whole as {r.kept}"

@@ -201,10 +201,14 @@ class Recovery:
     kept: str | None = None  # damaged mid-way: where the whole journal was kept
 
 
-def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
+def seal_journal(
+    layout: Layout, path: Path, fd: int | None = None, *, log_cuts: bool = True
+) -> Recovery:
     """Seal a journal's valid records into a shard, then remove the journal.
 
     The caller holds the journal's lock (``fd``), or the journal is known closed.
+    ``log_cuts``: log a cut torn tail or a kept damaged journal (False when the caller
+    reports the returned Recovery itself, as the CLI does: said once, not twice).
     """
     with open(path, "rb") as f:
         data = f.read()
@@ -227,7 +231,7 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
         later = later_valid_lines(data, scan.valid_bytes)
         if later:  # damage, not a crash: keep what sealing cannot read before unlinking
             kept = keep_damaged(layout, path, data)
-            log.error(
+            (log.error if log_cuts else log.debug)(
                 "%s: %s; %d later lines pass their checksum, so this is damage, not a torn "
                 "write: the journal is kept whole as %s (not read as data; delete it once "
                 "its records are recovered or not wanted)",
@@ -237,7 +241,9 @@ def seal_journal(layout: Layout, path: Path, fd: int | None = None) -> Recovery:
                 kept,
             )
         else:
-            log.warning("%s: cut %d torn bytes (%s)", path, scan.torn_bytes, scan.problem)
+            (log.warning if log_cuts else log.debug)(
+                "%s: cut %d torn bytes (%s)", path, scan.torn_bytes, scan.problem
+            )
     os.unlink(path)
     fsync_dir(path.parent)
     return Recovery(
@@ -303,8 +309,9 @@ def journal_is_live(path: Path) -> bool:
     return False
 
 
-def recover_orphans(layout: Layout) -> list[Recovery]:
-    """Seal every journal whose writer is gone (its lock is free). Safe with live writers."""
+def recover_orphans(layout: Layout, *, log_cuts: bool = True) -> list[Recovery]:
+    """Seal every journal whose writer is gone (its lock is free). Safe with live writers.
+    ``log_cuts``: as ``seal_journal``'s."""
     out = []
     for path in layout.journal_paths():
         try:
@@ -318,7 +325,7 @@ def recover_orphans(layout: Layout) -> list[Recovery]:
                 continue  # a live writer owns it
             if not path.exists() or os.fstat(fd).st_ino != os.stat(path).st_ino:
                 continue
-            out.append(seal_journal(layout, path, fd))
+            out.append(seal_journal(layout, path, fd, log_cuts=log_cuts))
         except FileNotFoundError:
             continue
         except PoolFormatError as exc:

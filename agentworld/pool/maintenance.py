@@ -54,9 +54,10 @@ def _maintenance_lock(layout: Layout) -> Iterator[None]:
         os.close(fd)
 
 
-def seal_idle(pool: Any) -> list[Recovery]:
-    """Seal the journals of writers that are gone (their lock is free) into shards."""
-    return recover_orphans(_layout(pool))
+def seal_idle(pool: Any, *, log_cuts: bool = True) -> list[Recovery]:
+    """Seal the journals of writers that are gone (their lock is free) into shards
+    (``log_cuts``: as ``seal_journal``'s)."""
+    return recover_orphans(_layout(pool), log_cuts=log_cuts)
 
 
 @dataclass

@@ -54,18 +54,28 @@ def read_manifest(layout: Layout) -> dict[str, int]:
     return out
 
 
-def write_manifest(layout: Layout, *, ignore_objects: bool = False) -> int:
+def write_manifest(
+    layout: Layout, *, ignore_objects: bool = False, corrupt: list[str] | None = None
+) -> int:
     """(Re)write MANIFEST from the shards present plus those already listed; returns the count.
 
     Listed shards that are absent here stay listed (a clone that has not
     fetched them still records them). With ``ignore_objects``, also set the
-    pool's .gitignore and .gitattributes up for the manifest route.
+    pool's .gitignore and .gitattributes up for the manifest route. A shard
+    listed for the first time is hashed: one that does not match its name is
+    listed all the same (its name is what the pool should hold) and named in
+    ``corrupt`` (``<path>: <problem>``), as nothing could fetch it from here.
     """
     listed: dict[str, int] = {}
     if manifest_file(layout).exists():
         listed = read_manifest(layout)
     for p in layout.shard_paths():
-        listed[shard_digest(p)] = p.stat().st_size
+        digest = shard_digest(p)
+        if digest not in listed and corrupt is not None:
+            problem = verify_shard(p)
+            if problem is not None:
+                corrupt.append(f"{p.relative_to(layout.root)}: {problem}")
+        listed[digest] = p.stat().st_size
     # A shard compaction replaced (superseded.txt) goes once its replacement is listed:
     # gc deletes it, and `--check` would call it missing forever.
     sup = read_superseded(layout)

@@ -124,7 +124,8 @@ def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
     """Bring every sealed shard and label line of the pool at ``src_root`` into ``dst``.
 
     The other pool is only read (its dead writers are not recovered); records
-    still in its live journals are reported, not merged: seal them there first.
+    still in its journals (unsealed: live writers, or dead ones not yet recovered) are
+    reported, not merged: seal them there first.
     """
     src = Layout(Path(src_root))
     check_version(src)

@@ -15,10 +15,11 @@ from agentworld.pool.remote_pool import RemotePool
 from agentworld.pool.remote_store import remote_url
 
 
-def open_pool(path: str | os.PathLike[str], *, recover: bool = True) -> Pool:
+def open_pool(path: str | os.PathLike[str], *, recover: bool = True, log_cuts: bool = True) -> Pool:
     """The pool at ``path``: a folder (``Pool.open``, recovering dead writers unless
-    ``recover`` is False), or an object-store URL (``RemotePool``, read-only)."""
+    ``recover`` is False; ``log_cuts`` as there), or an object-store URL (``RemotePool``,
+    read-only)."""
     url = remote_url(path)
     if url is not None:
         return RemotePool.open_url(url)
-    return Pool.open(path, recover=recover)
+    return Pool.open(path, recover=recover, log_cuts=log_cuts)

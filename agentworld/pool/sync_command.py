@@ -41,8 +41,8 @@ def merge(
         typer.echo(f"not merged: {line}", err=True)
     if report.journals_skipped:
         typer.echo(
-            f"{len(report.journals_skipped)} live journal(s) there were not merged: "
-            "run `aw pool seal` on that pool once its writers stop, then merge again",
+            f"{len(report.journals_skipped)} unsealed journal(s) there were not merged: "
+            "run `aw pool seal` on that pool (once its writers stop), then merge again",
             err=True,
         )
     if report.shards_refused:  # the rest came; a script must still see that some did not
@@ -84,7 +84,8 @@ def diff(
     out += [f"  - {t}" for t in d.removed_trajectories[:limit]]
     for c in d.label_changes[:limit]:
         old, new = json.dumps(c["old"]), json.dumps(c["new"])  # false, "good": not Python's
-        out.append(f"  {c['target']} {c['field']}: {old} -> {new} ({c['author']})")
+        by = f" ({c['author']})" if c["author"] is not None else ""  # unset in B: no author
+        out.append(f"  {c['target']} {c['field']}: {old} -> {new}{by}")
     sys.stdout.write("\n".join(out) + "\n")
 
 
@@ -132,8 +133,15 @@ def manifest(
                 "listed in MANIFEST but missing or corrupt: fetch with `aw pool fetch --from`",
             )
         return
-    n = write_manifest(layout, ignore_objects=ignore_objects)
+    corrupt: list[str] = []
+    n = write_manifest(layout, ignore_objects=ignore_objects, corrupt=corrupt)
     typer.echo(f"MANIFEST lists {n} shards", err=True)
+    for problem in corrupt:  # listed (the name is right), but no clone can fetch it from here
+        typer.echo(
+            f"warning: {problem}: listed, but corrupt here (`aw pool fsck`; "
+            "a good copy comes with `aw pool fetch --from`)",
+            err=True,
+        )
 
 
 def fetch(
