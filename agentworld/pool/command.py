@@ -79,7 +79,7 @@ def _index(pool: Any, *, warn: bool = True) -> Any:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        idx.refresh(progress)
+        idx.refresh(progress, log_corrupt=False)  # said below, once
     note = corrupt_note(idx.corrupt_shards())
     if warn and note:
         typer.echo(f"warning: {note}", err=True)
@@ -494,14 +494,19 @@ def _check_not_set(field: str, fields: dict[str, Any]) -> None:
 @pool_app.command()
 def reindex(pool_path: Path = POOL_OPTION) -> None:
     """Rebuild the index from shards and labels (it is a cache; this is always safe)."""
+    from agentworld.pool.corrupt import corrupt_note
+
     pool = _open(pool_path)
     idx = pool.index(refresh=False)
-    report = idx.rebuild()
+    report = idx.rebuild(log_corrupt=False)  # said below, once
     typer.echo(
         f"indexed {report.records:,} records from {report.shards} shards and "
         f"{report.journals} journals in {report.seconds:.1f}s",
         err=True,
     )
+    note = corrupt_note(idx.corrupt_shards())
+    if note:
+        typer.echo(f"warning: {note}", err=True)
 
 
 @pool_app.command()

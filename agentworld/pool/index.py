@@ -200,6 +200,7 @@ class Index(IndexQueries):
 
     def __init__(self, layout: Layout, labels: Labels, *, path: Path | None = None) -> None:
         self._lock = threading.RLock()
+        self._log_corrupt = True
         self.layout = layout
         self.labels = labels
         self.path = path or layout.cache / "index.sqlite"
@@ -233,9 +234,14 @@ class Index(IndexQueries):
     # -- maintenance --------------------------------------------------------------------
 
     @_one_at_a_time
-    def refresh(self, progress: Callable[[int, int], None] | None = None) -> RefreshReport:
-        """Bring the index up to date with shards, journals and labels."""
+    def refresh(
+        self, progress: Callable[[int, int], None] | None = None, *, log_corrupt: bool = True
+    ) -> RefreshReport:
+        """Bring the index up to date with shards, journals and labels. ``log_corrupt``:
+        log each shard found corrupt (False when the caller says so itself, from
+        ``report.corrupt`` or ``corrupt_shards``, as the CLI does: said once)."""
         t0 = time.perf_counter()
+        self._log_corrupt = log_corrupt
         report = RefreshReport()
         known = {r["path"]: r for r in self.db.execute("SELECT * FROM sources")}
         superseded = _read_superseded(self.layout)
@@ -337,13 +343,15 @@ class Index(IndexQueries):
         return report
 
     @_one_at_a_time
-    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> RefreshReport:
+    def rebuild(
+        self, progress: Callable[[int, int], None] | None = None, *, log_corrupt: bool = True
+    ) -> RefreshReport:
         """Drop everything and index the pool from scratch."""
         for table in ("sources", "steps", "ends", "trajectories", "labels", "tlabels"):
             self.db.execute(f"DELETE FROM {table}")
         self.db.execute("DELETE FROM meta WHERE key = 'labels_sig'")
         self.db.commit()
-        return self.refresh(progress)
+        return self.refresh(progress, log_corrupt=log_corrupt)
 
     def _index_shard(self, rel: str, path: Path, report: RefreshReport) -> bool:
         """Index one shard; a corrupt one is left out, remembered and named (False)."""
@@ -357,7 +365,7 @@ class Index(IndexQueries):
             # One bad shard must not keep the rest of the pool out of the index.
             self._forget(rel)
             report.corrupt.append(f"{rel}: {exc}")
-            log.error("index: skipping %s: %s", rel, exc)
+            (log.error if self._log_corrupt else log.debug)("index: skipping %s: %s", rel, exc)
             try:
                 st = path.stat()
                 size, mtime_ns = st.st_size, st.st_mtime_ns

@@ -85,7 +85,7 @@ class RemoteIndex(Index):
     layout: RemoteLayout
     _rows: dict[str, bytes | None] = {}  # noqa: RUF012  (rows objects fetched ahead, per refresh)
 
-    def refresh(self, progress: Any = None) -> Any:
+    def refresh(self, progress: Any = None, *, log_corrupt: bool = True) -> Any:
         """List the store again (at most every few seconds), then index what is new, its rows
         objects fetched several at a time first (one request's latency each, not in series)."""
         from agentworld.pool.remote_store import run_parallel
@@ -101,7 +101,7 @@ class RemoteIndex(Index):
         got = run_parallel([lambda d=d: mirror.rows_object(d) for d in new])
         self._rows = dict(zip(new, got, strict=True))
         try:
-            return super().refresh(progress)
+            return super().refresh(progress, log_corrupt=log_corrupt)
         finally:
             self._rows = {}
 

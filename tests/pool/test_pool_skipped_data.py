@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from agentworld import records
@@ -40,11 +42,15 @@ def _pool(pool: Pool, *args: str) -> Any:
     return res
 
 
-def test_reading_commands_say_once_that_a_corrupt_shard_was_skipped(pool: Pool) -> None:
+def test_reading_commands_say_once_that_a_corrupt_shard_was_skipped(
+    pool: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
     shard = _pool_with_a_corrupt_shard(pool)
     note = "1 corrupt shard skipped (run `aw pool fsck`)"
     for _ in range(2):  # also once the index remembers the shard
-        res = _pool(pool, "stats")
+        with caplog.at_level(logging.WARNING):
+            res = _pool(pool, "stats")
+        assert not caplog.records  # no logging line besides: said once
         assert res.exit_code == 0, res.output  # the rest reads: a warning, not a failure
         assert res.stdout.count(note) == 1 and note not in res.stderr
         res = _pool(pool, "stats", "--json")
