@@ -73,6 +73,9 @@ class TrainConfig:
     gradient_checkpointing: bool = True
     # Reinforcement learning.
     normaliser: str = "dapo"  # token-mean, as verl's default and TRL's loss_type "dapo"
+    # dr_grpo's constant: a sequence's generation budget in tokens (TRL's max_completion_length,
+    # 512), not max_seq_len, the whole context (its updates were ~100x smaller than dapo's).
+    max_completion_len: int = 512
     clip_low: float = 0.2
     clip_high: float = 0.2
     ratio_cap: float = 3.0  # dual-clip bound on negative-advantage tokens; 0 disables
@@ -128,6 +131,7 @@ class TrainConfig:
         for key in (
             "max_seq_len", "batch_tokens", "buffer_trajectories", "grad_accum", "state_every",
             "reload_every", "forward_tokens", "logits_chunk_tokens", "log_every", "max_steps",
+            "max_completion_len",
         ):  # fmt: skip
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}: must be at least 1, got {getattr(self, key)}")

@@ -126,7 +126,7 @@ def forward_loss(
         batch["advantages"],
         mask,
         normaliser=cfg.normaliser,
-        max_tokens=cfg.max_seq_len,
+        max_tokens=cfg.max_completion_len,
         clip_low=cfg.clip_low,
         clip_high=cfg.clip_high,
         ratio_cap=cfg.ratio_cap if cfg.algo == "ppo" else 0.0,

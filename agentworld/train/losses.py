@@ -45,7 +45,8 @@ def normalise(
       verl's ``token-mean``).
     - ``grpo``: mean over each sequence's tokens, then mean over sequences.
     - ``dr_grpo``: sum over tokens divided by a constant, sequences x ``max_tokens``
-      (Dr. GRPO: no length bias).
+      (Dr. GRPO: no length bias; the trainer passes the generation budget,
+      ``max_completion_len``, as TRL divides by ``max_completion_length``).
 
     ``n_seqs`` / ``n_tokens`` replace this batch's own counts of sequences with
     sampled tokens / sampled tokens: a batch cut into parts for memory gives each

@@ -331,3 +331,32 @@ def test_fp16_trains_on_a_gpu_and_saves_fp32(builder, tiny_model: Path, tmp_path
     summary, _ = run(builder, tiny_model, tmp_path / "fp16", algo="grpo", mixed_precision="fp16")
     assert summary["mixed_precision"] == "fp16" and summary["device"].startswith("cuda")
     assert {t.dtype for t in weights(Path(summary["checkpoint"])).values()} == {torch.float32}
+
+
+def test_dr_grpo_divides_by_the_completion_budget_not_the_context(tiny) -> None:
+    """Dr. GRPO's constant is the generation budget (TRL's max_completion_length); the
+    whole context, max_seq_len (4096 by default), made its updates ~100x smaller."""
+    from agentworld.train.data import collate
+    from agentworld.train.loop import forward_loss
+    from agentworld.train.sequences import Row
+
+    model, _ = tiny
+    rows = [
+        Row(ids=[5, 6, 7, 8, 9], sampled=[0, 0, 1, 1, 1], logprobs=[float("nan")] * 5,
+            trajectory="t1", group="g", advantage=1.0),
+        Row(ids=[5, 6, 7, 10], sampled=[0, 0, 1, 1], logprobs=[float("nan")] * 4,
+            trajectory="t2", group="g", advantage=-1.0),
+    ]  # fmt: skip
+    batch = collate(rows, pad_id=0)
+
+    def loss(**kw: Any) -> float:
+        cfg = TrainConfig(model="m", algo="grpo", normaliser="dr_grpo", **kw)
+        return float(forward_loss(model, None, batch, cfg)[0].detach())
+
+    # On-policy (no rollout log-probs): each token's loss is -A; sums 3 x -1 and 2 x +1.
+    assert loss(max_seq_len=64, max_completion_len=8) == pytest.approx(-1 / (2 * 8))
+    assert loss(max_seq_len=4096, max_completion_len=8) == pytest.approx(-1 / (2 * 8))
+    assert loss(max_completion_len=4) == pytest.approx(-1 / (2 * 4))
+    assert TrainConfig(model="m").max_completion_len == 512  # TRL's default
+    with pytest.raises(ConfigError, match=r"train\.max_completion_len: must be at least 1"):
+        TrainConfig(model="m", max_completion_len=0)
