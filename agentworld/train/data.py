@@ -351,13 +351,22 @@ def sft_reward_note(plan: Plan, cfg: TrainConfig) -> str | None:
     )
 
 
+def wanted(cfg: TrainConfig) -> str:
+    """The trajectories a run asks for, in words: "agent math, dataset gsm8k"."""
+    named = [f"{k} {v}" for k, v in (("agent", cfg.agent), ("dataset", cfg.dataset)) if v]
+    named += [f"split {cfg.split}"] if cfg.split else []
+    return ", ".join(named) or "any agent"
+
+
 def check_plan(plan: Plan, cfg: TrainConfig, pool_root: Path) -> None:
+    """Refuse a plan with nothing to train on, saying what was asked and how to get some."""
     if not plan.advantages:
         why = (
             f"{plan.matched} matched, {plan.zero_advantage} in groups with one reward, "
             f"{plan.no_reward} without reward, {plan.infra_failures} infrastructure failures"
         )
+        run = f"aw run --agent {cfg.agent or 'AGENT'} --dataset {cfg.dataset or 'DATASET'}"
         raise PoolError(
-            f"{pool_root}: nothing to train on for agent={cfg.agent} dataset={cfg.dataset} "
-            f"status={list(cfg.status)} ({why})"
+            f"{pool_root}: nothing to train on for {wanted(cfg)}, status "
+            f"{', '.join(cfg.status) or 'any'} ({why}); `{run}` rolls out trajectories to train on"
         )

@@ -43,6 +43,7 @@ from agentworld.train.data import (
     make_plan,
     selection_for,
     sft_reward_note,
+    wanted,
 )
 from agentworld.train.fidelity import FidelityReport, logprob_gap, report
 from agentworld.train.host_memory import release_freed_tensors
@@ -183,13 +184,6 @@ def require_models(cfg: TrainConfig) -> None:
         require_model_folder(cfg.ref_model, "train.ref_model")
 
 
-def _wanted(cfg: TrainConfig) -> str:
-    """The groups an online run takes, in words: "agent math, dataset gsm8k"."""
-    named = [f"{k} {v}" for k, v in (("agent", cfg.agent), ("dataset", cfg.dataset)) if v]
-    named += [f"split {cfg.split}"] if cfg.split else []
-    return ", ".join(named) or "any agent"
-
-
 def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]:
     """Train from the pool as ``cfg`` says; write checkpoints and metrics; return the summary."""
     require_models(cfg)
@@ -215,10 +209,6 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         refuse_earlier_run(out_dir, METRICS)
     pool = open_pool(cfg.pool, recover=False)
     pool.fetch_all()  # an s3:// pool: every shard into the local cache first (the plan reads all)
-    if main:
-        console.print(Text(cfg.to_toml()))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.toml").write_text(cfg.to_toml())
 
     # -- Where to start: fresh, --resume, or (online) the checkpoint the consumer cursor names.
     cursor = Cursor(pool.root, cfg.consumer) if cfg.online else None
@@ -245,6 +235,33 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             else model_policy_version(cfg.model)
         )
         version = base_version
+
+    # -- Offline: a fixed plan over pinned shards and labels, checked before anything is
+    # written (a run with no data or a bad resume left its folder and config.toml behind).
+    label_sizes: dict[str, int] = {}
+    sources: list[tuple[str, Path]] = []
+    if not cfg.online:
+        if meta0.get("sources"):
+            sources = [(kind, pool.root / rel) for kind, rel in meta0["sources"]]
+            missing = [str(p) for _, p in sources if not p.exists()]
+            if missing:
+                raise PoolError(f"cannot resume: {missing[0]} (used by {resume_dir}) is gone")
+        else:
+            sources = source_paths(pool.layout, journals=cfg.include_journals)
+        label_sizes = meta0.get("label_files") or pool.labels.snapshot()
+        labels = pool.labels.effective(upto=label_sizes)
+        plan = make_plan(pool.layout, labels, cfg, selection_for(cfg, base_version), sources)
+        check_plan(plan, cfg, pool.root)
+        states = meta0.get("data_state")
+        if states is not None and len(states) != acc.num_processes:
+            raise ConfigError(
+                f"train.resume: {resume_dir} was written by {len(states)} processes, "
+                f"this run has {acc.num_processes}; resume with the same number"
+            )
+    if main:
+        console.print(Text(cfg.to_toml()))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.toml").write_text(cfg.to_toml())
 
     # -- Model, optimizer, schedule: Accelerate places and wraps them (DDP, FSDP, DeepSpeed).
     model_path = str(resume_dir) if resume_dir else cfg.model
@@ -278,11 +295,9 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         if main and note:
             console.print(note)
 
-    # -- Data: a fixed plan over pinned shards and labels (offline), or groups as they land.
+    # -- Data: the plan's batches (offline), or groups as they land (online).
     dataset: PoolBatches | None = None
     online: OnlineUpdates | None = None
-    label_sizes: dict[str, int] = {}
-    sources: list[tuple[str, Path]] = []
     if cfg.online:
         if main and resume_dir is not None and cursor_state.checkpoint:
             # Killed between its checkpoint and the reload: the server is a version behind.
@@ -299,23 +314,6 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         )
         updates: Iterator[list[dict[str, Any] | None]] = iter(online)
     else:
-        if meta0.get("sources"):
-            sources = [(kind, pool.root / rel) for kind, rel in meta0["sources"]]
-            missing = [str(p) for _, p in sources if not p.exists()]
-            if missing:
-                raise PoolError(f"cannot resume: {missing[0]} (used by {resume_dir}) is gone")
-        else:
-            sources = source_paths(pool.layout, journals=cfg.include_journals)
-        label_sizes = meta0.get("label_files") or pool.labels.snapshot()
-        labels = pool.labels.effective(upto=label_sizes)
-        plan = make_plan(pool.layout, labels, cfg, selection_for(cfg, base_version), sources)
-        check_plan(plan, cfg, pool.root)
-        states = meta0.get("data_state")
-        if states is not None and len(states) != acc.num_processes:
-            raise ConfigError(
-                f"train.resume: {resume_dir} was written by {len(states)} processes, "
-                f"this run has {acc.num_processes}; resume with the same number"
-            )
         dataset = PoolBatches(
             pool,
             plan,
@@ -431,7 +429,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
     if online is not None:
 
         def waiting() -> None:
-            text = f"waiting for complete groups of {cfg.group_size} ({_wanted(cfg)})"
+            text = f"waiting for complete groups of {cfg.group_size} ({wanted(cfg)})"
             if skipped_groups:
                 text += (
                     f"; {skipped_groups} taken so far had nothing to train on "

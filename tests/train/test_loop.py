@@ -360,3 +360,26 @@ def test_dr_grpo_divides_by_the_completion_budget_not_the_context(tiny) -> None:
     assert TrainConfig(model="m").max_completion_len == 512  # TRL's default
     with pytest.raises(ConfigError, match=r"train\.max_completion_len: must be at least 1"):
         TrainConfig(model="m", max_completion_len=0)
+
+
+def test_a_run_that_cannot_start_leaves_no_folder_behind(
+    builder, tiny_model: Path, tmp_path: Path
+) -> None:
+    """The folder and its config.toml were written before the data and the resume were
+    checked: a run with nothing to train on, or a bad --resume, left them behind."""
+    from agentworld.errors import PoolError
+
+    builder.group([1.0, 0.0], turns=2)
+    out = tmp_path / "run"
+    with pytest.raises(PoolError) as err:
+        run(builder, tiny_model, out, algo="sft", agent="nobody")
+    message = str(err.value)
+    assert "nothing to train on for agent nobody, status done (0 matched" in message
+    assert "None" not in message  # no "dataset=None" for a filter not given
+    assert "`aw run --agent nobody --dataset DATASET` rolls out trajectories" in message
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="no checkpoint in"):
+        run(builder, tiny_model, out, algo="sft", resume="latest")
+    assert not out.exists()
+    run(builder, tiny_model, out, algo="sft", max_steps=1)
+    assert (out / "config.toml").exists()
