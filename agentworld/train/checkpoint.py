@@ -150,6 +150,33 @@ def refuse_earlier_run(output_dir: Path, metrics_name: str) -> None:
     )
 
 
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint ``latest`` names in a run folder, else its newest complete one; None
+    when ``run_dir`` holds no checkpoint (it is no run folder)."""
+    marker = run_dir / LATEST
+    if marker.is_file():
+        named = run_dir / marker.read_text().strip()
+        if (named / META).exists():
+            return named
+    complete = [p for _, p in checkpoints_in(run_dir) if (p / META).exists()]
+    return complete[-1] if complete else None
+
+
+def refuse_run_folder(value: str, key: str) -> None:
+    """A training run's folder (or its ``latest`` marker) given where a model folder goes:
+    say so and name the checkpoint to pass, not only "not a local model folder"."""
+    path = Path(value).expanduser()
+    run_dir = path.parent if path.name == LATEST and path.is_file() else path
+    ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if ckpt is None or (path / "config.json").exists():
+        return
+    what = "the latest marker of a training run" if run_dir != path else "a training run's folder"
+    raise ConfigError(
+        f"{key}: {value!r} is {what}, not a model folder; its latest checkpoint is {ckpt} "
+        f"(pass that), or --resume latest -o {run_dir} continues the run"
+    )
+
+
 def state_source(folder: Path) -> Path | None:
     """Where resuming from ``folder`` takes its optimizer state: the folder itself, else the
     newest checkpoint before it (same run folder) that has some; None when none has."""

@@ -31,6 +31,7 @@ from agentworld.train.checkpoint import (
     prune_checkpoints,
     read_meta,
     refuse_earlier_run,
+    refuse_run_folder,
     resolve_resume,
     save_checkpoint,
     weights_once,
@@ -179,9 +180,10 @@ def require_models(cfg: TrainConfig) -> None:
 
     transformers would take it for a Hub repo id: a download, or a traceback from deep inside.
     """
-    require_model_folder(cfg.model, "train.model")
-    if cfg.ref_model is not None:
-        require_model_folder(cfg.ref_model, "train.ref_model")
+    for key, value in (("train.model", cfg.model), ("train.ref_model", cfg.ref_model)):
+        if value is not None:
+            refuse_run_folder(value, key)
+            require_model_folder(value, key)
 
 
 def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]:

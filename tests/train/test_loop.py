@@ -383,3 +383,24 @@ def test_a_run_that_cannot_start_leaves_no_folder_behind(
     assert not out.exists()
     run(builder, tiny_model, out, algo="sft", max_steps=1)
     assert (out / "config.toml").exists()
+
+
+def test_a_run_folder_given_as_the_model_is_named_with_its_checkpoint(
+    builder, tiny_model: Path, tmp_path: Path
+) -> None:
+    """`--model runs/x` got the generic "not a local model folder"; it is a run's folder,
+    and the way out is the checkpoint in it (``latest`` is a text file, no link)."""
+    from agentworld.train.loop import require_models
+
+    builder.group([1.0, 0.0], turns=2)
+    out = tmp_path / "run"
+    run(builder, tiny_model, out, algo="sft", save_every=1)
+    for given in (out, out / "latest"):
+        with pytest.raises(ConfigError) as err:
+            require_models(TrainConfig(model=str(given)))
+        assert f"train.model: '{given}' is " in str(err.value)
+        assert f"its latest checkpoint is {out / 'ckpt-000002'} (pass that)" in str(err.value)
+        assert f"--resume latest -o {out} continues the run" in str(err.value)
+    with pytest.raises(ConfigError, match=r"train\.ref_model: .* a training run's folder"):
+        require_models(TrainConfig(model=str(out / "ckpt-000002"), ref_model=str(out)))
+    require_models(TrainConfig(model=str(out / "ckpt-000001")))  # a checkpoint is a model
