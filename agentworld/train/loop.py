@@ -579,6 +579,13 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             if main and (step % cfg.log_every == 0 or step == cfg.max_steps):
                 mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
                 adv = advantage_stats(advs)
+                adv_row = {
+                    "adv_mean": adv.mean,
+                    "adv_std": adv.std,
+                    "adv_min": adv.min,
+                    "adv_max": adv.max,
+                    "adv_zero_fraction": adv.zero_fraction,
+                }
                 row = {
                     "step": step,
                     "time": time.time(),
@@ -586,11 +593,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                     "lr": scheduler.get_last_lr()[0],
                     "grad_norm": float(grad_norm) if grad_norm is not None else None,
                     "reward_mean": mean(rewards),
-                    "adv_mean": adv.mean,
-                    "adv_std": adv.std,
-                    "adv_min": adv.min,
-                    "adv_max": adv.max,
-                    "adv_zero_fraction": adv.zero_fraction,
+                    # SFT has no advantages (each row's 1.0 is a weight): None, not 1.0.
+                    **(adv_row if cfg.algo != "sft" else dict.fromkeys(adv_row)),
                     "kl": mean(stats_acc["kl"]),
                     # Behaviour policy vs trainer (RL; None for SFT): see train/importance.py.
                     **(

@@ -118,6 +118,9 @@ def test_two_step_sft_end_to_end(builder, tiny_model: Path, tmp_path: Path) -> N
     assert [r["step"] for r in rows] == [1, 2]
     for key in ("loss", "tokens_per_s", "merged", "breaks", "reward_mean", "lr"):
         assert rows[0][key] is not None, key
+    # No advantages in SFT: null, as the importance stats (they read 1.0, a mere weight).
+    for key in ("adv_mean", "adv_std", "adv_min", "adv_max", "adv_zero_fraction", "ess"):
+        assert rows[0][key] is None, key
     assert "[train]" in log and 'algo = "sft"' in log  # the resolved config is printed
     assert (tmp_path / "run" / "config.toml").read_text().startswith("[train]")
     assert "aw train" in log  # the summary table
