@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentworld.group_advantage import group_relative
+from agentworld.train.update_stats import Spread
 
 
 def group_advantages(
@@ -35,18 +35,17 @@ def scale_std_for(normaliser: str) -> bool:
 
 @dataclass(frozen=True)
 class AdvantageStats:
-    mean: float
-    std: float
-    min: float
-    max: float
-    zero_fraction: float
+    """What an update's rows' advantages were; None throughout when it had no rows."""
+
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    zero_fraction: float | None
 
 
-def advantage_stats(values: Sequence[float]) -> AdvantageStats:
-    if not values:
-        return AdvantageStats(0.0, 0.0, 0.0, 0.0, 0.0)
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / n)
-    zero = sum(1 for v in values if v == 0) / n
-    return AdvantageStats(mean, std, min(values), max(values), zero)
+def advantage_stats(spread: Spread) -> AdvantageStats:
+    """From the advantages' sums over every process (``update_stats.across_processes``)."""
+    if not spread.n:
+        return AdvantageStats(None, None, None, None, None)
+    return AdvantageStats(spread.mean, spread.std, spread.low, spread.high, spread.zeros / spread.n)

@@ -54,8 +54,14 @@ from agentworld.train.logprobs import sampled_logprobs
 from agentworld.train.losses import policy_loss, sft_loss
 from agentworld.train.online import Cursor, CursorState, OnlineUpdates, catch_up, publish
 from agentworld.train.plots import CurvePainter
-from agentworld.train.sequences import stop_ids_of
+from agentworld.train.sequences import SequenceStats, stop_ids_of
 from agentworld.train.tracking import METRICS, MetricsLog, check_trackers
+from agentworld.train.update_stats import (
+    Spread,
+    UpdateStats,
+    across_processes,
+    totals_across_processes,
+)
 
 
 def forward_parts(batch: dict[str, Any], forward_tokens: int) -> list[dict[str, Any]]:
@@ -348,13 +354,15 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
     source: Any = online if online is not None else dataset
     pad_id = source.pad_id
 
-    def stats_now() -> Any:
-        return source.stats
+    def stats_now() -> tuple[int, SequenceStats]:
+        """Trajectories trained and sequence counts so far, over every process (a collective:
+        every process calls it, after each update and for each checkpoint)."""
+        return totals_across_processes(acc, len(trained), source.stats)
 
     def meta_for(step: int, policy_version: int) -> dict[str, Any]:
         data_state = gather_object([dataset.state_dict()]) if dataset is not None else None
         srcs = sources or source_paths(pool.layout, journals=True)
-        s = stats_now()
+        n_trained, s = stats_now()
         return {
             "policy_version": policy_version,
             "base_policy_version": base_version,
@@ -369,7 +377,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 "sequences": totals["rows"],
                 "tokens": totals["tokens"],
                 "sampled_tokens": totals["sampled_tokens"],
-                "trajectories": len(trained),
+                "trajectories": n_trained,
                 "steps": s.steps,
                 "merged": s.merged,
                 "breaks": s.breaks,
@@ -514,7 +522,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
 
             model.train()
             t0 = time.perf_counter()
-            stats_acc: dict[str, list[float]] = {"loss": [], "kl": []}
+            stats_acc: dict[str, list[float]] = {"loss": [], "kl": []}  # per micro-batch
             importance = ImportanceStats()
             advs: list[float] = []
             rewards: list[float] = []
@@ -573,12 +581,23 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 ("tokens", "padded_tokens", "sampled_tokens", "rows", "micro_batches")
             ):
                 totals[key] += int(counts[k])
-            losses += stats_acc["loss"]
-            s = stats_now()
+            # This process's micro-batches only (its share of the groups): the update's are
+            # the sums over every process.
+            upd = across_processes(
+                acc,
+                UpdateStats(
+                    loss=Spread.of(stats_acc["loss"]),
+                    kl=Spread.of(stats_acc["kl"]),
+                    rewards=Spread.of(rewards),
+                    advantages=Spread.of(advs),
+                ),
+            )
+            if upd.loss.mean is not None:
+                losses.append(upd.loss.mean)
+            _, s = stats_now()
 
             if main and (step % cfg.log_every == 0 or step == cfg.max_steps):
-                mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-                adv = advantage_stats(advs)
+                adv = advantage_stats(upd.advantages)
                 adv_row = {
                     "adv_mean": adv.mean,
                     "adv_std": adv.std,
@@ -589,13 +608,13 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 row = {
                     "step": step,
                     "time": time.time(),
-                    "loss": mean(stats_acc["loss"]),
+                    "loss": upd.loss.mean,
                     "lr": scheduler.get_last_lr()[0],
                     "grad_norm": float(grad_norm) if grad_norm is not None else None,
-                    "reward_mean": mean(rewards),
+                    "reward_mean": upd.rewards.mean,
                     # SFT has no advantages (each row's 1.0 is a weight): None, not 1.0.
                     **(adv_row if cfg.algo != "sft" else dict.fromkeys(adv_row)),
-                    "kl": mean(stats_acc["kl"]),
+                    "kl": upd.kl.mean,
                     # Behaviour policy vs trainer (RL; None for SFT): see train/importance.py.
                     **(
                         importance.metrics()
@@ -688,7 +707,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         if painter.error is not None:  # matplotlib comes with the train extra
             console.print(f"note: no {PNG} drawn: {painter.error}")
     elapsed = time.perf_counter() - t_run
-    s = stats_now()
+    n_trained, s = stats_now()
     summary = {
         "updates": step - start_step,
         "step": step,
@@ -696,7 +715,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         "tokens_per_s": run_tokens / elapsed if elapsed > 0 else 0.0,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
-        "trajectories": len(trained),
+        "trajectories": n_trained,
         "steps": s.steps,
         "merged": s.merged,
         "breaks": s.breaks,
@@ -706,6 +725,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         "checkpoints": retention.line() if retention.kept else None,
         "policy_version": version if online is not None else base_version + 1,
         "device": str(acc.device),
+        "processes": acc.num_processes,
         "mixed_precision": acc.mixed_precision,
         "interrupted": interrupted,
     }

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 
 import pytest
 
-from agentworld.train.advantages import advantage_stats, group_advantages, scale_std_for
+from agentworld.train.advantages import (
+    AdvantageStats,
+    advantage_stats,
+    group_advantages,
+    scale_std_for,
+)
+from agentworld.train.update_stats import Spread
 
 
 def test_grpo_advantages_by_hand() -> None:
@@ -32,6 +39,18 @@ def test_equal_rewards_give_zero() -> None:
 
 
 def test_stats() -> None:
-    s = advantage_stats([1.0, -1.0, 0.0, 0.0])
+    s = advantage_stats(Spread.of([1.0, -1.0, 0.0, 0.0]))
     assert (s.mean, s.min, s.max, s.zero_fraction) == (0.0, -1.0, 1.0, 0.5)
     assert s.std == pytest.approx(math.sqrt(0.5))
+    assert advantage_stats(Spread()) == AdvantageStats(None, None, None, None, None)
+
+
+def test_stats_of_two_processes_are_the_stats_of_their_union() -> None:
+    """What each process sums adds up to the update's numbers (process 0's alone were
+    logged); a process without rows adds nothing."""
+    a, b = [0.866, -0.866, 0.0], [1.0441, -0.0949, -0.9492, 2.5]
+    parts = [Spread.of(a), Spread.of(b), Spread.of([])]
+    summed = [sum(x) for x in zip(*(p.sums() for p in parts), strict=True)]
+    merged = Spread(*summed, min(p.low for p in parts), max(p.high for p in parts))
+    want, got = advantage_stats(Spread.of(a + b)), advantage_stats(merged)
+    assert astuple(got) == pytest.approx(astuple(want)) and (got.min, got.max) == (-0.9492, 2.5)

@@ -83,3 +83,33 @@ def test_two_processes_train_offline_and_online(builder, tiny_model: Path, tmp_p
     assert sorted(g for r in rows for g in r["groups"]) == sorted(
         {t.first("group") for t in builder.pool.iter_trajectories()}
     ), f"{rows}\n{p.stderr[-8000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_processes_log_the_whole_update_not_process_0s(
+    builder, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Both groups on process 1: the metrics rows said loss null, reward null and
+    advantages 0, the progress line `loss -`, the summary and meta.json 0 trajectories."""
+    import re
+
+    from agentworld.train.data import rank_of
+
+    names = [g for g in (f"g{i}" for i in range(40)) if rank_of(g, 2) == 1][:2]
+    builder.group([1.0, 0.0, 0.0, 1.0], group=names[0], turns=2)
+    builder.group([0.2, 0.5, 0.9], group=names[1], turns=1)
+    out = tmp_path / "run"
+    p = launch(tmp_path, f"model={tiny_model}", f"pool={builder.pool.root}", "algo=grpo",
+               f"output_dir={out}", "max_steps=50", "epochs=1", "batch_tokens=64",
+               "max_seq_len=64")  # fmt: skip
+    assert p.returncode == 0, p.stderr[-8000:]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(r["loss"] is not None and r["reward_mean"] is not None for r in rows)
+    assert min(r["adv_min"] for r in rows) == pytest.approx(-0.9492, abs=1e-3)
+    assert max(r["adv_max"] for r in rows) == pytest.approx(1.0441, abs=1e-3)
+    assert "loss - " not in p.stderr and f"train 1/50  loss {rows[0]['loss']:.4f}" in p.stderr
+    counts = json.loads((out / f"ckpt-{len(rows):06d}" / "meta.json").read_text())["counts"]
+    assert (counts["trajectories"], counts["steps"], counts["merged"]) == (7, 11, 4), counts
+    for key, value in (("processes", 2), ("trajectories", 7), ("steps", 11)):
+        assert re.search(rf"{key}\s+│\s+{value}\s", p.stderr), p.stderr[-3000:]
