@@ -95,7 +95,7 @@ def test_redraws_during_a_run_happen_in_another_process(
     monkeypatch.setattr(plots, "draw_curves", here)
     painter = CurvePainter(tmp_path, min_interval_s=0.01)
     painter.request()
-    deadline = time.monotonic() + 120  # a wait for the picture, not a speed limit
+    deadline = time.monotonic() + 60  # a wait for the picture, not a speed limit
     while not (tmp_path / "curves.png").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
