@@ -118,7 +118,7 @@ def stats(
     console = _console()
     by = s["trajectories_by_status"]
     head = Table.grid(padding=(0, 2))
-    head.add_row("pool", str(pool.root))
+    head.add_row("pool", getattr(pool, "url", None) or str(pool.root))  # a remote: its URL
     head.add_row("steps", f"{s['steps']:,} ({s['step_errors']:,} failed)")
     head.add_row(
         "trajectories",

@@ -315,3 +315,19 @@ async def test_the_tui_lists_a_remote_pool(pool: Pool, s3_url: str) -> None:
             return None
 
         await until(pilot, lambda: listed() == 3)
+
+
+def test_stats_of_a_remote_pool_names_its_url_not_the_cache(pool: Pool, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentworld.cli import app
+
+    fill_pool(pool, trajectories=1)
+    url = (tmp_path / "store").as_uri()
+    push(pool.layout, url)
+    res = CliRunner().invoke(
+        app, ["pool", "stats", "-p", url], env={"AW_HOME": str(tmp_path / "home"), "COLUMNS": "400"}
+    )
+    assert res.exit_code == 0, res.output
+    (line,) = [line for line in res.stdout.splitlines() if line.startswith("pool ")]
+    assert line.split() == ["pool", url]
