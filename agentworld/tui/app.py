@@ -112,8 +112,9 @@ class AgentWorldApp(App[None]):
         try:
             report = self.data.refresh(self._indexing_progress if self.indexing else None)
         except AgentWorldError as exc:
-            # Another writer left a bad label line, say: the refresh rolled back, so the
-            # screens keep the last good view, and the app says why nothing updates.
+            # Another writer left a bad label line, say: the labels' part of the refresh
+            # rolled back (the shards it read are kept), so the screens keep the last good
+            # view, and the app says why nothing updates.
             self.call_from_thread(self._refresh_failed, str(exc))
             return
         if self.refresh_problem is not None:

@@ -216,7 +216,18 @@ def usage_text(usage: Any) -> str:
     (OpenAI's ``prompt_tokens_details=None`` says nothing)."""
     if not isinstance(usage, dict):
         return ""
-    return " ".join(f"{k}={v}" for k, v in usage.items() if v not in (None, {}, []))
+    return " ".join(f"{k}={v}" for k, v in _flat(usage) if v not in (None, {}, []))
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested usage (``prompt_tokens_details``) as dotted keys, not a Python dict's repr."""
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.extend(_flat(v, f"{prefix}{k}."))
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
 
 
 def _problems(step: dict[str, Any]) -> list[tuple[str, Any]]:

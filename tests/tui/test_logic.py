@@ -201,6 +201,17 @@ def test_step_metadata_shows_what_the_proxy_left_out_and_why() -> None:
     assert "left out" not in dict(metadata_rows(conversation_step("tr_1", 0)))
 
 
+def test_nested_usage_is_shown_as_dotted_keys_not_a_python_dict() -> None:
+    from agentworld.tui.transcript import usage_text
+
+    usage = {
+        "prompt_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": None},
+        "completion_tokens_details": {},
+    }
+    assert usage_text(usage) == "prompt_tokens=7 prompt_tokens_details.cached_tokens=0"
+
+
 def test_curator_undo_restores_previous_values(tmp_path: Path) -> None:
     pool = Pool.create(tmp_path / "pool")
     labels = pool.labels
