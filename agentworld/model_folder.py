@@ -31,11 +31,22 @@ def require_model_folder(value: str, key: str, hint: str = "pass a model folder"
     """
     path = Path(value).expanduser()
     if not is_model_folder(path):
+        inside = models_inside(path)
+        if inside:  # a training run's folder, say: its checkpoints are model folders
+            hint = f"it holds {len(inside)} model folder(s), the last {inside[-1]}: pass one"
         raise ConfigError(
             f"{key}: {value!r} is not a local model folder (config.json + *.safetensors); "
             f"nothing is downloaded, {hint}"
         )
     return path
+
+
+def models_inside(path: Path) -> list[Path]:
+    """The model folders directly inside ``path`` (an `aw train` run's checkpoints), by name."""
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir() and is_model_folder(p))
+    except OSError:  # not a folder, or not readable
+        return []
 
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"

@@ -29,6 +29,20 @@ def test_anything_else_names_the_key_and_the_way_out(value: str) -> None:
     )
 
 
+def test_a_folder_of_model_folders_names_the_last_one(tmp_path: Path) -> None:
+    """`aw serve --model runs/x`: a training run's folder points at its checkpoints."""
+    for step in ("ckpt-000002", "ckpt-000004"):
+        (tmp_path / step).mkdir()
+        (tmp_path / step / "config.json").write_text("{}")
+        (tmp_path / step / "model.safetensors").write_bytes(b"")
+    (tmp_path / "train_state").mkdir()
+    with pytest.raises(ConfigError) as info:
+        require_model_folder(str(tmp_path), "--model")
+    assert str(info.value).endswith(
+        f"it holds 2 model folder(s), the last {tmp_path / 'ckpt-000004'}: pass one"
+    )
+
+
 def test_hf_progress_bars_turns_them_off_for_a_block_and_never_on() -> None:
     from transformers.utils import logging as hf_logging
 
