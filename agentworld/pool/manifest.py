@@ -154,9 +154,12 @@ def fetch_shards(layout: Layout, source: str) -> tuple[int, ManifestCheck]:
     or an rsync source ``[user@]host:path`` naming the other pool.
     """
     before = check_manifest(layout, verify=False)
-    wanted = before.missing + before.corrupt
-    for digest in before.corrupt:
-        layout.shard_path(digest).unlink(missing_ok=True)
+    # A shard here whose size is not the listed one is fetched again only if it fails its
+    # hash, and replaced only once a verified copy arrived: one that matches its name
+    # holds the right bytes (the MANIFEST line is what is wrong), and deleting a damaged
+    # one first left nothing when the source lacked it (only gc deletes, spec 4.3).
+    damaged = [d for d in before.corrupt if verify_shard(layout.shard_path(d)) is not None]
+    wanted = before.missing + damaged
     copied = 0
     if wanted:
         local = Path(source)
@@ -181,7 +184,7 @@ def _copy_from(root: Path, wanted: list[str], layout: Layout) -> int:
     for digest in wanted:
         src = base / _shard_rel(digest)
         if src.exists():
-            copy_shard(src, layout)
+            copy_shard(src, layout, replace=True)  # wanted: missing here, or damaged
             copied += 1
     return copied
 

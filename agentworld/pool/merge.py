@@ -41,17 +41,18 @@ class MergeReport:
     shards_refused: list[str] = field(default_factory=list)
 
 
-def copy_shard(src: Path, dst_layout: Layout) -> int:
+def copy_shard(src: Path, dst_layout: Layout, *, replace: bool = False) -> int:
     """Copy one shard into a pool once it passes what ``fsck`` checks; returns bytes copied
     (0 when present).
 
     Its hash must match its name and every line must be a valid record: a shard
     readers would have to skip is refused (CorruptDataError names it and the
-    first bad line), never spread to another pool.
+    first bad line), never spread to another pool. ``replace``: copy even over a
+    file of that name (a damaged one), which is swapped only once the copy passed.
     """
     digest = shard_digest(src)
     final = dst_layout.shard_path(digest)
-    if final.exists():
+    if final.exists() and not replace:
         return 0
     try:
         data = read_verified(src)
