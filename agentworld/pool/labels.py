@@ -301,17 +301,26 @@ def append_label_lines(path: Path, lines: list[bytes]) -> None:
         os.close(fd)
 
 
+_TAIL_PIECE = 1 << 20
+
+
 def _cut_torn_tail(fd: int) -> None:
+    """Cut a last line without its newline back to the newline before it, however long it
+    is (a note may be megabytes): left in place, the next line would fuse with it into one
+    that does not parse, and readers refuse the whole file."""
     size = os.fstat(fd).st_size
     if not size or os.pread(fd, 1, size - 1) == b"\n":
         return
-    start = max(0, size - (1 << 20))
-    tail = os.pread(fd, size - start, start)
-    cut = tail.rfind(b"\n")
-    keep = start + cut + 1 if cut >= 0 else 0 if start == 0 else size
-    if keep < size:
-        log.warning("labels: cutting a torn last line (%d bytes)", size - keep)
-        os.ftruncate(fd, keep)
+    keep, end = 0, size
+    while end > 0:
+        start = max(0, end - _TAIL_PIECE)
+        cut = os.pread(fd, end - start, start).rfind(b"\n")
+        if cut >= 0:
+            keep = start + cut + 1
+            break
+        end = start
+    log.warning("labels: cutting a torn last line (%d bytes)", size - keep)
+    os.ftruncate(fd, keep)
 
 
 def apply_labels(

@@ -113,3 +113,33 @@ def test_bad_complete_label_line_is_refused(pool: Pool) -> None:
         f.write(b"garbage\n")
     with pytest.raises(CorruptDataError, match=":2"):
         pool.labels.effective()
+
+
+def test_a_torn_line_longer_than_a_read_is_cut_before_the_next_append(pool: Pool) -> None:
+    """The cut looked at the last MiB only: a longer torn line stayed, the next label fused
+    with it into a line that does not parse, and every reader refused the file."""
+    pool.labels.set(["step:st_1"], {"quality": "good"}, author="me", at=1.0)
+    (path,) = pool.labels.files()
+    whole = path.read_bytes()
+    with open(path, "ab") as f:
+        f.write(b'{"author":"me","id":"lb_x","set":{"note":"' + b"n" * (3 << 20))
+    pool.labels.set(["step:st_1"], {"quality": "bad"}, author="me", at=2.0)
+    assert _eff(pool, "step:st_1") == {"quality": "bad"}
+    assert path.read_bytes().startswith(whole) and b"lb_x" not in path.read_bytes()
+
+
+def test_merge_appends_a_line_that_is_torn_here(pool: Pool, tmp_path) -> None:
+    """A label line whose append died here before its newline, and which the other pool holds
+    whole, counted as present: the merge added nothing and its own append then cut the line."""
+    from agentworld.pool.merge import merge_pools
+
+    other = Pool.create(tmp_path / "other")
+    other.labels.set(["trajectory:tr_1"], {"quality": "good"}, author="ann", at=1.0)
+    (src,) = other.labels.files()
+    dst = pool.layout.labels / "ann" / src.name
+    dst.parent.mkdir(parents=True)
+    dst.write_bytes(src.read_bytes()[:-1])  # the same line, without its newline
+    assert _eff(pool, "trajectory:tr_1") == {}
+    assert merge_pools(pool.layout, other.root).label_lines_added == 1
+    assert _eff(pool, "trajectory:tr_1") == {"quality": "good"}
+    assert dst.read_bytes() == src.read_bytes()
