@@ -105,7 +105,9 @@ def union_label_lines(src: Path, dst: Path, refused: list[str], name: str) -> in
     lines.pop()  # b"" after the last newline, or a torn append: not data either way
     have: set[bytes] = set()
     if dst.exists():
-        have = {line for line in dst.read_bytes().split(b"\n") if line.strip()}
+        # Not its torn last line: the append below cuts it, so a line of ``src`` equal to
+        # it (an append that died before its newline) must be appended again.
+        have = set(dst.read_bytes().split(b"\n")[:-1])
     missing: dict[bytes, None] = {}
     for n, line in enumerate(lines, 1):
         if not line.strip() or line in have:
