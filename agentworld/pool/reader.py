@@ -53,7 +53,8 @@ class Trajectory:
         pv = [s["policy_version"] for s in self.steps] or (
             [self.end["policy_version"]] if self.end else []
         )
-        times = [s["timings"]["started_at"] for s in self.steps]
+        # started_at is a required key, but its value may be null (unknown), as every timing's
+        times = [t for s in self.steps if (t := s["timings"]["started_at"]) is not None]
         return {
             "id": self.id,
             "agent": self.first("agent"),

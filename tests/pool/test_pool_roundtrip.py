@@ -84,6 +84,19 @@ def test_iter_trajectories_streams_with_labels(pool: Pool) -> None:
     assert list(pool.iter_trajectories(Selection(quality=("bad",)))) == []
 
 
+def test_a_step_whose_started_at_is_null_is_read(pool: Pool) -> None:
+    """timings.started_at is a required key whose value may be null (spec 3.2); the
+    trajectory summary took min() over it and raised TypeError, stopping export and train."""
+    t = records.new_id("tr")
+    with pool.writer() as w:
+        w.append(full_step(t, 0, timings={"started_at": None}))
+        w.append(full_step(t, 1, timings={"started_at": 7.0}))
+        w.append(end_record(t, 2, ended_at=9.0))
+    (traj,) = pool.iter_trajectories(Selection(agent="coder"))
+    summary = traj.summary()
+    assert summary["first_at"] == 7.0 and summary["last_at"] == 9.0
+
+
 def test_unknown_format_version_refused(tmp_path) -> None:
     p = Pool.create(tmp_path / "pool")
     meta = p.layout.meta
