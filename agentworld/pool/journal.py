@@ -71,6 +71,18 @@ class JournalScan:
     problem: str | None
 
 
+def _checksum_field(line: bytes) -> int | None:
+    """A line's CRC field, or None unless its first eight bytes are hex digits (``int``
+    alone also takes spaces, a sign and underscores, which no writer puts there)."""
+    field = line[:8]
+    if not field.isalnum():
+        return None
+    try:
+        return int(field, 16)
+    except ValueError:
+        return None
+
+
 def scan_journal(path: Path, data: bytes | None = None) -> JournalScan:
     """Parse a journal, stopping at the first line that is incomplete or fails its checksum."""
     if data is None:
@@ -89,9 +101,8 @@ def scan_journal(path: Path, data: bytes | None = None) -> JournalScan:
             problem = f"malformed line at byte {pos}"
             break
         body = line[9:]
-        try:
-            crc = int(line[:8], 16)
-        except ValueError:
+        crc = _checksum_field(line)
+        if crc is None:
             problem = f"malformed checksum at byte {pos}"
             break
         if crc32(body) != crc:
@@ -267,11 +278,8 @@ def later_valid_lines(data: bytes, start: int) -> int:
         if end < 0:
             break
         line = data[pos:end]
-        try:
-            if len(line) >= 10 and line[8:9] == b" " and int(line[:8], 16) == crc32(line[9:]):
-                count += 1
-        except ValueError:
-            pass
+        if len(line) >= 10 and line[8:9] == b" " and _checksum_field(line) == crc32(line[9:]):
+            count += 1
         pos = end + 1
     return count
 

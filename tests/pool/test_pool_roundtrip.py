@@ -241,6 +241,28 @@ def test_unknown_journal_version_is_left_alone(pool: Pool) -> None:
     assert problem.line == 1 and "journal version 3" in problem.problem
 
 
+@pytest.mark.parametrize("lead", [b" 0", b"+0", b"0_"])
+def test_a_checksum_field_that_is_not_eight_hex_digits_ends_the_valid_prefix(
+    pool: Pool, lead: bytes
+) -> None:
+    """Spec 5.2: a line whose first eight bytes are not hex digits is malformed. Python's
+    int() took " 021a12f", "+021a12f" and "0_21a12f" as numbers, so a line another reader
+    (and the spec) calls torn was read as data here."""
+    from agentworld.pool.journal import crc32, frame, scan_journal
+
+    header = records.dumps({"journal": 2, "writer": "x", "created": 0.0})
+    for i in range(10_000):  # a record whose checksum starts with two zero digits
+        data = records.encode(full_step("tr_x", 0, metadata={"n": i}))
+        field = b"%08x" % crc32(data)
+        if field.startswith(b"00"):
+            break
+    field = lead + field[2:]  # the same number to int(), but not eight hex digits
+    journal = pool.layout.journals / "x-0000.journal"
+    journal.write_bytes(frame(header) + field + b" " + data + b"\n")
+    scan = scan_journal(journal)
+    assert scan.lines == [header] and "malformed checksum" in str(scan.problem)
+
+
 @pytest.mark.parametrize("size", [0, 1, 5 * 1024, 5 * 1024 + 1, 12_345, 1 << 20])
 def test_journal_checksum_in_pieces_equals_zlib_crc32(size: int) -> None:
     import zlib
