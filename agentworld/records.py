@@ -493,7 +493,7 @@ def parse(line: bytes) -> dict[str, Any]:
 
 def parse_stored(line: bytes) -> dict[str, Any]:
     """One stored line as a record a reader can file: a JSON object, a step or an end,
-    with its ``id`` and ``trajectory`` (a step its ``index``).
+    with its ``id`` and ``trajectory`` (a step its ``index``), of no record schema but ours.
 
     What readers key on, at a fraction of ``parse``'s cost: the writer validated every
     record it wrote, and a line of another tool's is checked whole where it enters a
@@ -514,6 +514,12 @@ def parse_stored(line: bytes) -> dict[str, Any]:
         index = record.get("index")
         if index.__class__ is not int or index < 0:
             raise _fail("index", "required (an integer >= 0)")
+    schema = record.get("schema")
+    if schema is not None and (schema.__class__ is not int or schema != SCHEMA_VERSION):
+        # A newer writer's record: its fields may mean something else (spec 3.1, 10).
+        raise _fail(
+            "schema", f"unknown record schema {schema!r}; this build reads {SCHEMA_VERSION}"
+        )
     return record
 
 

@@ -114,7 +114,11 @@ class _Checker:
             ordinal.append(None)
             return
         rid = rec.get("id") if isinstance(rec, dict) else None
-        ordinal.append(rid if isinstance(rid, str) else None)
+        try:  # the index holds what readers file (a newer schema's record is not)
+            records.parse_stored(raw)
+            ordinal.append(rid)
+        except RecordError:
+            ordinal.append(None)
         try:
             records.validate(rec)
         except RecordError as exc:

@@ -19,7 +19,8 @@ from typing import Any
 
 import orjson
 
-from agentworld.errors import CorruptDataError, PoolFormatError
+from agentworld import records
+from agentworld.errors import CorruptDataError, PoolFormatError, RecordError
 from agentworld.pool.index_queries import CORRUPT, IndexQueries
 from agentworld.pool.journal import parse_journal, scan_journal, split_trailer
 from agentworld.pool.labels import Labels
@@ -452,12 +453,12 @@ class Index(IndexQueries):
         for n, raw in enumerate(lines, 1):
             line = first_line + n - 1
             try:
-                rec = orjson.loads(raw)
-                if rec.get("kind") == "step":
+                rec = records.parse_stored(raw)  # what readers file, as reader.iter_records
+                if rec["kind"] == "step":
                     steps.append(_step_row(rec, rel, line))
-                elif rec.get("kind") == "end":
+                else:
                     ends.append(_end_row(rec, rel, line))
-            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            except (AttributeError, KeyError, TypeError, ValueError, RecordError) as exc:
                 # Not JSON, or not a record the writer would take today (written by hand,
                 # or before a field's type was checked): the rest of its file is indexed
                 # all the same, as readers skip just that line (reader.iter_records).

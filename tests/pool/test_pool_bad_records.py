@@ -73,6 +73,22 @@ def test_journal_lines_are_numbered_as_in_the_file(pool: Pool) -> None:
         list(iter_records(pool.layout, strict=True))
 
 
+def test_a_record_of_another_schema_is_not_read_as_ours(pool: Pool) -> None:
+    """Spec 3.1: readers refuse a record ``schema`` they do not know (a newer writer's
+    fields may mean something else). Readers and the index filed it as a schema 1 record."""
+    from agentworld.pool.fsck import fsck
+
+    newer = records.dumps({**small_step("tr_new", 0), "schema": 2})
+    shard = write_shard(pool.layout, [*_good_trajectory("tr_a"), newer])
+    assert [r["trajectory"] for r in iter_records(pool.layout)] == ["tr_a", "tr_a"]
+    with pytest.raises(CorruptDataError, match="line 3 is not a valid record: schema: unknown"):
+        list(iter_records(pool.layout, strict=True))
+    assert pool.index().trajectory("tr_new") is None
+    assert pool.index().trajectory("tr_a") is not None
+    (problem,) = fsck(pool).problems
+    assert (problem.path, problem.line) == (str(shard.relative_to(pool.root)), 3)
+
+
 def test_the_index_keeps_the_good_lines_of_a_shard_with_a_line_that_is_not_json(
     pool: Pool,
 ) -> None:
