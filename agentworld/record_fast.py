@@ -196,6 +196,7 @@ def _message(m: Any) -> bool:
             or not _text(c.get("id", ""), MAX_TOOL_NAME_BYTES)
             or not _text(c.get("name"), MAX_TOOL_NAME_BYTES)
             or not _text(c.get("arguments"))
+            or not _opt_text(c.get("type"))
         ):
             return False
     return True

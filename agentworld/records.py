@@ -262,6 +262,7 @@ def _check_tool_calls(v: Any, path: str) -> None:
         _check_str(call.get("id", ""), f"{p}.id", max_bytes=MAX_TOOL_NAME_BYTES)
         _check_str(call.get("name"), f"{p}.name", max_bytes=MAX_TOOL_NAME_BYTES)
         _check_str(call.get("arguments"), f"{p}.arguments")
+        _opt(_check_str)(call.get("type"), f"{p}.type")
 
 
 def _check_message(m: Any, path: str) -> None:

@@ -122,6 +122,12 @@ BAD_STEPS = [
         "request.messages[0].tool_calls[0].arguments",
         "expected a string",
     ),
+    (  # spec 3.2: a tool call's type is a string (it was not checked at all)
+        "request.messages.0.tool_calls",
+        [{"name": "x", "arguments": "{}", "type": {"a": 1}}],
+        "request.messages[0].tool_calls[0].type",
+        "expected a string",
+    ),
     ("response", ..., "response", "required when status is 'ok'"),
     ("status", "error", "error", "required when status is 'error'"),
 ]
