@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentworld.errors import CorruptDataError, PoolError
+from agentworld.errors import CorruptDataError, PoolError, PoolFormatError
 from agentworld.pool.journal import Recovery, journal_records, recover_orphans, scan_journal
 from agentworld.pool.layout import (
     Layout,
@@ -281,7 +281,10 @@ class _Gc:
 
 def _holds_nothing(path: Path, data: bytes) -> bool:
     scan = scan_journal(path, data)
-    return not journal_records(scan) and not scan.torn_bytes
+    try:
+        return not journal_records(scan) and not scan.torn_bytes
+    except PoolFormatError:  # a newer writer's framing: what it holds is unknown, keep it
+        return False
 
 
 def _anything(path: Path, data: bytes) -> bool:

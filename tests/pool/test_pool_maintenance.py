@@ -122,6 +122,22 @@ def test_gc_removes_stale_temporaries_and_empty_dead_journals(pool: Pool) -> Non
     assert tmp_new.exists()
 
 
+def test_gc_keeps_a_journal_of_an_unknown_framing_version_and_goes_on(pool: Pool) -> None:
+    """A newer writer's journal (spec 5.1: readers refuse its version) is left alone; gc
+    raised PoolFormatError on it and collected nothing else."""
+    from agentworld import records
+    from agentworld.pool.journal import frame
+
+    future = pool.layout.journals / "w-future-0000.journal"
+    header = records.dumps({"journal": 3, "writer": "future", "created": 0.0})
+    future.write_bytes(frame(header) + frame(records.encode(small_step("tr_f", 0))))
+    empty = pool.layout.journals / "w-dead-0000.journal"
+    empty.write_bytes(b"")
+    report = gc(pool)
+    assert [d.path for d in report.deleted] == [str(empty.relative_to(pool.root))]
+    assert future.exists()
+
+
 def test_seal_idle_seals_dead_journals(pool: Pool) -> None:
     w = pool.writer(durability="strict")
     w.append(small_step("tr_x", 0))
