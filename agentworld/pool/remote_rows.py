@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import zstandard
 
+from agentworld import records
+from agentworld.errors import RecordError
 from agentworld.pool.index import INDEX_VERSION, Index, _end_row, _step_row
 from agentworld.pool.layout import SHARD_SUFFIX, shard_digest
 from agentworld.pool.shards import iter_shard_lines
@@ -54,12 +56,12 @@ def shard_rows(path: Path, rel: str) -> bytes:
     n = 0
     for n, raw in enumerate(iter_shard_lines(path), 1):
         try:
-            rec = orjson.loads(raw)
-            if rec.get("kind") == "step":
+            rec = records.parse_stored(raw)  # what the index files (Index._index_lines)
+            if rec["kind"] == "step":
                 steps.append(_step_row(rec, rel, n - 1))
-            elif rec.get("kind") == "end":
+            else:
                 ends.append(_end_row(rec, rel, n - 1))
-        except (AttributeError, KeyError, TypeError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError, RecordError):
             continue
     body = {"index_version": INDEX_VERSION, "records": n, "steps": steps, "ends": ends}
     return zstandard.ZstdCompressor(level=3).compress(orjson.dumps(body))

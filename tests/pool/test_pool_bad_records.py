@@ -87,6 +87,12 @@ def test_a_record_of_another_schema_is_not_read_as_ours(pool: Pool) -> None:
     assert pool.index().trajectory("tr_a") is not None
     (problem,) = fsck(pool).problems
     assert (problem.path, problem.line) == (str(shard.relative_to(pool.root)), 3)
+    # A remote pool's rows object, made from the shard, files what the index files.
+    from agentworld.pool.remote_rows import parse_rows, shard_rows
+
+    rel = str(shard.relative_to(pool.root))
+    count, steps, ends = parse_rows(shard_rows(shard, rel), rel)
+    assert (count, len(steps), len(ends)) == (3, 1, 1)
 
 
 def test_the_index_keeps_the_good_lines_of_a_shard_with_a_line_that_is_not_json(
