@@ -168,3 +168,30 @@ def test_one_maintenance_at_a_time(pool: Pool) -> None:
     finally:
         os.close(fd)
     assert gc(pool).deleted == []
+
+
+def test_readers_hide_a_superseded_shard_only_when_its_chain_ends_at_a_shard_that_exists(
+    pool: Pool,
+) -> None:
+    """Spec 7, pinned: follow old -> new -> ...; hide old only if the end exists and is not
+    itself superseded (a cycle); '#' comments, blank lines and lone names are ignored."""
+    from agentworld import records
+    from agentworld.pool.layout import hidden_shards
+    from agentworld.pool.shards import write_shard
+
+    a, b, c = (
+        write_shard(pool.layout, [records.encode(small_step(f"tr_{n}", 0))]).name for n in "abc"
+    )
+    missing = f"{'0' * 64}.jsonl.zst"
+    cases = [
+        (f"{a} {missing}\n", set()),  # its replacement is not here: keep reading it
+        (f"{a} {missing}\n{missing} {c}\n", {a}),  # a chain through a collected shard
+        (f"{a} {b}\n{b} {a}\n", set()),  # a cycle (hand-edited): nothing hidden
+        (f"# {a} {b}\n\n{c}\n{a} {b}  # compacted\n", {a}),
+    ]
+    for text, hidden in cases:
+        pool.layout.superseded.write_text(text)
+        assert hidden_shards(pool.layout) & {a, b, c} == hidden, text
+        read = {orjson.loads(raw)["trajectory"] for _, _, raw in iter_raw(pool.layout)}
+        names = dict(zip("abc", (a, b, c), strict=True))
+        assert read == {f"tr_{n}" for n, name in names.items() if name not in hidden}
