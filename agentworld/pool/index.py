@@ -26,7 +26,7 @@ from agentworld.pool.journal import parse_journal, scan_journal, split_trailer
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, hidden_shards
 from agentworld.pool.search_text import step_search_text
-from agentworld.pool.shards import iter_shard_lines
+from agentworld.pool.shards import iter_shard_lines, verify_shard
 
 log = logging.getLogger(__name__)
 
@@ -440,8 +440,10 @@ class Index(IndexQueries):
         shard, already indexed, is not read again.
         """
         shard = self.layout.shard_path(digest)
-        if not shard.is_file():
-            return False  # crashed before installing it: the journal stays the source
+        if not shard.is_file() or verify_shard(shard) is not None:
+            # Crashed before installing it, or it is damaged (its records are read from
+            # the journal, which recovery seals again): the journal stays the source.
+            return False
         self._forget(rel)
         self._index_source(self._rel(shard), "shard", shard)
         return True

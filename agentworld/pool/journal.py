@@ -26,7 +26,7 @@ from typing import Any
 from agentworld import records
 from agentworld.errors import PoolFormatError
 from agentworld.pool.layout import Layout, fsync_dir
-from agentworld.pool.shards import write_shard
+from agentworld.pool.shards import verify_shard, write_shard
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,9 @@ def seal_journal(
                 f"the journal holds {len(body)}"
             )
         shard = layout.shard_path(trailer["sealed"])
-        if not shard.exists():  # crashed before the shard got its name: seal again
+        # Crashed before the shard got its name, or the shard there is damaged: seal
+        # again (one-shot, another name) rather than drop the only good copy.
+        if not shard.exists() or verify_shard(shard) is not None:
             shard = None
     if shard is None and body:
         shard = write_shard(layout, body)

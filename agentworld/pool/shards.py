@@ -73,13 +73,15 @@ def write_shard(layout: Layout, lines: Sequence[bytes]) -> Path:
 
     Sealing is deterministic: the same records give the same bytes and hence the
     same name, so sealing a journal twice (crash between rename and unlink)
-    never duplicates data.
+    never duplicates data. A file already there under that name is trusted only
+    when it matches its hash; a damaged one is replaced (the caller is about to
+    delete the journal these records came from).
     """
     payload = b"\n".join([*lines, b""])  # one copy; every line ends with a newline
     data = _compressor().compress(payload)
     digest = hashlib.sha256(data).hexdigest()
     final = layout.shard_path(digest)
-    if final.exists():
+    if final.exists() and verify_shard(final) is None:
         return final
     return install_shard(layout, stage_shard(layout, digest, [data]), digest)
 

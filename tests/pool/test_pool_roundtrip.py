@@ -192,6 +192,48 @@ def test_recovery_after_own_seal_does_not_seal_again(pool: Pool) -> None:
     assert pool.layout.journal_paths() == []
 
 
+def test_recovery_does_not_drop_a_journal_for_a_damaged_shard_of_its_name(pool: Pool) -> None:
+    """The sealed trailer names a shard that exists but fails its hash (damaged since):
+    recovery unlinked the journal, the only good copy of its records. It now seals the
+    records again, into a one-shot shard of another name."""
+    from agentworld.pool.journal import recover_orphans
+
+    w = pool.writer(commit_records=3)
+    for i in range(10):
+        w.append(full_step("tr_same", i))
+    w.flush()
+    (journal,) = pool.layout.journal_paths()
+    sealed = close_keeping_sealed_journal(w, journal)
+    (shard,) = pool.layout.shard_paths()
+    journal.write_bytes(sealed)
+    shard.write_bytes(shard.read_bytes()[:-5])  # the named shard, truncated
+    # Before recovery the index reads the journal (the refresh failed on the shard).
+    unrecovered = Pool.open(pool.root, recover=False)
+    assert unrecovered.index().stats()["steps"] == 10
+    unrecovered.close()
+    (rec,) = recover_orphans(pool.layout)
+    assert rec.records == 10 and rec.shard != shard.name
+    assert [r["index"] for r in pool.iter_records()] == list(range(10))
+
+
+def test_resealing_replaces_a_damaged_file_of_the_same_name(pool: Pool) -> None:
+    """One-shot sealing is deterministic, so a crash mid-recovery finds its own shard
+    there; write_shard trusted any file of that name, and recovery then unlinked the
+    journal behind a damaged one."""
+    from agentworld.pool.journal import frame, recover_orphans
+    from agentworld.pool.shards import verify_shard, write_shard
+
+    lines = [records.encode(full_step("tr_x", i)) for i in range(5)]
+    shard = write_shard(pool.layout, lines)
+    shard.write_bytes(b"\x00" * shard.stat().st_size)  # same name and size, bytes gone
+    header = records.dumps({"journal": 2, "writer": "dead", "created": 0.0})
+    journal = pool.layout.journals / "dead-h-1-abcdef-0000.journal"
+    journal.write_bytes(frame(header) + b"".join(frame(line) for line in lines))
+    (rec,) = recover_orphans(pool.layout)
+    assert rec.shard == shard.name and verify_shard(shard) is None
+    assert [r["index"] for r in pool.iter_records()] == list(range(5))
+
+
 def test_writer_seals_from_its_file_when_compressing_fails(
     pool: Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
