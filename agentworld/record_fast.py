@@ -193,7 +193,7 @@ def _message(m: Any) -> bool:
         if (
             type(c) is not dict
             or not TOOL_CALL_KEYS.issuperset(c)
-            or not _text(c.get("id", ""), MAX_TOOL_NAME_BYTES)
+            or not _opt_text(c.get("id"), MAX_TOOL_NAME_BYTES)
             or not _text(c.get("name"), MAX_TOOL_NAME_BYTES)
             or not _text(c.get("arguments"))
             or not _opt_text(c.get("type"))

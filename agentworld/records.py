@@ -259,7 +259,8 @@ def _check_tool_calls(v: Any, path: str) -> None:
         p = f"{path}[{i}]"
         _check_dict(call, p)
         _check_keys(call, TOOL_CALL_KEYS, p)
-        _check_str(call.get("id", ""), f"{p}.id", max_bytes=MAX_TOOL_NAME_BYTES)
+        if call.get("id") is not None:  # null is absent, as for every optional key
+            _check_str(call["id"], f"{p}.id", max_bytes=MAX_TOOL_NAME_BYTES)
         _check_str(call.get("name"), f"{p}.name", max_bytes=MAX_TOOL_NAME_BYTES)
         _check_str(call.get("arguments"), f"{p}.arguments")
         _opt(_check_str)(call.get("type"), f"{p}.type")

@@ -255,6 +255,16 @@ def test_tool_results_and_named_messages_accepted() -> None:
         assert accepts(rec), message
 
 
+def test_a_tool_call_key_that_is_null_is_absent() -> None:
+    """Spec 3.1: a field whose value is null is treated as absent; a tool call's null id
+    was refused ("expected a string") by both checks."""
+    call = {"id": None, "name": "ls", "arguments": "{}", "type": None}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    rec = _set(step(), "request.messages", [{"role": "user", "content": "q"}, message])
+    assert accepts(rec)
+    records.encode(rec)
+
+
 def test_not_an_object() -> None:
     with pytest.raises(RecordError, match="JSON object"):
         records.validate([1])
