@@ -97,6 +97,24 @@ def test_a_step_whose_started_at_is_null_is_read(pool: Pool) -> None:
     assert summary["first_at"] == 7.0 and summary["last_at"] == 9.0
 
 
+def test_a_pool_of_only_its_pool_toml_reads_as_empty(tmp_path) -> None:
+    """Spec 1: readers must not require objects/, journals/ or labels/ (an empty pool,
+    a clone of one, may lack them)."""
+    from agentworld.pool.fsck import fsck
+    from agentworld.pool.maintenance import compact, gc
+
+    root = tmp_path / "bare"
+    root.mkdir()
+    (root / "POOL.toml").write_text('format = "agentworld-pool"\nversion = 1\n')
+    pool = Pool.open(root)
+    assert list(pool.iter_records()) == [] and list(pool.iter_trajectories()) == []
+    assert pool.labels.effective() == {}
+    assert pool.index().stats()["steps"] == 0
+    assert fsck(pool).ok
+    assert gc(pool).deleted == [] and compact(pool).output is None
+    pool.close()
+
+
 def test_unknown_format_version_refused(tmp_path) -> None:
     p = Pool.create(tmp_path / "pool")
     meta = p.layout.meta
