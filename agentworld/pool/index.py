@@ -505,7 +505,11 @@ class Index(IndexQueries):
     def _refresh_labels(self, *, force: bool = False) -> bool:
         """Read the label files again if they changed (or ``force``); whether it did."""
         files = self.labels.files()
-        sig = ";".join(f"{self._rel(p)}:{p.stat().st_size}" for p in files)
+        # Size and mtime: a file replaced by one of the same size (a git checkout of
+        # another branch's labels) changed too, and must be read again.
+        sig = ";".join(
+            f"{self._rel(p)}:{st.st_size}:{st.st_mtime_ns}" for p in files for st in [p.stat()]
+        )
         row = self.db.execute("SELECT value FROM meta WHERE key='labels_sig'").fetchone()
         if row is not None and row[0] == sig and not (force and files):
             return False

@@ -85,6 +85,26 @@ def test_label_changes_reach_the_index(pool: Pool) -> None:
     assert idx.count_trajectories(Selection(quality=("bad",))) == 0
 
 
+def test_a_label_file_replaced_by_one_of_the_same_size_reaches_the_index(pool: Pool) -> None:
+    """Spec 9: the index follows changed label files. It compared sizes only, so a file
+    replaced by another of the same size (git checkout of another branch's labels) kept
+    the old labels in every listing."""
+    import os
+
+    (tid,) = write_trajectories(pool, 1, 1)
+    target = f"trajectory:{tid}"
+    pool.labels.set([target], {"note": "one"}, author="me", at=1.0)
+    idx = pool.index()
+    assert idx.labels_of([target])[target] == {"note": "one"}
+    (path,) = pool.labels.files()
+    st = path.stat()
+    path.write_bytes(path.read_bytes().replace(b'"one"', b'"two"'))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert path.stat().st_size == st.st_size
+    idx.refresh()
+    assert idx.labels_of([target])[target] == {"note": "two"}
+
+
 def test_deleted_index_is_rebuilt(pool: Pool) -> None:
     write_trajectories(pool, 2, 3)
     assert pool.index().count_trajectories() == 2
