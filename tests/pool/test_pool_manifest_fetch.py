@@ -42,8 +42,8 @@ def test_a_damaged_shard_stays_until_a_verified_copy_replaces_it(
     good = shard.read_bytes()
     shard.write_bytes(good[:-3])  # truncated: fails its hash, and its size is not listed
     (tmp_path / "empty").mkdir()
-    copied, after = fetch_shards(pool.layout, str(tmp_path / "empty"))
-    assert copied == 0 and not after.ok and shard.read_bytes() == good[:-3]  # nothing to replace it with
+    copied, after = fetch_shards(pool.layout, str(tmp_path / "empty"))  # nothing to fetch
+    assert copied == 0 and not after.ok and shard.read_bytes() == good[:-3]
 
     other = Pool.create(tmp_path / "other")
     copy = other.layout.shard_path(shard.name.split(".")[0])
