@@ -154,7 +154,12 @@ def parse_label_file(path: Path, limit_bytes: int | None = None) -> Iterator[Lab
     this replays the labels exactly as they were when the file had that size.
     """
     with open(path, "rb") as f:
-        lines = f.read(limit_bytes).splitlines(keepends=True) if limit_bytes is not None else f
+        lines: Iterable[bytes] = f
+        if limit_bytes is not None:
+            # At "\n" only, as iterating the file splits (splitlines also splits at "\r",
+            # which JSON may hold between tokens): a snapshot reads what a full read does.
+            *whole, tail = f.read(limit_bytes).split(b"\n")
+            lines = [line + b"\n" for line in whole] + [tail]
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue

@@ -143,3 +143,16 @@ def test_merge_appends_a_line_that_is_torn_here(pool: Pool, tmp_path) -> None:
     assert merge_pools(pool.layout, other.root).label_lines_added == 1
     assert _eff(pool, "trajectory:tr_1") == {"quality": "good"}
     assert dst.read_bytes() == src.read_bytes()
+
+
+def test_a_snapshot_reads_the_lines_a_full_read_does(pool: Pool) -> None:
+    """JSON may hold a carriage return between tokens; the snapshot read (effective(upto=))
+    split lines at it too and refused a line the full read takes."""
+    path = pool.layout.labels / "ann" / "2026-01-01.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(
+        b'{"author":"ann","id":"lb_1",\r"set":{"quality":"good"},"target":"step:st_1","time":1.0}\n'
+    )
+    full = _eff(pool, "step:st_1")
+    snap = pool.labels.effective(upto=pool.labels.snapshot())["step:st_1"]
+    assert full == {f: e.value for f, e in snap.items()} == {"quality": "good"}
