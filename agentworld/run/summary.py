@@ -183,8 +183,9 @@ def render(summary: Mapping[str, Any]) -> Table:
     for g in summary["by_group_size"]:
         row(
             f"  groups of {g['group_size']}",
-            f"{g['groups']} groups, mean {g['reward_mean']:.3f}, within-group std "
-            f"{g['within_group_std']:.3f}, {g['flat_groups']} flat",
+            f"{g['groups']} group{'' if g['groups'] == 1 else 's'}, mean "
+            f"{g['reward_mean']:.3f}, within-group std {g['within_group_std']:.3f}, "
+            f"{g['flat_groups']} flat",
         )
     row(
         f"success (reward ≥ {summary['success_threshold']:g})",
