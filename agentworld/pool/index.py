@@ -22,7 +22,7 @@ import orjson
 from agentworld import records
 from agentworld.errors import CorruptDataError, PoolFormatError, RecordError
 from agentworld.pool.index_queries import CORRUPT, IndexQueries
-from agentworld.pool.journal import parse_journal, scan_journal, split_trailer
+from agentworld.pool.journal import crc32, parse_journal, scan_journal, split_trailer
 from agentworld.pool.labels import Labels
 from agentworld.pool.layout import Layout, hidden_shards
 from agentworld.pool.search_text import step_search_text
@@ -30,14 +30,18 @@ from agentworld.pool.shards import iter_shard_lines, verify_shard
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 5  # 4: sources.mtime_ns (a shard changed since it was read); 5: a step's
-# search text holds every role it added, not one message
+INDEX_VERSION = 6  # 4: sources.mtime_ns (a shard changed since it was read); 5: a step's
+# search text holds every role it added, not one message; 6: sources.tail (a journal cut back)
+
+# A live journal is read on from where the last refresh stopped; the checksum of the bytes
+# just before that offset tells the same file from one cut back and written again since.
+JOURNAL_TAIL_BYTES = 64
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS sources (
     path TEXT PRIMARY KEY, kind TEXT NOT NULL, size INTEGER NOT NULL, records INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL DEFAULT 0
+    mtime_ns INTEGER NOT NULL DEFAULT 0, tail INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS steps (
     id TEXT PRIMARY KEY, trajectory TEXT NOT NULL, idx INTEGER NOT NULL, choice INTEGER,
@@ -299,13 +303,16 @@ class Index(IndexQueries):
                 rel = self._rel(path)
                 prev = known.get(rel)
                 try:
-                    size = path.stat().st_size
+                    st = path.stat()
                 except FileNotFoundError:
                     continue
-                if prev is not None and prev["size"] == size:
+                if prev is not None and (prev["size"], prev["mtime_ns"]) == (
+                    st.st_size,
+                    st.st_mtime_ns,
+                ):
                     continue
                 try:
-                    report.records += self._index_journal(rel, path, prev)
+                    report.records += self._index_journal(rel, path, prev, st.st_mtime_ns)
                 except FileNotFoundError:
                     # Sealed while we read: its shard is indexed on the next refresh.
                     self._forget(rel)
@@ -373,7 +380,7 @@ class Index(IndexQueries):
             except OSError:
                 size, mtime_ns = -1, 0  # a remote pool's shard that never arrived
             self.db.execute(
-                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, 0, ?)",
+                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, 0, ?, 0)",
                 (rel, CORRUPT, size, mtime_ns),
             )
             return False
@@ -397,38 +404,52 @@ class Index(IndexQueries):
         st = path.stat()  # before reading: a change while it is read shows next time
         count = self._index_lines(rel, iter_shard_lines(path), 0)
         self.db.execute(
-            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, 0)",
             (rel, kind, st.st_size, count, st.st_mtime_ns),
         )
         return count
 
-    def _index_journal(self, rel: str, path: Path, prev: sqlite3.Row | None) -> int:
+    def _index_journal(
+        self, rel: str, path: Path, prev: sqlite3.Row | None, mtime_ns: int = 0
+    ) -> int:
         """Index only the part of a live journal committed since the last refresh.
 
-        ``sources.size`` holds the byte offset up to which the journal was read,
-        so a monitor refreshing every second reads just the new tail.
+        ``sources.size`` holds the byte offset up to which the journal was read (with
+        its mtime then), so a monitor refreshing every second reads just the new tail,
+        and ``sources.tail``
+        the checksum of the bytes before it. A writer whose batch failed to reach the
+        disk cuts its journal back and writes on from there (``cut_back``): when those
+        bytes changed, the rows read from the journal (the failed batch's among them,
+        never acknowledged) are dropped and the journal is read again from its start.
         """
         offset, first_line = (prev["size"], prev["records"]) if prev else (0, 0)
+        start = max(0, offset - JOURNAL_TAIL_BYTES)
         try:
             with open(path, "rb") as f:
-                f.seek(offset)
+                f.seek(start)
                 data = f.read()
         except FileNotFoundError:
             return 0
+        before, data = data[: offset - start], data[offset - start :]
+        if prev is not None and (len(before) < offset - start or crc32(before) != prev["tail"]):
+            self._forget(rel)
+            return self._index_journal(rel, path, None, mtime_ns)
         scan = scan_journal(path, data)
         lines, trailer = parse_journal(scan) if offset == 0 else split_trailer(scan.lines)
+        end = offset + scan.valid_bytes
+        tail = crc32((before + data[: scan.valid_bytes])[-JOURNAL_TAIL_BYTES:])
         if trailer is not None and self._index_sealed(rel, trailer["sealed"]):
             # Remember how far it was read (no rows, and not a live journal in the
             # stats): the next refresh skips it.
             self.db.execute(
-                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, 0)",
-                (rel, "sealed journal", offset + scan.valid_bytes, 0),
+                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?)",
+                (rel, "sealed journal", end, 0, mtime_ns, tail),
             )
             return 0
         count = self._index_lines(rel, lines, first_line)
         self.db.execute(
-            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, 0)",
-            (rel, "journal", offset + scan.valid_bytes, first_line + count),
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?)",
+            (rel, "journal", end, first_line + count, mtime_ns, tail),
         )
         return count
 

@@ -125,7 +125,7 @@ class RemoteIndex(Index):
         count, steps, ends = parsed
         self._flush_rows(steps, ends)
         self.db.execute(
-            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, 0)",  # no local file yet
+            "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, 0, 0)",  # no local file yet
             (rel, kind, mirror.listed_size(path.name), count),
         )
         return count

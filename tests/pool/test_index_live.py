@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from agentworld import records
 from agentworld.pool import Pool, Selection
 from tests.synth import conversation_step
@@ -154,3 +156,44 @@ def test_threads_sharing_the_index_refresh_it_while_a_writer_appends(pool: Pool)
     w.close()
     assert not failures, failures[0]
     assert pool.index().count_trajectories() == 50
+
+
+def test_a_journal_cut_back_and_written_again_is_read_again(pool: Pool) -> None:
+    """A writer whose batch failed to reach the disk cuts the journal back to where the
+    batch began (``cut_back``) and goes on writing there. An index that had read the
+    failed batch must drop its records (never acknowledged) and read what took their
+    place: before, it went on from its old offset, mid-line, and saw nothing new."""
+    from agentworld.pool.journal import frame
+
+    w = pool.writer()
+    w.append(conversation_step("tr_a", 0))
+    w.flush()
+    (path,) = pool.layout.journal_paths()
+    kept = path.stat().st_size
+    w.append(conversation_step("tr_gone", 0))
+    w.append(conversation_step("tr_gone", 1))
+    w.flush()
+    idx = pool.index()
+    assert idx.count_trajectories() == 2  # the refresh read the batch before its cut
+    with open(path, "r+b") as f:  # the cut back, then a later batch in its place
+        f.truncate(kept)
+        f.seek(kept)
+        later = [records.dumps(conversation_step("tr_new", i)) for i in range(3)]
+        f.writelines(frame(line) for line in later)
+    idx.refresh()
+    assert sorted(t["id"] for t in idx.trajectories()) == ["tr_a", "tr_new"]
+    assert [s["idx"] for s in idx.steps("tr_new")] == [0, 1, 2]
+    size, mtime_ns = path.stat().st_size, path.stat().st_mtime_ns
+    with open(path, "r+b") as f:  # again, the later batch as long as the one it replaced
+        f.truncate(kept)
+        f.seek(kept)
+        f.writelines(frame(line.replace(b"tr_new", b"tr_nex")) for line in later)
+    assert path.stat().st_size == size
+    os.utime(path, ns=(mtime_ns + 10**7, mtime_ns + 10**7))  # written 10 ms later
+    idx.refresh()
+    assert sorted(t["id"] for t in idx.trajectories()) == ["tr_a", "tr_nex"]
+    with open(path, "r+b") as f:  # cut back with nothing after it yet
+        f.truncate(kept)
+    idx.refresh()
+    assert [t["id"] for t in idx.trajectories()] == ["tr_a"]
+    w.close()
