@@ -155,7 +155,7 @@ async def _collect(request: web.Request, gen: Generation) -> None:
         if c.finished and c.finished.stop_reason and c.finished.reason == "abort"
     ]
     if errors:
-        raise P.ApiError(str(errors[0]), None, 500, type_="server_error")
+        raise P.ApiError(str(errors[0]), None, 500)
 
 
 @dataclass
@@ -287,7 +287,7 @@ async def _stream(
             elif isinstance(ev, Finished):
                 if ev.reason == "abort":
                     if ev.stop_reason:  # an engine error, not a disconnect
-                        err = P.ApiError(str(ev.stop_reason), None, 500, type_="server_error")
+                        err = P.ApiError(str(ev.stop_reason), None, 500)
                         await resp.write(_sse(err.body()))
                     continue
                 await resp.write(out.finish(c, ev, parse_tools))

@@ -31,9 +31,7 @@ async def read_body(request: web.Request) -> dict[str, Any]:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as e:
         limit = request.app[MAX_BODY_KEY]
-        raise P.ApiError(
-            f"request body exceeds {limit} bytes", None, 413, code="request_too_large"
-        ) from e
+        raise P.ApiError(f"request body exceeds {limit} bytes", None, 413) from e
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from agentworld.serve.engine import SamplingParams, TokenEvent
@@ -13,33 +14,38 @@ MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 MAX_N = 16
 
 
-class ApiError(Exception):
-    """An HTTP error in OpenAI's shape; `param` names the offending field."""
+# vLLM's ErrorResponse names the error by its HTTP status (``type``) and repeats the
+# status as an integer ``code``; clients and the proxy read both as they would vLLM's.
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    500: "InternalServerError",
+    501: "NotImplementedError",
+    503: "ServiceUnavailableError",
+}
 
-    def __init__(
-        self,
-        message: str,
-        param: str | None = None,
-        status: int = 400,
-        type_: str = "invalid_request_error",
-        code: str | None = None,
-    ) -> None:
+
+def error_type(status: int) -> str:
+    """vLLM's error ``type`` for an HTTP status (``BadRequestError`` for 400)."""
+    if status in _ERROR_TYPES:
+        return _ERROR_TYPES[status]
+    return HTTPStatus(status).phrase.replace(" ", "").replace("-", "") + "Error"
+
+
+class ApiError(Exception):
+    """An HTTP error in vLLM's shape; `param` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
         super().__init__(message)
-        self.message, self.param, self.status, self.type, self.code = (
-            message,
-            param,
-            status,
-            type_,
-            code,
-        )
+        self.message, self.param, self.status = message, param, status
 
     def body(self) -> dict[str, Any]:
         return {
             "error": {
                 "message": self.message,
-                "type": self.type,
+                "type": error_type(self.status),
                 "param": self.param,
-                "code": self.code,
+                "code": self.status,
             }
         }
 
@@ -184,7 +190,7 @@ def parse_tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, bool
 def check_model(body: dict[str, Any], model_name: str) -> None:
     model = body.get("model")
     if model is not None and model not in (model_name, DEFAULT_ALIAS):
-        raise ApiError(f"The model `{model}` does not exist.", "model", 404, code="model_not_found")
+        raise ApiError(f"The model `{model}` does not exist.", "model", 404)
 
 
 def parse_flag(body: dict[str, Any], name: str, default: bool) -> bool:

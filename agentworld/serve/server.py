@@ -55,7 +55,7 @@ async def _stamp_policy(request: web.Request, response: web.StreamResponse) -> N
 
 @web.middleware
 async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Errors in OpenAI's shape: the caller's as 4xx naming the field, the engine's as 500."""
+    """Errors in vLLM's shape: the caller's as 4xx naming the field, the engine's as 500."""
     try:
         return await handler(request)
     except P.ApiError as e:
@@ -65,7 +65,7 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        err = P.ApiError(e.reason, None, e.status, code=None)
+        err = P.ApiError(e.reason, None, e.status)
         return json_response(err.body(), e.status)
 
 
