@@ -82,8 +82,32 @@ class Request:
 
 
 def resolve_device(device: str) -> str:
+    """The torch device for ``--device``; one this machine lacks is a ConfigError, not a
+    traceback from deep in the model's ``.to()``."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(
+            f"--device: {device!r} is not a device (auto, cpu, cuda, cuda:N)"
+        ) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"--device {device}: no CUDA device here (this torch sees none); "
+                "use --device cpu, or auto"
+            )
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(
+                f"--device {device}: this machine has {count} CUDA device(s), "
+                f"cuda:0 to cuda:{count - 1}"
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(
+            f"--device {device}: MPS is not available here; use --device cpu, or auto"
+        )
     return device
 
 

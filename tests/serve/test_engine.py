@@ -207,3 +207,31 @@ def run_batch_async(engine: Engine, prompt: list[int], params: SamplingParams):
     req = engine.submit(Request(prompt, params, sink))
     req.events = events
     return req, q
+
+
+@pytest.mark.parametrize(
+    ("device", "cuda", "said"),
+    [
+        ("cuda", False, "no CUDA device here"),
+        ("cuda:0", False, "no CUDA device here"),
+        ("cuda:3", True, "has 1 CUDA device(s), cuda:0 to cuda:0"),
+        ("gpu", False, "is not a device"),
+    ],
+)
+def test_a_device_this_machine_lacks_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, device: str, cuda: bool, said: str
+):
+    """`aw serve --device cuda` on a CPU-only host: one line naming the flag, not a traceback
+    out of the model's ``.to()`` after the weights were read."""
+    import torch
+
+    from agentworld.errors import ConfigError
+    from agentworld.serve.engine import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if cuda else 0)
+    with pytest.raises(ConfigError, match="--device") as err:
+        resolve_device(device)
+    assert said in str(err.value)
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == ("cuda" if cuda else "cpu")
