@@ -27,7 +27,9 @@ def serve(
     served_model_name: str | None = typer.Option(
         None, "--served-model-name", help="Model id clients send. Default: the folder name."
     ),
-    max_model_len: int | None = typer.Option(None, "--max-model-len", help="vllm: context length."),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="Context length (prompt + answer). Default: the model's."
+    ),
     gpu_memory_utilization: float | None = typer.Option(
         None, "--gpu-memory-utilization", help="vllm: fraction of GPU memory to use."
     ),
@@ -44,6 +46,8 @@ def serve(
         raise ConfigError("--port 0 (any free port) is for the embedded engine; give vllm a port")
     if max_batch_size < 1:
         raise ConfigError("--max-batch-size: must be at least 1")
+    if max_model_len is not None and max_model_len < 1:
+        raise ConfigError(f"--max-model-len: {max_model_len} must be at least 1")
     from agentworld.model_folder import default_aw_home, resolve_model
 
     home = aw_home or default_aw_home()
@@ -60,6 +64,7 @@ def serve(
         dtype,
         max_batch_size,
         served_model_name,
+        max_model_len,
     )
 
 
@@ -71,6 +76,7 @@ def _serve_embedded(
     dtype: str | None,
     max_batch_size: int,
     served_model_name: str | None,
+    max_model_len: int | None,
 ) -> None:
     from aiohttp import web
 
@@ -80,13 +86,19 @@ def _serve_embedded(
 
     socks = listen.bind(host, port, "aw serve")  # before the model loads: a port in use fails fast
     port = listen.port_of(socks)  # --port 0: the URL announced is the one bound
-    eng = Engine(
-        model_dir,
-        device=device,
-        dtype=dtype,
-        max_batch_size=max_batch_size,
-        model_name=served_model_name,
-    )
+    try:
+        eng = Engine(
+            model_dir,
+            device=device,
+            dtype=dtype,
+            max_batch_size=max_batch_size,
+            model_name=served_model_name,
+            max_model_len=max_model_len,
+        )
+    except BaseException:
+        for sock in socks:  # a bad flag found while loading: the port is free again
+            sock.close()
+        raise
     app = make_app(eng)
 
     async def announce(app: web.Application) -> None:

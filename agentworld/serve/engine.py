@@ -144,6 +144,7 @@ class Engine:
         max_batch_size: int = 8,
         model_name: str | None = None,
         gather_window_s: float = 0.002,
+        max_model_len: int | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -158,7 +159,7 @@ class Engine:
             self._model = self._load(self.model_dir)
         self._version = read_policy_version(self.model_dir) or 0
         self._staged: tuple[Any, int] | None = None
-        self.max_model_len = int(getattr(self._model.config, "max_position_embeddings", 2048))
+        self.max_model_len = self._context_length(max_model_len)
         self.eos_ids = self._eos_ids()
         self._pending: queue.Queue[Request] = queue.Queue()
         self._lock = threading.Lock()
@@ -223,6 +224,21 @@ class Engine:
             raise ConfigError(f"{path}: not a model folder (no config.json)")
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=self.dtype)
         return model.to(self.device).eval()
+
+    def _context_length(self, asked: int | None) -> int:
+        """The window prompts and answers share: the model's, or less when asked (vLLM's
+        ``--max-model-len``, which refuses more than the model's too)."""
+        derived = int(getattr(self._model.config, "max_position_embeddings", 2048))
+        if asked is None:
+            return derived
+        if asked < 1:
+            raise ConfigError(f"--max-model-len: {asked} must be at least 1")
+        if asked > derived:
+            raise ConfigError(
+                f"--max-model-len: {asked} is more than this model's context length, "
+                f"{derived} (max_position_embeddings in {self.model_dir / 'config.json'})"
+            )
+        return asked
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()

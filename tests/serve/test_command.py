@@ -123,3 +123,27 @@ def test_serve_starts_prints_url_on_stderr_and_answers(tiny_model_dir: Path, tmp
         out, err = proc.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}/v1" in err.decode()
     assert out == b""
+
+
+def test_max_model_len_reaches_the_embedded_engine(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`--max-model-len` was a vllm-only flag the embedded engine ignored without a word."""
+    import agentworld.serve.engine as engine_module
+
+    seen: dict[str, object] = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_engine(*args: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(engine_module, "Engine", fake_engine)
+    args = ["serve", "--model", str(tiny_model_dir), "--port", "0", "--max-model-len", "64"]
+    result = CliRunner().invoke(cli(), [*args, "--aw-home", str(tmp_path)])
+    assert isinstance(result.exception, Stop)
+    assert seen["max_model_len"] == 64
+    result = CliRunner().invoke(cli(), ["serve", "--max-model-len", "0"])
+    assert isinstance(result.exception, ConfigError) and "--max-model-len" in str(result.exception)

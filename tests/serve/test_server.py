@@ -442,3 +442,26 @@ async def test_context_window_refusals_are_in_vllms_words(client: Any, engine: E
     resp = await client.post("/v1/completions", json={"prompt": [1] * window})
     err = (await resp.json())["error"]
     assert resp.status == 400 and context_window.overflow(err["message"]) == (window, window)
+
+
+async def test_max_model_len_narrows_the_window_every_route_reports(
+    aiohttp_client: Any, tiny_model_dir: Path
+):
+    from agentworld.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--max-model-len: 100000 is more than"):
+        Engine(tiny_model_dir, device="cpu", max_model_len=100_000)
+    eng = Engine(tiny_model_dir, device="cpu", model_name="tiny", max_model_len=24)
+    try:
+        client = await aiohttp_client(make_app(eng))
+        models = await (await client.get("/v1/models")).json()
+        assert {m["max_model_len"] for m in models["data"]} == {24}
+        body = {"prompt": [5] * 20, "max_tokens": 10}
+        err = (await (await client.post("/v1/completions", json=body)).json())["error"]
+        assert "maximum context length is 24 tokens" in err["message"]
+        body = {"prompt": [5] * 20, "temperature": 0, "ignore_eos": True}
+        out = await (await client.post("/v1/completions", json=body)).json()
+        assert out["usage"]["completion_tokens"] == 4  # the rest of the window, no more
+        assert out["choices"][0]["finish_reason"] == "length"
+    finally:
+        eng.close()
