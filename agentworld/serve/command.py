@@ -78,9 +78,8 @@ def _serve_embedded(
     served_model_name: str | None,
     max_model_len: int | None,
 ) -> None:
-    from aiohttp import web
-
     from agentworld import listen
+    from agentworld.serve import running
     from agentworld.serve.engine import Engine
     from agentworld.serve.server import make_app
 
@@ -99,18 +98,11 @@ def _serve_embedded(
         for sock in socks:  # a bad flag found while loading: the port is free again
             sock.close()
         raise
-    app = make_app(eng)
-
-    async def announce(app: web.Application) -> None:
-        print(
-            f"aw serve: {eng.model_name} on {eng.device} ({eng.dtype}) at http://{host}:{port}/v1",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    app.on_startup.append(announce)
+    announce = (
+        f"aw serve: {eng.model_name} on {eng.device} ({eng.dtype}) at http://{host}:{port}/v1"
+    )
     try:
-        web.run_app(app, sock=socks, print=None, access_log=None)
+        running.run(make_app(eng), socks, eng, announce)
     finally:
         eng.close()
 

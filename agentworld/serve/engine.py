@@ -61,6 +61,7 @@ class Request:
         self.output_ids: list[int] = []
         self.policy_version: int | None = None
         self.cancelled = threading.Event()
+        self.cancel_reason: str | None = None  # why the server aborted it; None: the client left
         self.generator: torch.Generator | None = None
         self.done = False
 
@@ -76,8 +77,11 @@ class Request:
             self.done = True
             self.emit(ev)
 
-    def cancel(self) -> None:
-        """Stop generating at the next step (client went away)."""
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop generating at the next step: the client went away, or (``reason``) the
+        server gave up on it; the first cancel's reason is the one reported."""
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
         self.cancelled.set()
 
 
@@ -165,6 +169,7 @@ class Engine:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._running = 0
+        self._live: set[Request] = set()  # submitted, maybe finished since (pruned on use)
         self._thread = threading.Thread(target=self._run, name="aw-engine", daemon=True)
         self._thread.start()
 
@@ -184,8 +189,26 @@ class Engine:
     def submit(self, request: Request) -> Request:
         if not request.prompt_ids:
             raise ValueError("empty prompt")
+        with self._lock:
+            self._live = {r for r in self._live if not r.done}
+            self._live.add(request)
         self._pending.put(request)
         return request
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not finished yet (queued or decoding)."""
+        with self._lock:
+            return sum(1 for r in self._live if not r.done)
+
+    def abort_all(self, reason: str) -> int:
+        """Cancel every request in flight, each to finish as ``abort`` with ``reason``;
+        returns how many there were."""
+        with self._lock:
+            live = [r for r in self._live if not r.done]
+        for r in live:
+            r.cancel(reason)
+        return len(live)
 
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> tuple[Request, Finished]:
         """Blocking helper (tests, scripts): run one request to the end."""
@@ -267,7 +290,7 @@ class Engine:
 
     def _drop_if_cancelled(self, req: Request) -> bool:
         if req.cancelled.is_set():
-            req.finish(Finished("abort"))
+            req.finish(Finished("abort", stop_reason=req.cancel_reason))
             return True
         return False
 
@@ -381,7 +404,7 @@ class Engine:
         tok = req.output_ids[-1]
         done: Finished | None = None
         if req.cancelled.is_set():
-            done = Finished("abort")
+            done = Finished("abort", stop_reason=req.cancel_reason)
         elif tok in p.stop_token_ids:
             done = Finished("stop", stop_reason=tok)
         elif tok in self.eos_ids and not p.ignore_eos:

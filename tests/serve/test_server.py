@@ -320,7 +320,7 @@ async def test_a_client_hanging_up_mid_stream_logs_no_traceback(
 ):
     """The socket closes while tokens are being written: the next write fails, and that
     is the end of the stream, not an error of the server's. Served as ``aw serve`` serves
-    (``run_app``: handlers are not cancelled on a disconnect, unlike the test server's)."""
+    (an ``AppRunner``: handlers are not cancelled on a disconnect, unlike the test server's)."""
     import asyncio
     import logging
 
