@@ -12,6 +12,7 @@ from agentworld.serve.engine import SamplingParams, TokenEvent
 
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 MAX_N = 16
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 # vLLM's ErrorResponse names the error by its HTTP status (``type``) and repeats the
@@ -101,6 +102,10 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
         raise ApiError("'top_p' must be in (0, 1]", "top_p")
     top_k = _get(body, "top_k", int, 0)
     seed = _get(body, "seed", int, None)
+    # vLLM's bounds. Past them torch's generator refuses the seed on the engine thread,
+    # which failed every request decoding in the same batch, other clients' too.
+    if seed is not None and not INT64_MIN <= seed <= INT64_MAX:
+        raise ApiError(f"'seed' must be between {INT64_MIN} and {INT64_MAX}", "seed")
     stop = body.get("stop")
     if stop is None:
         stop = []

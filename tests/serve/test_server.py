@@ -137,6 +137,18 @@ async def test_n_choices_and_seed(client: Any):
     assert a["usage"]["completion_tokens"] == 30
 
 
+async def test_seeds_beyond_int64_are_refused_before_they_reach_the_engine(client: Any):
+    """torch refused them on the engine thread, failing the whole batch with a 500."""
+    body = {"prompt": [5, 6, 7], "max_tokens": 2, "n": 2}
+    for seed in (2**64 - 1, 2**63, -(2**63) - 1):
+        resp = await client.post("/v1/completions", json=body | {"seed": seed})
+        assert resp.status == 400, seed
+        assert (await resp.json())["error"]["param"] == "seed"
+    for seed in (2**63 - 1, -(2**63)):  # vLLM's bounds, each choice seeded seed + j
+        resp = await client.post("/v1/completions", json=body | {"seed": seed})
+        assert resp.status == 200, seed
+
+
 async def test_completions_with_token_id_prompt(client: Any, engine: Engine):
     body = {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "return_token_ids": True}
     body |= {"logprobs": 2, "ignore_eos": True}
