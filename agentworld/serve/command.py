@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
 import typer
 
-from agentworld.errors import ConfigError
+from agentworld.errors import ConfigError, UpstreamError
 
 ENGINES = ("embedded", "vllm")
 
@@ -133,9 +134,17 @@ def _serve_vllm(
     )
     server = VllmServer(opts, live_link=home / "vllm" / f"live-{port}")
     print(f"aw serve: starting vllm (log: {server.log_path})", file=sys.stderr, flush=True)
-    with server:
-        print(f"aw serve: vllm at {server.base_url}/v1", file=sys.stderr, flush=True)
-        try:
-            server.proc.wait()
-        except KeyboardInterrupt:
-            pass
+    # SIGTERM stops vllm as Ctrl-C does; by default it ended this process at once and left
+    # vllm serving on its own (Ctrl-C in a terminal reaches vllm too, SIGTERM does not).
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with server:
+            print(f"aw serve: vllm at {server.base_url}/v1", file=sys.stderr, flush=True)
+            code = server.proc.wait()
+        raise UpstreamError(
+            f"vllm exited with code {code} while serving; last log lines:\n{server.log_tail()}"
+        )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)

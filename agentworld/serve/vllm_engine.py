@@ -115,7 +115,13 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = self._popen(cmd, env=vllm_env(self._env), stdout=log, stderr=log)
-        self.wait_healthy()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            # Ctrl-C or SIGTERM while vllm loads: `with server` never entered, so nothing
+            # else would stop it, and it would hold the port and the GPU on its own.
+            self.stop()
+            raise
 
     def wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -124,7 +130,7 @@ class VllmServer:
             if code is not None:
                 raise UpstreamError(
                     f"vllm exited with code {code} while starting; last log lines:\n"
-                    + self._log_tail()
+                    + self.log_tail()
                 )
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
@@ -180,7 +186,8 @@ class VllmServer:
         )
         return self.policy_version
 
-    def _log_tail(self, n: int = 20) -> str:
+    def log_tail(self, n: int = 20) -> str:
+        """The last ``n`` lines of vllm's log, for error messages."""
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
         except OSError:

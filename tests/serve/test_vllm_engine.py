@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +16,8 @@ import pytest
 from agentworld.errors import MissingExtraError, UpstreamError
 from agentworld.serve import vllm_engine
 from agentworld.serve.vllm_engine import VllmOptions, VllmServer, vllm_command, vllm_env
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FAKE_VLLM = textwrap.dedent(
     """
@@ -26,6 +31,9 @@ FAKE_VLLM = textwrap.dedent(
     if "--crash" in args:
         print("CUDA out of memory (fake)", file=sys.stderr)
         sys.exit(3)
+    if "--hang" in args:  # still loading the model
+        import time
+        time.sleep(600)
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
@@ -132,3 +140,116 @@ def test_a_vllm_that_dies_on_start_is_an_upstream_error_with_its_log(tmp_path: P
     )
     with pytest.raises(UpstreamError, match="CUDA out of memory"):
         server.start()
+
+
+@pytest.mark.slow
+def test_interrupted_while_vllm_loads_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Ctrl-C or SIGTERM before vllm is healthy: `with server` was never entered, and vllm
+    went on alone, holding the port and the GPU."""
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(FAKE_VLLM)
+    opts = VllmOptions(
+        model=str(make_checkpoint(tmp_path / "base")),
+        port=free_port(),
+        extra_args=("--record", str(tmp_path / "r"), "--hang"),
+    )
+    server = VllmServer(opts, live_link=tmp_path / "live", executable=[sys.executable, str(script)])
+
+    def interrupt(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    # The first look at /health meets the Ctrl-C (Popen.wait's own sleeps stay as they are).
+    monkeypatch.setattr(vllm_engine.urllib.request, "urlopen", interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            server.start()
+        assert server.proc.poll() is not None
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.kill()
+
+
+SUPERVISED_VLLM = textwrap.dedent(
+    """
+    # `vllm serve ...` for `aw serve --engine vllm`: writes its pid, answers /health, and
+    # with FAKE_VLLM_DIE exits 3 once it has said it is healthy.
+    import os, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    args = sys.argv[1:]
+    port = int(args[args.index("--port") + 1])
+    with open(os.environ["FAKE_VLLM_PID"], "w") as f:
+        f.write(str(os.getpid()))
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            if os.environ.get("FAKE_VLLM_DIE"):
+                print("engine core died (fake)", file=sys.stderr, flush=True)
+                os._exit(3)
+    HTTPServer(("127.0.0.1", port), H).serve_forever()
+    """
+)
+
+
+def _aw_serve_vllm(tmp_path: Path, model: Path, env: dict[str, str]) -> subprocess.Popen:
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(SUPERVISED_VLLM)
+    code = (
+        "import sys; from agentworld.serve import vllm_engine; "
+        f"vllm_engine.vllm_executable = lambda: [sys.executable, {str(script)!r}]; "
+        "from agentworld.cli import main; main()"
+    )
+    args = ["serve", "--engine", "vllm", "--model", str(model), "--port", str(free_port())]
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args, "--aw-home", str(tmp_path / "home")],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"FAKE_VLLM_PID": str(tmp_path / "pid")} | env,
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigterm_to_aw_serve_stops_the_vllm_it_started(tmp_path: Path, tiny_model_dir: Path):
+    proc = _aw_serve_vllm(tmp_path, tiny_model_dir, {})
+    pid = None
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "aw serve: vllm at" in line:
+                break
+        pid = int((tmp_path / "pid").read_text())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert not _alive(pid)  # stopped and reaped before aw serve exited
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_vllm_dying_while_serving_is_an_error_with_its_log(tmp_path: Path, tiny_model_dir: Path):
+    """It exited 0 without a word, as if stopped on purpose."""
+    proc = _aw_serve_vllm(tmp_path, tiny_model_dir, {"FAKE_VLLM_DIE": "1"})
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == UpstreamError.exit_code
+    assert "vllm exited with code 3 while serving" in err
+    assert "engine core died (fake)" in err
