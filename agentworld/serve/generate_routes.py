@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 
 from agentworld.serve import protocol as P
-from agentworld.serve.chat import parse_assistant_text, render_prompt
+from agentworld.serve.chat import parse_assistant_text
 from agentworld.serve.engine import Finished, TokenEvent
 from agentworld.serve.generation import Choice, Generation, final_text, safe_len, watch_disconnect
 from agentworld.serve.http_io import (
@@ -36,15 +36,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     tokenizer = engine.tokenizer
     body = await read_body(request)
     g = P.parse_common(body, name, chat=True)
-    messages = P.parse_messages(body)
-    tools, parse_tools = P.parse_tools(body)
-    kwargs = body.get("chat_template_kwargs")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise P.ApiError("'chat_template_kwargs' must be an object", "chat_template_kwargs")
-    try:
-        prompt = render_prompt(tokenizer, messages, tools, True, kwargs)
-    except Exception as e:  # template errors are the caller's messages
-        raise P.ApiError(f"cannot apply the chat template: {e}", "messages") from e
+    prompt, parse_tools = P.chat_prompt(body, tokenizer)
     gen = Generation(engine, [prompt], g, "messages")
     if g.stream:
         return await _stream(request, gen, g, chat=True, parse_tools=parse_tools)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
+from agentworld.serve.chat import render_prompt
 from agentworld.serve.engine import SamplingParams, TokenEvent
 
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
@@ -190,6 +191,36 @@ def parse_tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, bool
         # Like vLLM: with tool_choice none the tools stay out of the output parsing.
         return tools or None, False
     return tools, True
+
+
+def chat_prompt(body: dict[str, Any], tokenizer: Any) -> tuple[list[int], bool]:
+    """The prompt ids of a chat body (``messages``, ``tools``, ``chat_template_kwargs``,
+    ``add_generation_prompt``, ``continue_final_message``, ``add_special_tokens``, as vLLM
+    reads them), and whether tool calls are parsed out of the answer. One rendering for
+    ``/v1/chat/completions`` and ``/tokenize``, so a count is the prompt generation sees."""
+    messages = parse_messages(body)
+    tools, parse_calls = parse_tools(body)
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ApiError("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    add_prompt = parse_flag(body, "add_generation_prompt", True)
+    if parse_flag(body, "continue_final_message", False):
+        # A prefill: the final assistant message is left open and the answer goes on with it.
+        if add_prompt:
+            raise ApiError(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                "continue_final_message",
+            )
+        kwargs = {**kwargs, "continue_final_message": True}
+    try:
+        tokens = render_prompt(tokenizer, messages, tools, add_prompt, kwargs)
+    except Exception as e:  # template errors are the caller's messages
+        raise ApiError(f"cannot apply the chat template: {e}", "messages") from e
+    if parse_flag(body, "add_special_tokens", False):
+        bos = tokenizer.bos_token_id
+        if bos is not None and tokens[:1] != [bos]:
+            tokens = [bos, *tokens]
+    return tokens, parse_calls
 
 
 def check_model(body: dict[str, Any], model_name: str) -> None:

@@ -15,7 +15,6 @@ from aiohttp import web
 
 from agentworld.errors import AgentWorldError
 from agentworld.serve import protocol as P
-from agentworld.serve.chat import render_prompt
 from agentworld.serve.engine import Engine
 from agentworld.serve.generate_routes import chat, completions
 from agentworld.serve.http_io import (
@@ -126,27 +125,7 @@ async def tokenize(request: web.Request) -> web.Response:
     P.check_model(body, request.app[MODEL_NAME_KEY])
     strs = P.parse_flag(body, "return_token_strs", False)
     if "messages" in body:
-        messages = P.parse_messages(body)
-        tools, _ = P.parse_tools(body)
-        kwargs = body.get("chat_template_kwargs") or {}
-        if not isinstance(kwargs, dict):
-            raise P.ApiError("'chat_template_kwargs' must be an object", "chat_template_kwargs")
-        add_prompt = P.parse_flag(body, "add_generation_prompt", True)
-        if P.parse_flag(body, "continue_final_message", False):
-            if add_prompt:
-                raise P.ApiError(
-                    "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                    "continue_final_message",
-                )
-            kwargs = {**kwargs, "continue_final_message": True}
-        try:
-            tokens = render_prompt(tokenizer, messages, tools, add_prompt, kwargs)
-        except Exception as e:  # template errors are the caller's messages
-            raise P.ApiError(f"cannot apply the chat template: {e}", "messages") from e
-        if P.parse_flag(body, "add_special_tokens", False):
-            bos = tokenizer.bos_token_id
-            if bos is not None and tokens[:1] != [bos]:
-                tokens = [bos, *tokens]
+        tokens, _ = P.chat_prompt(body, tokenizer)
     elif isinstance(body.get("prompt"), str):
         special = P.parse_flag(body, "add_special_tokens", True)
         tokens = tokenizer.encode(body["prompt"], add_special_tokens=special)

@@ -477,3 +477,21 @@ async def test_max_model_len_narrows_the_window_every_route_reports(
         assert out["choices"][0]["finish_reason"] == "length"
     finally:
         eng.close()
+
+
+async def test_a_chat_prefill_continues_the_final_assistant_message(client: Any, engine: Engine):
+    """The proxy sends an Anthropic prefill as vLLM takes it (`continue_final_message`,
+    `add_generation_prompt` false); the chat route ignored both and answered a new turn."""
+    prefill = [*MESSAGES, {"role": "assistant", "content": "the sum is"}]
+    flags = {"continue_final_message": True, "add_generation_prompt": False}
+    body = {"messages": prefill, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
+    out = await (await client.post("/v1/chat/completions", json=body | flags)).json()
+    counted = await (await client.post("/tokenize", json={"messages": prefill} | flags)).json()
+    assert out["prompt_token_ids"] == counted["tokens"]
+    prefill_ids = engine.tokenizer.encode("the sum is", add_special_tokens=False)
+    assert out["prompt_token_ids"][-len(prefill_ids) :] == prefill_ids  # left open
+    plain = await (await client.post("/v1/chat/completions", json=body)).json()
+    assert plain["prompt_token_ids"] != out["prompt_token_ids"]  # a new turn after it
+    resp = await client.post("/v1/chat/completions", json=body | {"continue_final_message": True})
+    assert resp.status == 400
+    assert (await resp.json())["error"]["param"] == "continue_final_message"
