@@ -21,6 +21,7 @@ from agentworld.serve.http_io import (
     json_response,
     read_body,
 )
+from agentworld.serve.unsupported import warn_ignored
 
 # Text a streamed chat holds back until it can tell whether a tool call or reasoning opens.
 _MARKERS = ("<tool_call>", "<think>")
@@ -37,6 +38,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
     g = P.parse_common(body, name, chat=True)
     prompt, parse_tools = P.chat_prompt(body, tokenizer)
+    warn_ignored(request.app, body)
     gen = Generation(engine, [prompt], g, "messages")
     if g.stream:
         return await _stream(request, gen, g, chat=True, parse_tools=parse_tools)
@@ -94,6 +96,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     if body.get("echo"):
         raise P.ApiError("'echo' is not supported by the embedded engine", "echo")
     prompts = P.parse_prompts(body, tokenizer)
+    warn_ignored(request.app, body)
     gen = Generation(engine, prompts, g)
     if g.stream:
         return await _stream(request, gen, g, chat=False, parse_tools=False)

@@ -25,6 +25,7 @@ from agentworld.serve.http_io import (
     json_response,
     read_body,
 )
+from agentworld.serve.unsupported import WARNED_KEY
 
 
 def make_app(
@@ -35,6 +36,7 @@ def make_app(
     app[ENGINE_KEY] = engine
     app[MODEL_NAME_KEY] = model_name or engine.model_name
     app[MAX_BODY_KEY] = max_body_bytes
+    app[WARNED_KEY] = set()
     app.on_response_prepare.append(_stamp_policy)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)

@@ -495,3 +495,26 @@ async def test_a_chat_prefill_continues_the_final_assistant_message(client: Any,
     resp = await client.post("/v1/chat/completions", json=body | {"continue_final_message": True})
     assert resp.status == 400
     assert (await resp.json())["error"]["param"] == "continue_final_message"
+
+
+async def test_fields_the_engine_does_not_apply_are_named_once_in_its_log(
+    client: Any, capsys: pytest.CaptureFixture[str]
+):
+    """vLLM applies penalties, response formats and forced tool calls; the embedded
+    engine answered without them and said nothing."""
+    body = {"messages": MESSAGES, "max_tokens": 2, "presence_penalty": 0}
+    body |= {"frequency_penalty": 0.5, "response_format": {"type": "json_object"}}
+    for _ in range(2):
+        assert (await client.post("/v1/chat/completions", json=body)).status == 200
+    err = capsys.readouterr().err
+    assert err.count("does not apply") == 1
+    assert "frequency_penalty, response_format json_object" in err
+    assert "presence_penalty" not in err  # at its neutral value
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    forced = {"messages": MESSAGES, "max_tokens": 2, "tools": tools, "tool_choice": "required"}
+    assert (await client.post("/v1/chat/completions", json=forced)).status == 200
+    resp = await client.post("/v1/completions", json={"prompt": [5], "max_tokens": 1, "min_p": 0.1})
+    assert resp.status == 200
+    err = capsys.readouterr().err
+    assert "tool_choice required" in err and "min_p" in err
+    assert "frequency_penalty" not in err  # said already
