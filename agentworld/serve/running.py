@@ -9,6 +9,7 @@ traceback per open request and exit status 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import sys
@@ -63,7 +64,8 @@ async def serve(
     await runner.setup()
     try:
         for sig in _SIGNALS:
-            loop.add_signal_handler(sig, stopper)
+            with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C interrupts
+                loop.add_signal_handler(sig, stopper)
         for sock in socks:
             await web.SockSite(runner, sock).start()
         print(announce, file=out, flush=True)
@@ -73,7 +75,8 @@ async def serve(
         # (aiohttp's shutdown timeout, 60 s), then the app's cleanup.
         await runner.cleanup()
         for sig in _SIGNALS:
-            loop.remove_signal_handler(sig)
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(sig)
     print("aw serve: stopped", file=out, flush=True)
 
 
