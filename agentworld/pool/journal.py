@@ -340,6 +340,13 @@ def recover_orphans(layout: Layout, *, log_cuts: bool = True) -> list[Recovery]:
             continue
         except PoolFormatError as exc:
             log.error("not recovering %s: %s", path, exc)  # a newer writer's: leave it be
+        except OSError as exc:
+            # A full disk, a read-only mount, a pool owned by another user: the journal
+            # stays as it is (readers read it there) and sealing waits for a command that
+            # can write. Reading the pool must not need to write to it.
+            log.warning(
+                "could not seal the dead writer's journal %s (left as it is): %s", path, exc
+            )
         finally:
             os.close(fd)
     return out

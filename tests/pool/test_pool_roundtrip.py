@@ -346,3 +346,33 @@ def test_closed_writer_leaves_no_journal_and_deletes_the_sealed_one(pool: Pool) 
             t.join()
     assert list(pool.layout.tmp.iterdir()) == []
     assert [r["index"] for r in pool.iter_records()] == list(range(5))
+
+
+def test_a_pool_that_cannot_be_written_still_opens_and_reads_a_dead_journal(
+    pool: Pool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Recovery writes (a shard, then the journal's removal); a full disk or a read-only
+    mount made every read command fail on a pool holding a dead writer's journal."""
+    import errno
+
+    from agentworld.pool import journal as journal_mod
+    from agentworld.pool.journal import JOURNAL_VERSION, frame
+
+    journal = pool.layout.journals / "w-dead-0000.journal"
+    header = records.dumps({"journal": JOURNAL_VERSION, "writer": "dead", "created": 0.0})
+    lines = [records.encode(full_step("tr_dead", i)) for i in range(3)]
+    journal.write_bytes(frame(header) + b"".join(frame(x) for x in lines))
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(journal_mod, "seal_journal", no_space)
+    with caplog.at_level("WARNING"):
+        opened = Pool.open(pool.root)
+    assert opened.recovered == [] and journal.exists()
+    assert "No space left on device" in caplog.text and str(journal) in caplog.text
+    assert [s["index"] for s in opened.get_trajectory("tr_dead").steps] == [0, 1, 2]
+    opened.close()
+    monkeypatch.undo()  # space is back: the next open seals it
+    (rec,) = Pool.open(pool.root).recovered
+    assert rec.records == 3 and not journal.exists()
