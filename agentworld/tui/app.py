@@ -77,7 +77,8 @@ class AgentWorldApp(App[None]):
         # Until the first refresh is done, the index may be cold (being built from every
         # shard): screens say "indexing", not "0 steps". (shards done, shards to index)
         self.indexing: tuple[int, int] | None = (0, 0)
-        self.title = f"AgentWorld · {data.pool.root.name}"
+        # A remote pool by its URL: its root is a cache folder named by a hash.
+        self.title = f"AgentWorld · {getattr(data.pool, 'url', None) or data.pool.root.name}"
 
     def on_mount(self) -> None:
         self.switch_mode(self.start_mode)

@@ -315,6 +315,7 @@ async def test_the_tui_lists_a_remote_pool(pool: Pool, s3_url: str) -> None:
             return None
 
         await until(pilot, lambda: listed() == 3)
+        assert pilot.app.title == f"AgentWorld · {s3_url}"  # not its cache folder's hash
 
 
 def test_stats_of_a_remote_pool_names_its_url_not_the_cache(pool: Pool, tmp_path: Path) -> None:
