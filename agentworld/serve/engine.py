@@ -18,6 +18,7 @@ import torch
 from agentworld.errors import ConfigError
 from agentworld.model_folder import hf_progress_bars
 from agentworld.serve.batch import Rows, mergeable
+from agentworld.serve.detokenize import StopStrings
 from agentworld.serve.sampling import SamplingParams, sample
 
 
@@ -63,6 +64,7 @@ class Request:
         self.cancelled = threading.Event()
         self.cancel_reason: str | None = None  # why the server aborted it; None: the client left
         self.generator: torch.Generator | None = None
+        self.stop_strings: StopStrings | None = None  # made on the first token, if any stop
         self.done = False
 
     def emit(self, ev: Event) -> None:
@@ -422,10 +424,8 @@ class Engine:
         return False
 
     def _stop_string_hit(self, req: Request) -> str | None:
-        # Only the tail can contain a new match: decode enough tokens to cover the longest stop.
-        longest = max(len(s) for s in req.params.stop)
-        tail = self.tokenizer.decode(req.output_ids[-(longest + 2) :], skip_special_tokens=True)
-        for s in req.params.stop:
-            if s in tail:
-                return s
-        return None
+        # Incremental: a few tokens decoded a step, and exact where a fixed tail of tokens
+        # was not (a 2-character CJK stop can take 6 byte tokens).
+        if req.stop_strings is None:
+            req.stop_strings = StopStrings(self.tokenizer, req.params.stop)
+        return req.stop_strings.add(req.output_ids[-1])
