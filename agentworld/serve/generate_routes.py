@@ -13,7 +13,13 @@ from aiohttp import web
 from agentworld.serve import protocol as P
 from agentworld.serve.chat import parse_assistant_text
 from agentworld.serve.engine import Finished, TokenEvent
-from agentworld.serve.generation import Choice, Generation, final_text, safe_len, watch_disconnect
+from agentworld.serve.generation import (
+    Choice,
+    Generation,
+    StreamText,
+    final_text,
+    watch_disconnect,
+)
 from agentworld.serve.http_io import (
     ENGINE_KEY,
     MODEL_NAME_KEY,
@@ -246,6 +252,7 @@ async def _stream(
         P.now(),
     )
     holds = tuple(g.params.stop) + (_MARKERS if chat else ())
+    texts = [StreamText(tokenizer, holds) for _ in gen.choices]
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     resp.headers["Cache-Control"] = "no-cache"
 
@@ -273,11 +280,10 @@ async def _stream(
                     ]
                     await resp.write(out.chunk(first, **extra))
             if isinstance(ev, TokenEvent):
-                text = tokenizer.decode(c.output_ids, skip_special_tokens=True)
-                safe = safe_len(text, holds)
-                if safe > c.sent_chars:
-                    part = out.piece(c, text[c.sent_chars : safe])
-                    c.sent_chars = safe
+                text = texts[c.index].add(ev.token_id)
+                if text:
+                    part = out.piece(c, text)
+                    c.sent_chars += len(text)
                     await resp.write(out.chunk([part]))
             elif isinstance(ev, Finished):
                 if ev.reason == "abort":

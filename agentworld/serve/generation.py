@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from agentworld.serve import protocol as P
+from agentworld.serve.detokenize import IncrementalDetokenizer, decode_text
 from agentworld.serve.engine import Admitted, Engine, Finished, Request, TokenEvent
 
 
@@ -100,7 +101,7 @@ class Generation:
 
 
 def final_text(tokenizer: Any, c: Choice) -> str:
-    text = tokenizer.decode(c.output_ids, skip_special_tokens=True)
+    text = decode_text(tokenizer, c.output_ids)
     stop = c.finished.stop_reason if c.finished else None
     if isinstance(stop, str) and stop in text:
         text = text[: text.find(stop)]
@@ -123,6 +124,41 @@ def safe_len(text: str, holds: tuple[str, ...]) -> int:
     while cut and text[cut - 1] == "\ufffd":
         cut -= 1
     return cut
+
+
+class StreamText:
+    """What of one choice's text can be streamed as its tokens arrive (see `safe_len`).
+
+    Decoded incrementally and scanned only past what was sent (less a hold's length), so
+    each token costs about the same however long the answer grows.
+    """
+
+    def __init__(self, tokenizer: Any, holds: tuple[str, ...]) -> None:
+        self._detok = IncrementalDetokenizer(tokenizer)
+        self._holds = holds
+        self._keep = max((len(h) for h in holds), default=0)
+        self._sent_tail = ""  # the last `_keep` characters sent: a hold may begin there
+        self._unsent = ""
+        # A whole hold is in the text: the engine stops at a stop string, and a marker
+        # holds the rest for the last chunk, so nothing more streams.
+        self._blocked = False
+
+    def add(self, token_id: int) -> str:
+        """The text that may be sent now that ``token_id`` arrived ('' for none)."""
+        if self._blocked:
+            return ""
+        new = self._detok.add(token_id)
+        if not new:
+            return ""
+        self._unsent += new
+        window = self._sent_tail + self._unsent
+        self._blocked = any(h in window for h in self._holds)
+        safe = safe_len(window, self._holds) - len(self._sent_tail)
+        if safe <= 0:
+            return ""
+        out, self._unsent = self._unsent[:safe], self._unsent[safe:]
+        self._sent_tail = (self._sent_tail + out)[-self._keep :] if self._keep else ""
+        return out
 
 
 async def watch_disconnect(request: web.Request, gen: Generation) -> None:
