@@ -4,6 +4,10 @@ Run: python bench/serve.py [--model DIR] [--tokens 64] [--prompts 8] [--device a
 Both sides use the same model, device, dtype, prompts and greedy decoding, measured one after
 the other in this process; the table prints the ratios. Not a test: numbers depend on the
 machine. --device auto is CUDA when there is one (dtype then defaults to the engine's bf16).
+
+python bench/serve.py --detok 4000 [--model DIR] instead times the text work a streamed chat
+answer of that many tokens costs the event loop: the whole-answer decode per token it used
+to do beside the incremental `StreamText`, interleaved rounds, the model's tokenizer only.
 """
 
 from __future__ import annotations
@@ -87,6 +91,65 @@ async def run_server_side(engine, prompts: list[list[int]], n_tokens: int) -> di
         await runner.cleanup()
 
 
+def old_stream_text(tokenizer, ids: list[int], holds: tuple[str, ...]) -> list[str]:
+    """The stream's text as it was made before: the whole answer decoded per token."""
+    from agentworld.serve.generation import safe_len
+
+    pieces, sent, out_ids = [], 0, []
+    for t in ids:
+        out_ids.append(t)
+        text = tokenizer.decode(out_ids, skip_special_tokens=True)
+        safe = safe_len(text, holds)
+        if safe > sent:
+            pieces.append(text[sent:safe])
+            sent = safe
+    return pieces
+
+
+def new_stream_text(tokenizer, ids: list[int], holds: tuple[str, ...]) -> list[str]:
+    from agentworld.serve.generation import StreamText
+
+    stream = StreamText(tokenizer, holds)
+    return [p for p in map(stream.add, ids) if p]
+
+
+def detok_main(model_dir: Path, n_tokens: int, rounds: int = 5) -> None:
+    """Seconds of text work per streamed answer, before vs now, on real text (this repo's
+    README and docs: prose, code, box-drawing characters), with a chat's held markers."""
+    import statistics
+
+    from transformers import AutoTokenizer
+
+    from agentworld.serve.generate_routes import _MARKERS
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    root = Path(__file__).resolve().parents[1]
+    text = "\n".join(p.read_text() for p in [root / "README.md", *sorted(root.glob("docs/*.md"))])
+    ids = tokenizer.encode(text, add_special_tokens=False)[:n_tokens]
+    assert len(ids) == n_tokens, f"only {len(ids)} tokens of text here"
+    holds = ("\nUser:", *_MARKERS)  # a stop string and a chat's markers
+    want = "".join(old_stream_text(tokenizer, ids, holds))
+    # A hold in the text would stop the stream there, and the new path's work with it.
+    assert want == tokenizer.decode(ids, skip_special_tokens=True), "a hold is in the text"
+    assert "".join(new_stream_text(tokenizer, ids, holds)) == want, "the two texts differ"
+    times: dict[str, list[float]] = {"old": [], "new": []}
+    for _ in range(rounds):
+        for name, fn in (("old", old_stream_text), ("new", new_stream_text)):
+            start = time.process_time()
+            fn(tokenizer, ids, holds)
+            times[name].append(time.process_time() - start)
+    old, new = statistics.median(times["old"]), statistics.median(times["new"])
+    print(f"model: {model_dir.name}  {n_tokens} tokens, {len(want):,} characters streamed")
+    print(f"CPU seconds on the event loop per stream, median of {rounds} interleaved rounds")
+    print(f"{'setup':<44} {'seconds':>9} {'per token':>10}")
+    for label, t in (
+        ("whole-answer decode per token (before)", old),
+        ("incremental StreamText (now)", new),
+    ):
+        print(f"{label:<44} {t:>9.4f} {t / n_tokens * 1e6:>8.1f}us")
+    print(f"ratio before / now: {old / new:.1f}x")
+
+
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
@@ -102,9 +165,15 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--device", default="auto", help="cpu, cuda, ... (auto: CUDA if any)")
     ap.add_argument("--dtype", default=None, help="float32, bfloat16, ... (engine default)")
+    ap.add_argument(
+        "--detok", type=int, default=0, metavar="N", help="time a streamed N-token answer's text"
+    )
     args = ap.parse_args()
 
     model_dir = resolve_model(args.model, default_aw_home() / "models")
+    if args.detok:
+        detok_main(model_dir, args.detok)
+        return
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     # Both sides on one device and dtype, or the ratios compare machines, not code.
