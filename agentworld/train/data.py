@@ -358,8 +358,9 @@ def wanted(cfg: TrainConfig) -> str:
     return ", ".join(named) or "any agent"
 
 
-def check_plan(plan: Plan, cfg: TrainConfig, pool_root: Path) -> None:
-    """Refuse a plan with nothing to train on, saying what was asked and how to get some."""
+def check_plan(plan: Plan, cfg: TrainConfig, where: str | Path) -> None:
+    """Refuse a plan with nothing to train on, saying what was asked and how to get some;
+    ``where`` names the pool (its URL for a remote one, not its cache folder)."""
     if not plan.advantages:
         why = (
             f"{plan.matched} matched, {plan.zero_advantage} in groups with one reward, "
@@ -367,6 +368,6 @@ def check_plan(plan: Plan, cfg: TrainConfig, pool_root: Path) -> None:
         )
         run = f"aw run --agent {cfg.agent or 'AGENT'} --dataset {cfg.dataset or 'DATASET'}"
         raise PoolError(
-            f"{pool_root}: nothing to train on for {wanted(cfg)}, status "
+            f"{where}: nothing to train on for {wanted(cfg)}, status "
             f"{', '.join(cfg.status) or 'any'} ({why}); `{run}` rolls out trajectories to train on"
         )

@@ -45,3 +45,23 @@ def test_sft_from_an_object_store_pool(builder, tiny_model: Path, tmp_path: Path
     assert summary["updates"] == 2
     meta = json.loads((Path(summary["checkpoint"]) / "meta.json").read_text())
     assert sorted(meta["shards"]) == sorted(p.name for p in builder.pool.layout.shard_paths())
+
+
+def test_nothing_to_train_on_names_the_store_not_its_cache(
+    builder, tiny_model: Path, tmp_path: Path, s3_url
+) -> None:
+    pytest.importorskip(
+        "obstore", reason="obstore is not installed: pip install 'agentworld[remote]'"
+    )
+    from agentworld.errors import PoolError
+
+    builder.group([1.0, 0.0], turns=2)
+    builder.pool.recover()
+    push(builder.pool.layout, s3_url)
+    cfg = TrainConfig(
+        model=str(tiny_model), pool=s3_url, output_dir=str(tmp_path / "run"), progress=False,
+        algo="sft", agent="nobody", max_steps=1,
+    )  # fmt: skip
+    with pytest.raises(PoolError) as err:
+        train(cfg, console=Console(record=True, width=200))
+    assert str(err.value).startswith(f"{s3_url}: nothing to train on for agent nobody")
