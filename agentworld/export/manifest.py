@@ -99,7 +99,7 @@ def write_manifest(
         "options": options,
         "output": str(out.resolve()),
         "files": _output_files(out),
-        "pool": str(pool.root.resolve()),
+        "pool": getattr(pool, "url", None) or str(pool.root.resolve()),  # a remote: its URL
         "filters": filters,
         **inputs,
         "counts": dict(sorted(counts.items())),

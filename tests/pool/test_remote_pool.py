@@ -332,3 +332,22 @@ def test_stats_of_a_remote_pool_names_its_url_not_the_cache(pool: Pool, tmp_path
     assert res.exit_code == 0, res.output
     (line,) = [line for line in res.stdout.splitlines() if line.startswith("pool ")]
     assert line.split() == ["pool", url]
+
+
+def test_an_export_manifest_names_a_remote_pool_by_its_url(pool: Pool, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentworld.cli import app
+
+    fill_pool(pool, trajectories=2)
+    url = (tmp_path / "store").as_uri()
+    push(pool.layout, url)
+    out = tmp_path / "out.jsonl"
+    res = CliRunner().invoke(
+        app,
+        ["export", "-p", url, "-f", "openai-jsonl", "-o", str(out)],
+        env={"AW_HOME": str(tmp_path / "home")},
+    )
+    assert res.exit_code == 0, res.output
+    manifest = json.loads(out.with_name(out.name + ".manifest.json").read_text())
+    assert manifest["pool"] == url  # where the data came from, not the local cache
