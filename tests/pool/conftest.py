@@ -134,3 +134,18 @@ def close_keeping_sealed_journal(writer: Any, journal: Path) -> bytes:
         journal_mod.fault_hook = None
     (data,) = saved
     return data
+
+
+def run_pool_command(pool: Pool, *args: str) -> Any:
+    """`aw pool ARGS --pool POOL` in-process; ``code``: the exit code `aw` gives (an error's,
+    as cli.main), ``error``: its message."""
+    from typer.testing import CliRunner
+
+    from agentworld.cli import app
+    from agentworld.errors import AgentWorldError
+
+    res = CliRunner().invoke(app, ["pool", *args, "--pool", str(pool.root)])
+    exc = res.exception
+    res.code = exc.exit_code if isinstance(exc, AgentWorldError) else res.exit_code
+    res.error = str(exc) if isinstance(exc, AgentWorldError) else ""
+    return res

@@ -13,27 +13,17 @@ import pytest
 from typer.testing import CliRunner
 
 from agentworld.cli import app
-from agentworld.errors import AgentWorldError
 from agentworld.pool import Pool
 from tests.synth import fill_pool
 
-from .conftest import small_step
+from .conftest import run_pool_command, small_step
 
 runner = CliRunner()
 
 
-def _pool(pool: Pool, *args: str) -> Any:
-    """The command's result; ``code``: the exit code `aw` gives (an error's, as cli.main)."""
-    res = runner.invoke(app, ["pool", *args, "--pool", str(pool.root)])
-    exc = res.exception
-    res.code = exc.exit_code if isinstance(exc, AgentWorldError) else res.exit_code
-    res.error = str(exc) if isinstance(exc, AgentWorldError) else ""
-    return res
-
-
 def test_label_says_the_tags_it_stored_not_the_ones_typed(pool: Pool) -> None:
     fill_pool(pool, trajectories=1, steps=1)
-    res = _pool(pool, "label", "tr_0000", "--tags", "x,y,x,a", "--author", "ann")
+    res = run_pool_command(pool, "label", "tr_0000", "--tags", "x,y,x,a", "--author", "ann")
     assert res.code == 0, res.output
     assert res.stderr.strip().endswith("as ann: tags=a,x,y")
     assert pool.labels.effective()["trajectory:tr_0000"]["tags"].value == ["a", "x", "y"]
@@ -112,7 +102,7 @@ def test_manifest_names_a_corrupt_shard_it_lists(pool: Pool) -> None:
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    res = _pool(pool, "manifest")
+    res = run_pool_command(pool, "manifest")
     assert res.code == 0, res.output
     (warning,) = [x for x in res.stderr.splitlines() if x.startswith("warning:")]
     assert str(shard.relative_to(pool.root)) in warning and "does not match its name" in warning

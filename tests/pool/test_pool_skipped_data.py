@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from agentworld import records
-from agentworld.cli import app
-from agentworld.errors import AgentWorldError, CorruptDataError
+from agentworld.errors import CorruptDataError
 from agentworld.pool import Pool
 from tests.synth import conversation_step, fill_pool
 
-runner = CliRunner()
+from .conftest import run_pool_command
 
 
 def _pool_with_a_corrupt_shard(pool: Pool) -> Path:
@@ -33,15 +30,6 @@ def _pool_with_a_corrupt_shard(pool: Pool) -> Path:
     return shard
 
 
-def _pool(pool: Pool, *args: str) -> Any:
-    """The command's result; ``code``: the exit code `aw` gives (an error's, as cli.main)."""
-    res = runner.invoke(app, ["pool", *args, "--pool", str(pool.root)])
-    exc = res.exception
-    res.code = exc.exit_code if isinstance(exc, AgentWorldError) else res.exit_code
-    res.error = str(exc) if isinstance(exc, AgentWorldError) else ""
-    return res
-
-
 def test_reading_commands_say_once_that_a_corrupt_shard_was_skipped(
     pool: Pool, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -49,27 +37,27 @@ def test_reading_commands_say_once_that_a_corrupt_shard_was_skipped(
     note = "1 corrupt shard skipped (run `aw pool fsck`)"
     for _ in range(2):  # also once the index remembers the shard
         with caplog.at_level(logging.WARNING):
-            res = _pool(pool, "stats")
+            res = run_pool_command(pool, "stats")
         assert not caplog.records  # no logging line besides: said once
         assert res.exit_code == 0, res.output  # the rest reads: a warning, not a failure
         assert res.stdout.count(note) == 1 and note not in res.stderr
-        res = _pool(pool, "stats", "--json")
+        res = run_pool_command(pool, "stats", "--json")
         rel = str(shard.relative_to(pool.root))
         assert json.loads(res.stdout)["corrupt_shards"] == [rel]
-        res = _pool(pool, "ls")
+        res = run_pool_command(pool, "ls")
         assert res.exit_code == 0, res.output
         assert res.stderr.count(note) == 1 and note not in res.stdout
-        res = _pool(pool, "show", "tr_0000")
+        res = run_pool_command(pool, "show", "tr_0000")
         assert res.exit_code == 0, res.output
         assert res.stderr.count(note) == 1
 
 
 def test_show_of_an_id_in_a_corrupt_shard_names_the_shard(pool: Pool) -> None:
     shard = _pool_with_a_corrupt_shard(pool)
-    res = _pool(pool, "show", "tr_open")
+    res = run_pool_command(pool, "show", "tr_open")
     assert res.code == 7
     assert "'tr_open'" in res.error and shard.name in res.error and "corrupt" in res.error
-    res = _pool(pool, "show", "tr_nowhere")
+    res = run_pool_command(pool, "show", "tr_nowhere")
     assert res.code == 7 and shard.name not in res.error
 
 
@@ -98,19 +86,19 @@ def _bad_label_line(pool: Pool) -> Path:
 def test_a_bad_label_line_says_how_to_get_out_and_label_by_id_still_writes(pool: Pool) -> None:
     fill_pool(pool, trajectories=2, steps=1)
     bad = _bad_label_line(pool)
-    res = _pool(pool, "stats")
+    res = run_pool_command(pool, "stats")
     assert res.code == 6
     assert f"{bad}:2: bad label line" in res.error and "remove or fix that line" in res.error
     # Another author's label by id is written (ids resolve without labels), with a warning.
-    res = _pool(pool, "label", "tr_0001", "--quality", "bad", "--author", "zed")
+    res = run_pool_command(pool, "label", "tr_0001", "--quality", "bad", "--author", "zed")
     assert res.exit_code == 0, res.output
     assert "labelled 1 target as zed" in res.stderr and f"warning: {bad}:2:" in res.stderr
     assert len(pool.labels.files()) == 2
     # A filter selects by labels (reward overrides): not while they cannot be read.
-    res = _pool(pool, "label", "--agent", "math", "--quality", "bad", "--author", "zed")
+    res = run_pool_command(pool, "label", "--agent", "math", "--quality", "bad", "--author", "zed")
     assert res.code == 6
     bad.write_bytes(bad.read_bytes().replace(b"this is garbage\n", b""))
-    res = _pool(pool, "ls", "--json")
+    res = run_pool_command(pool, "ls", "--json")
     assert res.exit_code == 0, res.output
     quality = {r["id"]: r["label_quality"] for r in json.loads(res.stdout)}
     assert quality == {"tr_0000": "good", "tr_0001": "bad"}
@@ -132,12 +120,8 @@ def test_a_bad_label_line_does_not_make_every_refresh_read_the_shards_again(
     real = index_mod.iter_shard_lines
     monkeypatch.setattr(index_mod, "iter_shard_lines", lambda p, *a: read.append(p) or real(p, *a))
     for _ in range(3):
-        try:
+        with pytest.raises(CorruptDataError, match="bad label line"):
             idx.refresh()
-        except CorruptDataError as exc:
-            assert "bad label line" in str(exc)
-        else:
-            raise AssertionError("a bad label line must fail the refresh")
     assert read == [shard]
 
 
@@ -153,12 +137,8 @@ def test_new_records_and_a_bad_label_line_in_one_refresh(pool: Pool) -> None:
     with pool.writer() as w:
         w.append(conversation_step("tr_open", 0))
         w.append(records.make_end(trajectory="tr_open", agent="math", status="done", steps=1))
-    try:
+    with pytest.raises(CorruptDataError, match="bad label line"):
         idx.refresh()
-    except CorruptDataError as exc:
-        assert "bad label line" in str(exc)
-    else:
-        raise AssertionError("a bad label line must fail the refresh")
     assert idx.trajectory("tr_open") is not None  # the new records stayed
     path.write_bytes(good)
     idx.refresh()
