@@ -21,9 +21,11 @@ def group_relative(
     rewards are all equal.
     """
     n = len(rewards)
-    if n < 2:
-        return [0.0] * n
     rs = [float(r) for r in rewards]
+    if n < 2 or min(rs) == max(rs):
+        # Exactly 0, not r - mean: eight rewards of 0.7 have a float mean a hair off 0.7,
+        # which gave each member -1e-10 and kept the group past skip_zero_advantage.
+        return [0.0] * n
     mean = sum(rs) / n
     if not scale_std:
         return [r - mean for r in rs]

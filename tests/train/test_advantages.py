@@ -38,6 +38,18 @@ def test_equal_rewards_give_zero() -> None:
     assert group_advantages([1, 1, 1], ["g"] * 3) == [0.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("scale_std", [True, False])
+@pytest.mark.parametrize("reward", [0.1, 0.7, 1 / 3])
+def test_equal_rewards_give_exactly_zero_whatever_their_rounding(
+    reward: float, scale_std: bool
+) -> None:
+    """A group all at 0.1 has a mean of 0.10000000000000002 in floats: its members got
+    -1.4e-11 (-1.4e-17 without the std), not 0, so skip_zero_advantage kept the group."""
+    n = 8 if reward == 0.7 else 3
+    adv = group_advantages([reward] * n, ["g"] * n, scale_std=scale_std)
+    assert adv == [0.0] * n
+
+
 def test_stats() -> None:
     s = advantage_stats(Spread.of([1.0, -1.0, 0.0, 0.0]))
     assert (s.mean, s.min, s.max, s.zero_fraction) == (0.0, -1.0, 1.0, 0.5)
