@@ -100,8 +100,8 @@ def forward_loss(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Loss of one micro-batch (or one part of it) under the configured algorithm, and its stats.
 
-    ``n_seqs`` / ``n_tokens``: the whole micro-batch's denominators when ``batch`` is a
-    part of it, so the parts' losses sum to the micro-batch's loss.
+    ``n_seqs`` / ``n_tokens``: the whole update's denominators (``update_denominators``)
+    when ``batch`` is a part of it, so the parts' losses sum to the update's loss.
     """
     ids = batch["input_ids"]  # (B, T)
     mask = batch["sampled"][:, 1:]  # (B, T-1): only tokens the policy sampled
@@ -145,6 +145,29 @@ def forward_loss(
         n_seqs=n_seqs,
         n_tokens=n_tokens,
     )
+
+
+def update_denominators(acc: Any, micro: list[dict[str, Any]]) -> tuple[float, float]:
+    """The update's sequences with sampled tokens, and its sampled tokens, over every
+    micro-batch of every process (a collective: each process calls it once per update).
+
+    Each micro-batch's loss is divided by these, not by its own counts, so the update's
+    loss is the normaliser's over the whole update, as TRL's ``dapo`` divides by the
+    generation batch's tokens (``num_items_in_batch``). Micro-batches are packed by
+    length: their own token means weighed a token of a batch of short answers several
+    times one of long answers, the length bias token-mean is there to remove.
+    """
+    local = torch.zeros(2, dtype=torch.float64, device=acc.device)  # seqs, tokens
+    for mb in micro:
+        if mb["weight"]:
+            mask = mb["sampled"][:, 1:]  # (B, T-1)
+            local += torch.tensor(
+                [float((mask.sum(-1) > 0).sum()), float(mask.sum())],
+                dtype=torch.float64,
+                device=acc.device,
+            )
+    n_seqs, n_tokens = acc.reduce(local, "sum").tolist()
+    return max(n_seqs, 1.0), max(n_tokens, 1.0)
 
 
 def _grouped(batches: Iterator[dict[str, Any]], n: int) -> Iterator[list[dict[str, Any] | None]]:
@@ -472,12 +495,13 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 break  # every process ran out of data (epochs)
             filler = next((mb for mb in micro if mb is not None), None)
             micro = [mb if mb is not None else dummy_batch(filler, pad_id) for mb in micro]
-            # DDP and accumulation average the micro-batches' gradients over every slot
-            # (processes x grad_accum); a process out of data fills its slots with batches
-            # of weight 0, which pulled that average down (half the gradient, and grad_norm,
-            # with one of two processes empty): the real ones are weighed up to make it
-            # their own average.
-            weigh_up = acc.num_processes * len(micro) / n_real
+            # Each micro-batch's loss is its share of the update's (divided by the update's
+            # tokens or sequences), so the update's is their sum. DDP and accumulation
+            # average the gradients over every slot (processes x grad_accum): each loss is
+            # scaled up by that count to undo it. A process out of data fills its slots with
+            # batches of weight 0, which add nothing.
+            n_seqs, n_tokens = update_denominators(acc, micro)
+            undo_mean = acc.num_processes * acc.gradient_accumulation_steps
 
             if fidelity is None:
                 # Before the first update: trainer vs rollout log-probs of the sampled tokens.
@@ -522,7 +546,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
 
             model.train()
             t0 = time.perf_counter()
-            stats_acc: dict[str, list[float]] = {"loss": [], "kl": []}  # per micro-batch
+            # Per micro-batch, its share of the update's loss and token-mean KL.
+            stats_acc: dict[str, list[float]] = {"loss": [], "kl": []}
             importance = ImportanceStats()
             advs: list[float] = []
             rewards: list[float] = []
@@ -531,9 +556,6 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             for mb in micro:
                 b = _to(mb, acc.device)
                 parts = forward_parts(b, cfg.forward_tokens)
-                mask = b["sampled"][:, 1:]  # (B, T-1)
-                n_tokens = float(mask.sum().clamp(min=1))
-                n_seqs = float((mask.sum(-1) > 0).sum().clamp(min=1))
                 loss_sum, kl_sum = 0.0, 0.0
                 with acc.accumulate(model):
                     for k, part in enumerate(parts):
@@ -543,7 +565,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                             loss, st = forward_loss(
                                 model, ref, part, cfg, n_seqs=n_seqs, n_tokens=n_tokens
                             )
-                            acc.backward(loss * (b["weight"] * weigh_up))
+                            acc.backward(loss * (b["weight"] * undo_mean))
                         loss_sum += float(loss.detach())
                         if st.get("importance") is not None and b["weight"]:
                             importance.add(st["importance"])
@@ -592,8 +614,9 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                     advantages=Spread.of(advs),
                 ),
             )
-            if upd.loss.mean is not None:
-                losses.append(upd.loss.mean)
+            update_loss = upd.loss.total if upd.loss.n else None  # the micro-batches' sum
+            if update_loss is not None:
+                losses.append(update_loss)
             _, s = stats_now()
 
             if main and (step % cfg.log_every == 0 or step == cfg.max_steps):
@@ -608,13 +631,13 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 row = {
                     "step": step,
                     "time": time.time(),
-                    "loss": upd.loss.mean,
+                    "loss": update_loss,
                     "lr": scheduler.get_last_lr()[0],
                     "grad_norm": float(grad_norm) if grad_norm is not None else None,
                     "reward_mean": upd.rewards.mean,
                     # SFT has no advantages (each row's 1.0 is a weight): None, not 1.0.
                     **(adv_row if cfg.algo != "sft" else dict.fromkeys(adv_row)),
-                    "kl": upd.kl.mean,
+                    "kl": upd.kl.total if upd.kl.n else None,
                     # Behaviour policy vs trainer (RL; None for SFT): see train/importance.py.
                     **(
                         importance.metrics()

@@ -49,8 +49,10 @@ def normalise(
       ``max_completion_len``, as TRL divides by ``max_completion_length``).
 
     ``n_seqs`` / ``n_tokens`` replace this batch's own counts of sequences with
-    sampled tokens / sampled tokens: a batch cut into parts for memory gives each
-    part the whole batch's denominators, so the parts' losses sum to the batch's.
+    sampled tokens / sampled tokens: the trainer gives every micro-batch, and every
+    part of one cut for memory, the whole update's denominators (over every process),
+    so their losses sum to the update's, as TRL's ``dapo`` divides by the tokens of the
+    whole generation batch.
     """
     mask = mask.to(token_loss.dtype)
     summed = token_loss * mask  # (B, T)

@@ -58,7 +58,8 @@ class Spread:
 
 @dataclass
 class UpdateStats:
-    """One update's per-micro-batch losses and KLs, and its rows' rewards and advantages."""
+    """One update's per-micro-batch shares of its loss and KL (which sum to the update's),
+    and its rows' rewards and advantages."""
 
     loss: Spread = field(default_factory=Spread)
     kl: Spread = field(default_factory=Spread)

@@ -256,6 +256,35 @@ def test_a_slot_without_data_does_not_shrink_the_gradient(
         assert torch.allclose(a[k], b[k], atol=1e-7), k
 
 
+@pytest.mark.parametrize(
+    ("algo", "normaliser"),
+    [("grpo", "dapo"), ("grpo", "grpo"), ("grpo", "dr_grpo"), ("sft", "dapo")],
+)
+def test_an_update_cut_into_micro_batches_has_the_gradient_of_the_whole(
+    builder, tiny_model: Path, tmp_path: Path, algo: str, normaliser: str
+) -> None:
+    """Two short answers and a long one: in one micro-batch, or in two (grad_accum=2, packed
+    by length). Each micro-batch was normalised by its own tokens (sequences) and the
+    micro-batches averaged, so a token of the short ones weighed 3.5x (dapo) one of the
+    long one: the length bias token-mean exists to remove. The normaliser is the update's."""
+    group = "g-lengths"
+    recs = []
+    for reward, reply in ((1.0, 2), (1.0, 2), (0.0, 20)):
+        recs += builder.trajectory(reward=reward, group=group, turns=1, reply_tokens=reply)[1]
+    builder.write(recs)
+    kw = {"algo": algo, "normaliser": normaliser, "max_steps": 1, "epochs": 1,
+          "max_grad_norm": 1e9, "max_completion_len": 16}  # fmt: skip
+    one, _ = run(builder, tiny_model, tmp_path / "one", grad_accum=1, **kw)
+    two, _ = run(
+        builder, tiny_model, tmp_path / "two", grad_accum=2, batch_tokens=32, max_seq_len=32, **kw
+    )
+    rows = [metrics_rows(tmp_path / d)[0] for d in ("one", "two")]
+    assert [r["rows"] for r in rows] == [3, 3] and one["updates"] == two["updates"] == 1
+    assert rows[0]["grad_norm"] > 0
+    assert rows[1]["grad_norm"] == pytest.approx(rows[0]["grad_norm"], rel=1e-4)
+    assert rows[1]["loss"] == pytest.approx(rows[0]["loss"], rel=1e-4, abs=1e-6)
+
+
 def metrics_rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 

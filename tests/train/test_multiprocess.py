@@ -28,14 +28,14 @@ train(load_config(None, {}, sys.argv[1:]))
 """
 
 
-def launch(tmp_path: Path, *sets: str) -> subprocess.CompletedProcess[str]:
+def launch(tmp_path: Path, *sets: str, nproc: int = 2) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "run_train.py"
     script.write_text(SCRIPT)
     launcher = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     if launcher is None:
         pytest.skip("no torchrun")
     # --standalone: a free rendezvous port, not 29500 (another torchrun may hold that one).
-    cmd = [launcher, "--standalone", "--nproc_per_node", "2", str(script), *sets]
+    cmd = [launcher, "--standalone", "--nproc_per_node", str(nproc), str(script), *sets]
     env_root = Path(__file__).parents[2]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=env_root,
@@ -113,3 +113,31 @@ def test_two_processes_log_the_whole_update_not_process_0s(
     assert (counts["trajectories"], counts["steps"], counts["merged"]) == (7, 11, 4), counts
     for key, value in (("processes", 2), ("trajectories", 7), ("steps", 11)):
         assert re.search(rf"{key}\s+│\s+{value}\s", p.stderr), p.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_processes_take_the_gradient_of_the_whole_update(
+    builder, tiny_model: Path, tmp_path: Path
+) -> None:
+    """A group of short answers on process 0, one of long answers on process 1: each
+    process divided by its own tokens and DDP averaged the two, so a short answer's token
+    weighed 10x a long one's. Two processes now take one process's gradient."""
+    from agentworld.train.data import rank_of
+
+    names = [f"g{i}" for i in range(40)]
+    short = next(g for g in names if rank_of(g, 2) == 0)
+    long = next(g for g in names if rank_of(g, 2) == 1)
+    builder.group([1.0, 0.0], group=short, turns=1, reply_tokens=2)
+    builder.group([1.0, 0.0], group=long, turns=1, reply_tokens=29)
+    grad_norms = []
+    for nproc in (1, 2):
+        out = tmp_path / f"run{nproc}"
+        p = launch(tmp_path, f"model={tiny_model}", f"pool={builder.pool.root}", "algo=grpo",
+                   f"output_dir={out}", "max_steps=1", "epochs=1", "max_grad_norm=1e9",
+                   "progress=false", nproc=nproc)  # fmt: skip
+        assert p.returncode == 0, p.stderr[-8000:]
+        (row,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        assert row["rows"] == 4, row
+        grad_norms.append(row["grad_norm"])
+    assert grad_norms[0] > 0 and grad_norms[1] == pytest.approx(grad_norms[0], rel=1e-4)
