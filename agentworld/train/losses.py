@@ -14,6 +14,10 @@ import torch
 from agentworld.errors import ConfigError
 from agentworld.train.importance import ImportanceStats, truncated_ratio
 
+# |log pi_train - log pi_rollout| beyond this is a data error, not a policy change
+# (e^20 ~ 5e8): the ratio is taken at the bound, which every clip and cap already covers.
+LOG_RATIO_BOUND = 20.0
+
 
 def token_logprobs(
     logits: torch.Tensor, targets: torch.Tensor, temperature: torch.Tensor | None = None
@@ -110,7 +114,10 @@ def policy_loss(
     are the whole batch's denominators when this is one part of it (see ``normalise``).
     """
     adv = advantages[:, None] if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
-    ratio = torch.exp(logp - old_logp)  # (B, T)
+    # Bounded as verl bounds it: one recorded log-prob ~90 nats off overflowed exp to inf,
+    # and inf * 0 (TIS, or the branch torch.maximum did not pick) made the update NaN.
+    log_ratio = (logp - old_logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    ratio = torch.exp(log_ratio)  # (B, T)
     unclipped = -adv * truncated_ratio(ratio, tis_cap)
     clipped = -adv * ratio.clamp(1 - clip_low, 1 + clip_high)
     token_loss = torch.maximum(unclipped, clipped)  # (B, T)

@@ -85,6 +85,25 @@ def test_policy_loss_clips_and_caps_by_hand() -> None:
     assert logp2.grad[0].tolist() == pytest.approx([0.0, 0.0, 0.0])
 
 
+@pytest.mark.parametrize("tis_cap", [2.0, 0.0])
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_one_runaway_rollout_logprob_does_not_make_the_update_nan(
+    tis_cap: float, advantage: float
+) -> None:
+    """A recorded log-prob ~90 nats below the trainer's overflowed the ratio to inf: the
+    loss (TIS: inf * 0) or the gradient (the unselected branch: 0 * inf) was NaN, and one
+    bad token turned every weight NaN. The log-ratio is bounded at +-20, as verl bounds it."""
+    logp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
+    old = torch.tensor([[-1.0, -95.0]])
+    loss, _ = policy_loss(
+        logp, old, torch.tensor([advantage]), torch.ones(1, 2), normaliser="dapo", tis_cap=tis_cap
+    )
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    # The sane token's gradient is untouched: -A * ratio 1 / 2 tokens.
+    assert float(logp.grad[0, 0]) == pytest.approx(-advantage / 2)
+
+
 def test_kl_k3_by_hand_and_added_with_its_coefficient() -> None:
     logp, ref = torch.tensor([[-1.0]]), torch.tensor([[-2.0]])
     assert float(kl_k3(logp, ref)) == pytest.approx(math.exp(-1) + 1 - 1)
