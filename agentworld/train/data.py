@@ -196,7 +196,8 @@ def collate(rows: list[Row], pad_id: int) -> dict[str, Any]:
         "weight": 1.0,
         "meta": {
             "trajectories": sorted({r.trajectory for r in rows}),
-            "rewards": [r.reward for r in rows if r.reward is not None],
+            # By trajectory: one with breaks is several rows, but one reward.
+            "rewards": {r.trajectory: r.reward for r in rows if r.reward is not None},
             "tokens": sum(len(r) for r in rows),
             "padded_tokens": b * t,
             "sampled_tokens": int(sum(sum(r.sampled) for r in rows)),
@@ -217,7 +218,7 @@ def dummy_batch(batch: dict[str, Any] | None, pad_id: int) -> dict[str, Any]:
         batch = collate([row], pad_id)
     meta = {k: 0 for k in batch["meta"]} | {
         "trajectories": [],
-        "rewards": [],
+        "rewards": {},
         "policy_versions": [],
         "unapplied": {},
     }

@@ -550,7 +550,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             stats_acc: dict[str, list[float]] = {"loss": [], "kl": []}
             importance = ImportanceStats()
             advs: list[float] = []
-            rewards: list[float] = []
+            rewards: dict[str, float] = {}  # by trajectory: its rows may span micro-batches
             counts = torch.zeros(5, device=acc.device)  # tokens, padded, sampled, rows, micro
             grad_norm = None
             for mb in micro:
@@ -581,7 +581,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 if ref is not None:
                     stats_acc["kl"].append(kl_sum / n_tokens)
                 advs += b["advantages"].tolist()
-                rewards += [float(r) for r in mb["meta"]["rewards"]]
+                rewards.update((t, float(r)) for t, r in mb["meta"]["rewards"].items())
                 m = mb["meta"]
                 counts += torch.tensor(
                     [m["tokens"], m["padded_tokens"], m["sampled_tokens"], m["rows"], 1.0],
@@ -610,7 +610,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 UpdateStats(
                     loss=Spread.of(stats_acc["loss"]),
                     kl=Spread.of(stats_acc["kl"]),
-                    rewards=Spread.of(rewards),
+                    rewards=Spread.of(rewards.values()),
                     advantages=Spread.of(advs),
                 ),
             )

@@ -59,7 +59,7 @@ class Spread:
 @dataclass
 class UpdateStats:
     """One update's per-micro-batch shares of its loss and KL (which sum to the update's),
-    and its rows' rewards and advantages."""
+    its trajectories' rewards (each once) and its rows' advantages."""
 
     loss: Spread = field(default_factory=Spread)
     kl: Spread = field(default_factory=Spread)

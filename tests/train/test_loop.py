@@ -285,6 +285,19 @@ def test_an_update_cut_into_micro_batches_has_the_gradient_of_the_whole(
     assert rows[1]["loss"] == pytest.approx(rows[0]["loss"], rel=1e-4, abs=1e-6)
 
 
+def test_reward_mean_counts_each_trajectory_once(builder, tiny_model: Path, tmp_path: Path):
+    """A trajectory whose prompts broke (the agent trimmed its history) trains as two rows:
+    its reward was counted once per row, so reward_mean said 0.67 for rewards 1 and 0."""
+    group = "g-break"
+    recs = builder.trajectory(reward=1.0, group=group, turns=2, break_at=1)[1]
+    recs += builder.trajectory(reward=0.0, group=group, turns=1)[1]
+    builder.write(recs)
+    run(builder, tiny_model, tmp_path / "run", algo="grpo", max_steps=1, epochs=1)
+    (row,) = metrics_rows(tmp_path / "run")
+    assert row["rows"] == 3 and row["breaks"] == 1
+    assert row["reward_mean"] == pytest.approx(0.5)
+
+
 def metrics_rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
