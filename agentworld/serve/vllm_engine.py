@@ -59,6 +59,13 @@ def vllm_command(opts: VllmOptions, executable: Sequence[str]) -> list[str]:
     # behaviour policy the trainer's ratios are taken against; vLLM's default is the raw
     # model's, which ignores the temperature.
     cmd += ["--logprobs-mode", "processed_logprobs"]
+    # A call that leaves out temperature, top-p, top-k or repetition_penalty samples with
+    # the OpenAI defaults (1, none), as the trainer assumes of a step whose request sets
+    # none and as the embedded engine does; vLLM's default ("auto") applies the model's
+    # generation_config.json instead (Qwen2.5-Instruct: 0.7, top-p 0.8, top-k 20, penalty
+    # 1.05), a policy the trainer cannot tell from the record. ``extra_args`` come later
+    # on the line and win.
+    cmd += ["--generation-config", "vllm"]
     cmd += ["--dtype", opts.dtype]
     if opts.max_model_len:
         cmd += ["--max-model-len", str(opts.max_model_len)]

@@ -73,6 +73,7 @@ def test_command_line_has_the_flags_the_proxy_needs():
         "--enable-auto-tool-choice",
         "--tool-call-parser hermes",
         "--logprobs-mode processed_logprobs",
+        "--generation-config vllm",
         "--max-model-len 4096",
     ):
         assert flag in joined
