@@ -30,6 +30,21 @@ UNAPPLIED_NEUTRAL: dict[str, tuple[float, ...]] = {
     "frequency_penalty": (0.0,),
     "repetition_penalty": (1.0,),
 }
+# Settings that constrain which tokens may be sampled (structured outputs, biases,
+# banned or allowed tokens, a minimum length before the end token): each reshapes the
+# distribution per token, which the trainer's log-probs of logits / T do not.
+CONSTRAINTS = (
+    "logit_bias",
+    "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "bad_words",
+    "allowed_token_ids",
+    "min_tokens",
+)
 # Below this a temperature means greedy decoding: engines (vLLM's _SAMPLING_EPS, `aw serve`)
 # then report log-probs at temperature 1.
 GREEDY_EPS = 1e-5
@@ -50,7 +65,28 @@ def sampling_of(step: dict[str, Any]) -> tuple[float, dict[str, Any]]:
         v = params.get(key)
         if isinstance(v, int | float) and not isinstance(v, bool) and v not in neutral:
             unapplied[key] = v
+    for key in CONSTRAINTS:
+        said = _constraint(key, params.get(key))
+        if said is not None:
+            unapplied[key] = said
     return temperature, unapplied
+
+
+def _constraint(key: str, v: Any) -> Any:
+    """What a constraining setting did, short enough for a log line; None when it did nothing
+    (absent, null, empty, ``min_tokens`` 0, a ``response_format`` of plain text)."""
+    if v is None or v is False or v == 0 or v == "" or v == [] or v == {}:
+        return None
+    if key == "response_format":
+        kind = v.get("type") if isinstance(v, dict) else v
+        return None if kind == "text" else kind
+    if key == "logit_bias" and isinstance(v, dict):
+        return f"{len(v)} tokens"
+    if isinstance(v, dict):  # structured_outputs={"json": ...}: which kind
+        return ",".join(sorted(map(str, v)))[:40]
+    if isinstance(v, list):
+        return f"{len(v)} entries"
+    return v if not isinstance(v, str) or len(v) <= 40 else v[:37] + "..."
 
 
 @dataclass

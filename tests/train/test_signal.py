@@ -216,3 +216,35 @@ def test_fidelity_with_the_embedded_engine_sampling_at_temperature_half(
     summary, _ = run(builder, tiny_model, tmp_path / "run", algo="grpo", max_steps=1)
     fid = summary["fidelity"]
     assert fid.tokens == 32 and fid.ok and fid.mean_abs < 1e-4, fid.line()
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}, "json_schema"),
+        ({"logit_bias": {"42": -100, "7": 5}}, "2 tokens"),
+        ({"structured_outputs": {"json": {"type": "object"}}}, "json"),
+        ({"guided_regex": "[0-9]+"}, "[0-9]+"),
+        ({"min_tokens": 8}, 8),
+        ({"bad_words": ["no"]}, "1 entries"),
+    ],
+)
+def test_sampling_of_names_a_constraint_the_trainer_does_not_apply(params, named) -> None:
+    from agentworld.train.sequences import sampling_of
+
+    _, unapplied = sampling_of({"request": {"params": {"temperature": 0.7, **params}}})
+    assert unapplied == {next(iter(params)): named}
+
+
+def test_sampling_of_leaves_out_constraints_that_do_nothing() -> None:
+    from agentworld.train.sequences import sampling_of
+
+    neutral = {
+        "response_format": {"type": "text"},
+        "logit_bias": {},
+        "min_tokens": 0,
+        "guided_json": None,
+        "bad_words": [],
+        "top_p": 1.0,
+    }
+    assert sampling_of({"request": {"params": neutral}}) == (1.0, {})
