@@ -213,7 +213,7 @@ class GroupScreen(CuratingScreen):
         row = self.query_one("#members", DataTable).cursor_row
         return self.members[row] if 0 <= row < len(self.members) else None
 
-    def show_card(self, row: int) -> None:
+    def show_card(self, row: int, *, scroll: bool = True) -> None:
         """Mark the card of the member under the cursor and scroll it into view: the
         cursor is how a card on a row below (or past the screen's foot) is reached.
 
@@ -221,14 +221,20 @@ class GroupScreen(CuratingScreen):
         its deferred scroll would land after this one."""
         for i, card in enumerate(self.cards):
             card.set_class(i == row, "-current")
-        if 0 <= row < len(self.cards) and self.cards[row].is_mounted:
+        if scroll and 0 <= row < len(self.cards) and self.cards[row].is_mounted:
             self.cards[row].scroll_visible(animate=False, top=True, immediate=True)
 
     async def _show_card_once_mounted(self, mounted: AwaitMount, row: int) -> None:
         """New cards (the first show, or members that changed) have no place until they
-        are mounted and laid out: bring the cursor's card into view then."""
+        are mounted and laid out: bring the cursor's card into view then, unless the cards
+        were scrolled meanwhile (a PgDn pressed as the group opened is not undone)."""
+        side = self.query_one("#side", VerticalScroll)
+        before = side.scroll_y
         await mounted
-        self.call_after_refresh(self.show_card, row)
+        self.call_after_refresh(self._place_cards, row, side, before)
+
+    def _place_cards(self, row: int, side: VerticalScroll, before: float) -> None:
+        self.show_card(row, scroll=side.scroll_y == before)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
