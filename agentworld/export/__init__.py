@@ -82,6 +82,16 @@ def _check_out(fmt: str, out: Path) -> None:
             raise ConfigError(f"--out: {out} is a folder; -f {fmt} writes one file")
     elif out.exists() and not out.is_dir():
         raise ConfigError(f"--out: {out} is a file; -f {fmt} writes a folder")
+    elif (
+        fmt in ("hf", "trl")
+        and out.suffix.lower() in _FILE_SUFFIXES
+        and not (out / "state.json").is_file()
+    ):
+        raise ConfigError(
+            f"--out: {out} names a file, but -f {fmt} writes a dataset folder (save_to_disk; "
+            f"datasets.load_from_disk reads it): give a folder such as -o {out.with_suffix('')}/"
+            + ("; -f openai-jsonl writes one JSONL file" if out.suffix.lower() == ".jsonl" else "")
+        )
     elif fmt in ("hf", "trl") and _foreign_folder(out):
         raise ConfigError(
             f"--out: {out} is a folder but not a saved dataset; -f {fmt} replaces its output "
@@ -91,6 +101,10 @@ def _check_out(fmt: str, out: Path) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out: cannot create the folder {out.parent}: {exc.strerror}") from None
+
+
+# Names of data files: a dataset folder called so is a mistake (a user who wanted JSONL).
+_FILE_SUFFIXES = frozenset({".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt"})
 
 
 def _foreign_folder(out: Path) -> bool:

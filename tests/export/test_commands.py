@@ -115,6 +115,28 @@ def test_export_refuses_an_out_path_of_the_wrong_kind(
     assert not (tmp_path / "out.manifest.json").exists()
 
 
+@pytest.mark.parametrize("fmt", ["trl", "hf"])
+def test_export_refuses_a_file_name_for_a_dataset_folder(
+    filled: Pool, tmp_path: Path, fmt: str
+) -> None:
+    """``-f trl -o sft.jsonl`` made a folder named sft.jsonl: refused, naming a folder to give;
+    a folder of that name that it wrote itself is still replaced."""
+    out = tmp_path / "sft.jsonl"
+    args = ["export", "-f", fmt, "-o", str(out), "--pool", str(filled.root)]
+    res = runner.invoke(app, args)
+    assert isinstance(res.exception, ConfigError)
+    assert str(res.exception) == (
+        f"--out: {out} names a file, but -f {fmt} writes a dataset folder (save_to_disk; "
+        f"datasets.load_from_disk reads it): give a folder such as -o {tmp_path / 'sft'}/"
+        "; -f openai-jsonl writes one JSONL file"
+    )
+    assert not out.exists() and not (tmp_path / "sft.jsonl.manifest.json").exists()
+    out.mkdir()
+    (out / "state.json").write_text("{}")  # a dataset folder an earlier export wrote
+    assert runner.invoke(app, args).exit_code == 0
+    assert (out / "dataset_info.json").is_file()
+
+
 def test_export_refuses_an_out_path_under_a_file(filled: Pool, tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     out = tmp_path / "f" / "sft.jsonl"
