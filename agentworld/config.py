@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from agentworld.errors import ConfigError, NotFoundError
+from agentworld.errors import ConfigError, NotFoundError, did_you_mean
 
 # Keys of an agent table that describe its upstream; the proxy's config code
 # (agentworld/proxy/config.py, UpstreamConfig.from_table) owns their meaning.
@@ -226,7 +226,8 @@ def _check_keys(
     for key in table:
         if key not in allowed:
             raise where.error(
-                f"{prefix}{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})"
+                f"{prefix}{key}",
+                f"unknown key{did_you_mean(key, allowed)} (allowed: {', '.join(sorted(allowed))})",
             )
 
 
@@ -515,5 +516,7 @@ def find(configs: Mapping[str, Any], name: str, what: str, path: Path) -> Any:
     """Look up an agent or dataset by name, listing the known ones when absent."""
     if name not in configs:
         known = ", ".join(sorted(configs)) or "none"
-        raise NotFoundError(f"{path}: no {what} {name!r} (known: {known})")
+        raise NotFoundError(
+            f"{path}: no {what} {name!r}{did_you_mean(name, configs)} (known: {known})"
+        )
     return configs[name]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class AgentWorldError(Exception):
     """Base of every error AgentWorld raises on purpose.
@@ -71,3 +74,10 @@ class MissingExtraError(AgentWorldError):
 
     def __init__(self, package: str, extra: str) -> None:
         super().__init__(f"this needs the '{package}' package: pip install 'agentworld[{extra}]'")
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """ "; did you mean 'upstream'?" when ``word`` is likely a typo of a known name (``upstrem``),
+    else "": the tail of an error naming an unknown key."""
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""

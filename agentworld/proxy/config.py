@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 # the rollout subsystem's (`aw run`), which the proxy ignores. One list of each, and one
 # reader of the file, so a file one command takes the other takes too.
 from agentworld.config import ROLLOUT_KEYS, UPSTREAM_KEYS, named_tables, read_toml
-from agentworld.errors import ConfigError
+from agentworld.errors import ConfigError, did_you_mean
 
 Engine = Literal["vllm", "openai"]
 ENGINES: tuple[str, ...] = ("vllm", "openai")
@@ -146,7 +146,9 @@ def load_agents(path: Path, *, need_upstream: bool = False) -> dict[str, Upstrea
             raise ConfigError(f"{where}: expected a table")
         unknown = sorted(set(table) - UPSTREAM_KEYS - ROLLOUT_KEYS)
         if unknown:
-            raise ConfigError(f"{where}.{unknown[0]}: unknown key")
+            key = unknown[0]
+            known = UPSTREAM_KEYS | ROLLOUT_KEYS
+            raise ConfigError(f"{where}.{key}: unknown key{did_you_mean(key, known)}")
         if "upstream" in table:
             out[name] = UpstreamConfig.from_table(table, where)
     if need_upstream and not out:

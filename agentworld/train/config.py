@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentworld.errors import ConfigError
+from agentworld.errors import ConfigError, did_you_mean
 from agentworld.pool.labels import QUALITIES
 from agentworld.pool.selection import TRAJECTORY_STATUSES
 
@@ -319,7 +319,7 @@ def load_config(
     for where, layer in layers:
         for key, value in layer.items():
             if key not in known:
-                raise ConfigError(f"{where}: unknown key {key!r}")
+                raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(key, known)}")
             values[key] = _coerce(key, value, where)
     cfg = TrainConfig(**values)
     if not cfg.model and default_model is not None:

@@ -69,7 +69,10 @@ max_turns = 4
         ('upstream = "http://x"\nengine = "tgi"', "engine: must be one of"),
         ('upstream = "http://x"\ntimeout_s = -1', "timeout_s: expected a positive"),
         ('upstream = "http://x"\nparams = { messages = [] }', "params.messages"),
-        ('upstream = "http://x"\nupstreem = "typo"', "agents.a.upstreem: unknown key"),
+        (
+            'upstream = "http://x"\nupstreem = "typo"',
+            "agents.a.upstreem: unknown key; did you mean 'upstream'?",
+        ),
         # a key `aw run` does not take either: one list of an agent table's keys for both
         ('upstream = "http://x"\nmodule = "my.agent"', "agents.a.module: unknown key"),
     ],

@@ -63,7 +63,7 @@ def test_write_templates_keeps_existing_files(tmp_path):
     [
         (
             '[agents.a]\nkind = "python"\nfunction = "m:f"\nmax_turn = 3\n',
-            "agent 'a': max_turn: unknown key",
+            "agent 'a': max_turn: unknown key; did you mean 'max_turns'? (allowed: ",
         ),
         ('[agents.a]\nkind = "shell"\n', "agent 'a': kind: must be one of python, command"),
         ('[agents.a]\nkind = "python"\n', "agent 'a': function: missing"),
@@ -262,3 +262,16 @@ def test_unknown_split_lists_the_splits(tmp_path):
     )
     with pytest.raises(NotFoundError, match="no split 'train' \\(splits: test\\)"):
         load_datasets(path)["d"].split("train")
+
+
+def test_an_unknown_agent_or_dataset_names_the_likely_one(tmp_path: Path) -> None:
+    from agentworld.config import find
+    from agentworld.errors import NotFoundError
+
+    path = tmp_path / "agents.toml"
+    with pytest.raises(NotFoundError) as info:
+        find({"math": 1, "cli": 2}, "maths", "agent", path)
+    assert str(info.value) == f"{path}: no agent 'maths'; did you mean 'math'? (known: cli, math)"
+    with pytest.raises(NotFoundError) as info:
+        find({"math": 1}, "gsm8k", "dataset", path)
+    assert str(info.value) == f"{path}: no dataset 'gsm8k' (known: math)"

@@ -30,8 +30,10 @@ def test_unknown_keys_name_the_file_and_key(tmp_path: Path) -> None:
     r = recipe(tmp_path, '[train]\nmodel = "m"\nlearning_rate = 1e-4\n')
     with pytest.raises(ConfigError, match=r"recipe.toml \[train\]: unknown key 'learning_rate'"):
         load_config(r)
-    with pytest.raises(ConfigError, match="--set: unknown key 'nope'"):
+    with pytest.raises(ConfigError, match=r"--set: unknown key 'nope'$"):
         load_config(None, {"model": "m"}, ["nope=1"])
+    with pytest.raises(ConfigError, match=r"--set: unknown key 'lrr'; did you mean 'lr'\?$"):
+        load_config(None, {"model": "m"}, ["lrr=1"])
 
 
 def test_keys_outside_train_are_refused_not_ignored(tmp_path: Path) -> None:
