@@ -47,11 +47,12 @@ from agentworld.train.data import (
     wanted,
 )
 from agentworld.train.fidelity import FidelityReport, logprob_gap, report
+from agentworld.train.forward import forward_loss, forward_parts, to_device, update_denominators
 from agentworld.train.host_memory import release_freed_tensors
-from agentworld.train.importance import ImportanceStats, behaviour_logprobs
+from agentworld.train.importance import ImportanceStats
 from agentworld.train.interrupt import StopRequest, stop_everywhere
 from agentworld.train.logprobs import sampled_logprobs
-from agentworld.train.losses import policy_loss, sft_loss
+from agentworld.train.models import load_models
 from agentworld.train.online import Cursor, CursorState, OnlineUpdates, catch_up, publish
 from agentworld.train.plots import CurvePainter
 from agentworld.train.sequences import SequenceStats, stop_ids_of
@@ -64,120 +65,10 @@ from agentworld.train.update_stats import (
 )
 
 
-def forward_parts(batch: dict[str, Any], forward_tokens: int) -> list[dict[str, Any]]:
-    """A micro-batch cut into row ranges of at most ``forward_tokens`` padded tokens each.
-
-    Each part is trimmed to its own longest row. Rows come from ``pack`` sorted by
-    length, so the parts pad little more than the whole did.
-    """
-    ids = batch["input_ids"]  # (B, T)
-    b, t = ids.shape
-    per = max(1, forward_tokens // t)
-    if per >= b:
-        return [batch]
-    parts = []
-    lengths = batch["attention_mask"].sum(-1)  # (B,)
-    for s in range(0, b, per):
-        n = max(2, int(lengths[s : s + per].max()))
-        parts.append(
-            {
-                k: v[s : s + per, :n] if isinstance(v, torch.Tensor) and v.dim() == 2 else v
-                for k, v in batch.items()
-            }
-            | {"advantages": batch["advantages"][s : s + per]}
-        )
-    return parts
-
-
-def forward_loss(
-    model: Any,
-    ref: Any,
-    batch: dict[str, Any],
-    cfg: TrainConfig,
-    *,
-    n_seqs: float | None = None,
-    n_tokens: float | None = None,
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Loss of one micro-batch (or one part of it) under the configured algorithm, and its stats.
-
-    ``n_seqs`` / ``n_tokens``: the whole update's denominators (``update_denominators``)
-    when ``batch`` is a part of it, so the parts' losses sum to the update's loss.
-    """
-    ids = batch["input_ids"]  # (B, T)
-    mask = batch["sampled"][:, 1:]  # (B, T-1): only tokens the policy sampled
-    # The policy is the distribution that sampled: logits / the step's temperature (RL);
-    # SFT imitates the text, so it trains the model's own distribution.
-    temp = batch["temperature"][:, 1:] if cfg.algo != "sft" else None  # (B, T-1)
-    logp = sampled_logprobs(
-        model, ids, batch["attention_mask"], mask > 0, temp, chunk_tokens=cfg.logits_chunk_tokens
-    )  # (B, T-1): log p(token t+1), 0 where not sampled
-    if cfg.algo == "sft":
-        return sft_loss(logp, mask, n_tokens=n_tokens), {}
-    # The behaviour policy is the rollout's (recorded at capture) for GRPO and PPO alike;
-    # tokens without a recorded log-prob fall back to on-policy (ratio 1) and are counted.
-    has = batch["has_logprob"][:, 1:]
-    old = behaviour_logprobs(logp, batch["rollout_logprobs"][:, 1:], has)
-    ref_logp = None
-    if ref is not None:
-        with torch.no_grad():
-            ref_logp = sampled_logprobs(
-                ref,
-                ids,
-                batch["attention_mask"],
-                mask > 0,
-                temp,
-                chunk_tokens=cfg.logits_chunk_tokens,
-            )  # (B, T-1)
-    return policy_loss(
-        logp,
-        old,
-        batch["advantages"],
-        mask,
-        normaliser=cfg.normaliser,
-        max_tokens=cfg.max_completion_len,
-        clip_low=cfg.clip_low,
-        clip_high=cfg.clip_high,
-        ratio_cap=cfg.ratio_cap if cfg.algo == "ppo" else 0.0,
-        tis_cap=cfg.tis_cap,
-        ref_logp=ref_logp,
-        kl_coef=cfg.kl_coef,
-        has_logprob=has,
-        n_seqs=n_seqs,
-        n_tokens=n_tokens,
-    )
-
-
-def update_denominators(acc: Any, micro: list[dict[str, Any]]) -> tuple[float, float]:
-    """The update's sequences with sampled tokens, and its sampled tokens, over every
-    micro-batch of every process (a collective: each process calls it once per update).
-
-    Each micro-batch's loss is divided by these, not by its own counts, so the update's
-    loss is the normaliser's over the whole update, as TRL's ``dapo`` divides by the
-    generation batch's tokens (``num_items_in_batch``). Micro-batches are packed by
-    length: their own token means weighed a token of a batch of short answers several
-    times one of long answers, the length bias token-mean is there to remove.
-    """
-    local = torch.zeros(2, dtype=torch.float64, device=acc.device)  # seqs, tokens
-    for mb in micro:
-        if mb["weight"]:
-            mask = mb["sampled"][:, 1:]  # (B, T-1)
-            local += torch.tensor(
-                [float((mask.sum(-1) > 0).sum()), float(mask.sum())],
-                dtype=torch.float64,
-                device=acc.device,
-            )
-    n_seqs, n_tokens = acc.reduce(local, "sum").tolist()
-    return max(n_seqs, 1.0), max(n_tokens, 1.0)
-
-
 def _grouped(batches: Iterator[dict[str, Any]], n: int) -> Iterator[list[dict[str, Any] | None]]:
     """Updates of n micro-batches; None marks a micro-batch this process no longer has."""
     while True:
         yield [next(batches, None) for _ in range(n)]
-
-
-def _to(batch: dict[str, Any], device: Any) -> dict[str, Any]:
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def make_accelerator(cfg: TrainConfig) -> Any:
@@ -231,7 +122,6 @@ def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]
 
 def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
     from accelerate.utils import gather_object, set_seed
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     set_seed(cfg.seed)
     main = acc.is_main_process
@@ -296,19 +186,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
 
     # -- Model, optimizer, schedule: Accelerate places and wraps them (DDP, FSDP, DeepSpeed).
     model_path = str(resume_dir) if resume_dir else cfg.model
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    # fp32 master weights (transformers 5 would load the checkpoint's dtype), so checkpoints
-    # are fp32 too; bf16/fp16 is autocast compute only (train.mixed_precision or Accelerate's
-    # own config, as `accelerate launch` sets it).
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    if cfg.gradient_checkpointing:
-        # Keep each layer's input only and recompute its inside in backward: ~30% more
-        # compute for activations that fit (see bench/train.py for the peak RSS).
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ref = None
-    if cfg.kl_coef > 0:
-        ref = AutoModelForCausalLM.from_pretrained(cfg.ref_model or cfg.model, dtype=torch.float32)
-        ref.requires_grad_(False)
+    tokenizer, model, ref = load_models(cfg, model_path)
     stop_ids = stop_ids_of(tokenizer, getattr(model, "generation_config", None))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = cfg.warmup_steps
@@ -511,7 +389,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 with torch.no_grad():
                     for mb in micro:
                         unapplied.update(mb["meta"].get("unapplied") or {})
-                        for b in forward_parts(_to(mb, acc.device), cfg.forward_tokens):
+                        for b in forward_parts(to_device(mb, acc.device), cfg.forward_tokens):
                             has = b["has_logprob"][:, 1:]  # (B, T-1)
                             # Like with like: the distribution the step sampled from.
                             logp = sampled_logprobs(
@@ -554,7 +432,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             counts = torch.zeros(5, device=acc.device)  # tokens, padded, sampled, rows, micro
             grad_norm = None
             for mb in micro:
-                b = _to(mb, acc.device)
+                b = to_device(mb, acc.device)
                 parts = forward_parts(b, cfg.forward_tokens)
                 loss_sum, kl_sum = 0.0, 0.0
                 with acc.accumulate(model):

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from agentworld.train.config import TrainConfig  # noqa: E402
+from agentworld.train.forward import forward_loss, forward_parts  # noqa: E402
 from agentworld.train.logprobs import sampled_logprobs  # noqa: E402
-from agentworld.train.loop import forward_loss, forward_parts  # noqa: E402
 from agentworld.train.losses import token_logprobs  # noqa: E402
 
 

@@ -382,7 +382,7 @@ def test_dr_grpo_divides_by_the_completion_budget_not_the_context(tiny) -> None:
     """Dr. GRPO's constant is the generation budget (TRL's max_completion_length); the
     whole context, max_seq_len (4096 by default), made its updates ~100x smaller."""
     from agentworld.train.data import collate
-    from agentworld.train.loop import forward_loss
+    from agentworld.train.forward import forward_loss
     from agentworld.train.sequences import Row
 
     model, _ = tiny
