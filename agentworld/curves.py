@@ -40,6 +40,7 @@ PANELS = (
     Panel("reward", ("reward_mean",), ("reward",)),
     Panel("loss", ("loss",), ("loss",)),
     Panel("KL / mismatch", ("kl",), ("kl", "logprob", "mismatch", "delta")),
+    Panel("entropy", ("entropy",), ("entropy",)),
     Panel("clipping", ("clip_frac",), ("clip", "truncat")),
     Panel("ratios / TIS", ("ratio_mean", "ess"), ("ratio", "tis", "ess_")),
     Panel("tokens/s", ("tokens_per_s",), ("per_s",)),

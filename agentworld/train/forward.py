@@ -61,11 +61,20 @@ def forward_loss(
     # The policy is the distribution that sampled: logits / the step's temperature (RL);
     # SFT imitates the text, so it trains the model's own distribution.
     temp = batch["temperature"][:, 1:] if cfg.algo != "sft" else None  # (B, T-1)
-    logp = sampled_logprobs(
-        model, ids, batch["attention_mask"], mask > 0, temp, chunk_tokens=cfg.logits_chunk_tokens
-    )  # (B, T-1): log p(token t+1), 0 where not sampled
+    logp, entropy = sampled_logprobs(
+        model,
+        ids,
+        batch["attention_mask"],
+        mask > 0,
+        temp,
+        chunk_tokens=cfg.logits_chunk_tokens,
+        entropy=True,
+    )  # (B, T-1) each: log p(token t+1) and the entropy it was drawn with, 0 where not sampled
+    # The policy's entropy summed over the sampled tokens (the update's token mean is the
+    # sum over its micro-batches / its tokens): collapse shows here before reward stalls.
+    entropy_sum = (entropy * mask).sum()
     if cfg.algo == "sft":
-        return sft_loss(logp, mask, n_tokens=n_tokens), {}
+        return sft_loss(logp, mask, n_tokens=n_tokens), {"entropy_sum": entropy_sum}
     # The behaviour policy is the rollout's (recorded at capture) for GRPO and PPO alike;
     # tokens without a recorded log-prob fall back to on-policy (ratio 1) and are counted.
     has = batch["has_logprob"][:, 1:]
@@ -81,7 +90,7 @@ def forward_loss(
                 temp,
                 chunk_tokens=cfg.logits_chunk_tokens,
             )  # (B, T-1)
-    return policy_loss(
+    loss, stats = policy_loss(
         logp,
         old,
         batch["advantages"],
@@ -98,6 +107,7 @@ def forward_loss(
         n_seqs=n_seqs,
         n_tokens=n_tokens,
     )
+    return loss, {**stats, "entropy_sum": entropy_sum}
 
 
 def update_denominators(acc: Any, micro: list[dict[str, Any]]) -> tuple[float, float]:

@@ -42,6 +42,30 @@ def _head_logprobs(
     return picked - torch.logsumexp(logits, dim=-1)
 
 
+def _head_logprobs_entropy(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: torch.Tensor,
+    scale: float,
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_head_logprobs``, and the entropy of each position's (tempered) distribution, from
+    the same (N, V) block: (N,) log-probs with their graph, (N,) entropies without one."""
+    logits = head(hidden).float()  # (N, V)
+    if scale != 1.0:
+        logits = logits * scale
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    logits = logits / temperature[:, None]
+    lse = torch.logsumexp(logits, dim=-1)  # (N,)
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)  # (N,)
+    with torch.no_grad():  # H = logsumexp - E_p[logit]: a metric, not a loss term
+        weighted = torch.softmax(logits, dim=-1).mul_(logits)  # one more (N, V) block, not two
+        entropy = lse - weighted.sum(-1)
+    return picked - lse, entropy
+
+
 def _head_adjustments(config: Any) -> tuple[float, float]:
     """What a model does to its head's output before the softmax: (scale, softcap).
 
@@ -61,8 +85,13 @@ def sampled_logprobs(
     temperature: torch.Tensor | None = None,
     *,
     chunk_tokens: int = 1024,
-) -> torch.Tensor:
+    entropy: bool = False,
+) -> Any:
     """log p(token t+1 | tokens <= t) where ``positions`` is true; 0 elsewhere.
+
+    ``entropy``: also the entropy of each of those positions' distributions (the one
+    sampled from: logits / temperature), as a second (B, T-1) tensor without a graph,
+    computed from the same projected chunks (TRL logs its mean as ``entropy``).
 
     input_ids, attention_mask: (B, T); positions, temperature: (B, T-1), aligned
     with the targets ``input_ids[:, 1:]``. ``model`` may be wrapped (DDP): its own
@@ -89,21 +118,29 @@ def sampled_logprobs(
         if temperature is not None
         else torch.ones(targets.shape, device=h.device)
     )  # (N,)
-    parts = []
+    parts, entropies = [], []
     grad = torch.is_grad_enabled() and h.requires_grad
+    fn = _head_logprobs_entropy if entropy else _head_logprobs
     for s in range(0, h.shape[0], chunk_tokens):
         args = (head, h[s : s + chunk_tokens], targets[s : s + chunk_tokens])
         rest = (temp[s : s + chunk_tokens], scale, softcap)
-        if grad:
-            # The (chunk, V) logits are recomputed in backward instead of being kept.
-            parts.append(checkpoint(_head_logprobs, *args, *rest, use_reentrant=False))
+        # Under a graph the (chunk, V) logits are recomputed in backward instead of kept.
+        got = checkpoint(fn, *args, *rest, use_reentrant=False) if grad else fn(*args, *rest)
+        if entropy:
+            parts.append(got[0])
+            entropies.append(got[1])
         else:
-            parts.append(_head_logprobs(*args, *rest))
+            parts.append(got)
     logp = torch.zeros(pick.shape, dtype=torch.float32, device=h.device)  # (B, T-1)
+    ent = torch.zeros_like(logp) if entropy else None
     if not parts:
         # Nothing sampled here (a process's zero-weight filler batch): still a graph through
         # every parameter, with zero gradient, so DDP's all-reduce sees the same parameters
         # on every process.
         one = _head_logprobs(head, hidden[:1, 0], input_ids[:1, 1], logp.new_ones(1), 1.0, 0.0)
-        return logp + 0.0 * one.sum()
-    return logp.masked_scatter(pick, torch.cat(parts))
+        logp = logp + 0.0 * one.sum()
+        return (logp, ent) if entropy else logp
+    logp = logp.masked_scatter(pick, torch.cat(parts))
+    if entropy:
+        return logp, ent.masked_scatter(pick, torch.cat(entropies).detach())
+    return logp

@@ -424,8 +424,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
 
             model.train()
             t0 = time.perf_counter()
-            # Per micro-batch, its share of the update's loss and token-mean KL.
-            stats_acc: dict[str, list[float]] = {"loss": [], "kl": []}
+            # Per micro-batch, its share of the update's loss and token-mean KL and entropy.
+            stats_acc: dict[str, list[float]] = {"loss": [], "kl": [], "entropy": []}
             importance = ImportanceStats()
             advs: list[float] = []
             rewards: dict[str, float] = {}  # by trajectory: its rows may span micro-batches
@@ -434,7 +434,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             for mb in micro:
                 b = to_device(mb, acc.device)
                 parts = forward_parts(b, cfg.forward_tokens)
-                loss_sum, kl_sum = 0.0, 0.0
+                loss_sum, kl_sum, entropy_sum = 0.0, 0.0, 0.0
                 with acc.accumulate(model):
                     for k, part in enumerate(parts):
                         # One gradient all-reduce per micro-batch, after its last part.
@@ -449,6 +449,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                             importance.add(st["importance"])
                         if st.get("kl_sum") is not None:
                             kl_sum += float(st["kl_sum"])
+                        entropy_sum += float(st["entropy_sum"])
                     if acc.sync_gradients:
                         grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                     optimizer.step()
@@ -458,6 +459,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 stats_acc["loss"].append(loss_sum)
                 if ref is not None:
                     stats_acc["kl"].append(kl_sum / n_tokens)
+                stats_acc["entropy"].append(entropy_sum / n_tokens)
                 advs += b["advantages"].tolist()
                 rewards.update((t, float(r)) for t, r in mb["meta"]["rewards"].items())
                 m = mb["meta"]
@@ -488,6 +490,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 UpdateStats(
                     loss=Spread.of(stats_acc["loss"]),
                     kl=Spread.of(stats_acc["kl"]),
+                    entropy=Spread.of(stats_acc["entropy"]),
                     rewards=Spread.of(rewards.values()),
                     advantages=Spread.of(advs),
                 ),
@@ -516,6 +519,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                     # SFT has no advantages (each row's 1.0 is a weight): None, not 1.0.
                     **(adv_row if cfg.algo != "sft" else dict.fromkeys(adv_row)),
                     "kl": upd.kl.total if upd.kl.n else None,
+                    # Mean entropy (nats) of the policy's distribution over the sampled tokens.
+                    "entropy": upd.entropy.total if upd.entropy.n else None,
                     # Behaviour policy vs trainer (RL; None for SFT): see train/importance.py.
                     **(
                         importance.metrics()

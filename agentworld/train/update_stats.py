@@ -58,11 +58,12 @@ class Spread:
 
 @dataclass
 class UpdateStats:
-    """One update's per-micro-batch shares of its loss and KL (which sum to the update's),
-    its trajectories' rewards (each once) and its rows' advantages."""
+    """One update's per-micro-batch shares of its loss, KL and entropy (which sum to the
+    update's), its trajectories' rewards (each once) and its rows' advantages."""
 
     loss: Spread = field(default_factory=Spread)
     kl: Spread = field(default_factory=Spread)
+    entropy: Spread = field(default_factory=Spread)
     rewards: Spread = field(default_factory=Spread)
     advantages: Spread = field(default_factory=Spread)
 

@@ -32,13 +32,16 @@ def test_panels_take_todays_keys_and_new_ones_by_name() -> None:
     rows = [
         {"step": 1, "loss": 0.5, "reward_mean": 0.2, "kl": None, "tokens_per_s": 10.0,
          "tis_weight_mean": 0.9, "kl_engine": 0.01, "clip_frac": 0.1, "groups": ["g"],
-         "policy_version": 3, "ratio_mean": 1.0, "lr": 1e-5},
+         "policy_version": 3, "ratio_mean": 1.0, "lr": 1e-5, "entropy": 2.5},
         {"step": 2, "loss": 0.4, "reward_mean": 0.6, "kl": 0.02, "tokens_per_s": float("nan"),
          "tis_weight_mean": 0.8, "kl_engine": 0.02, "clip_frac": 0.0, "policy_version": 3,
          "frac_tis_truncated": 0.25},
     ]  # fmt: skip
     got = {c.title: {s.key: (s.steps, s.values) for s in c.series} for c in charts(rows)}
-    assert list(got) == ["reward", "loss", "KL / mismatch", "clipping", "ratios / TIS", "tokens/s"]
+    assert list(got) == [
+        "reward", "loss", "KL / mismatch", "entropy", "clipping", "ratios / TIS", "tokens/s"
+    ]  # fmt: skip
+    assert got["entropy"] == {"entropy": ([1], [2.5])}
     assert got["KL / mismatch"] == {"kl": ([2], [0.02]), "kl_engine": ([1, 2], [0.01, 0.02])}
     assert got["clipping"] == {
         "clip_frac": ([1, 2], [0.1, 0.0]),

@@ -59,6 +59,35 @@ def test_chunked_logprobs_equal_full_logits_in_value_and_gradient(model: Any) ->
     model.zero_grad()
 
 
+def test_entropy_comes_with_the_logprobs_and_leaves_their_gradient_alone(model: Any) -> None:
+    """The entropy of each sampled position's tempered distribution, from the same chunks;
+    log-probs and their gradient as without it."""
+    b = batch(model.config.vocab_size, seed=1)
+    pos = b["sampled"][:, 1:] > 0
+    temp = b["temperature"][:, 1:]
+    with torch.no_grad():
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    tempered = logits[:, :-1].float() / temp[..., None]
+    p_full = torch.softmax(tempered, -1)
+    want_h = -(p_full * torch.log_softmax(tempered, -1)).sum(-1)  # (B, T-1)
+    model.zero_grad()
+    plain = sampled_logprobs(model, b["input_ids"], b["attention_mask"], pos, temp, chunk_tokens=5)
+    plain.sum().backward()
+    want_grad = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    logp, h = sampled_logprobs(
+        model, b["input_ids"], b["attention_mask"], pos, temp, chunk_tokens=5, entropy=True
+    )
+    assert torch.allclose(logp, plain.detach(), atol=1e-6)
+    assert torch.allclose(h[pos], want_h[pos], atol=1e-4)
+    assert (h[~pos] == 0).all() and not h.requires_grad
+    assert float(h[pos].min()) > 0
+    logp.sum().backward()
+    for n, p in model.named_parameters():
+        assert torch.allclose(p.grad, want_grad[n], rtol=1e-5, atol=1e-6), n
+    model.zero_grad()
+
+
 def test_temperature_is_applied_by_hand() -> None:
     logits = torch.tensor([[[0.0, math_log(3.0)]]])  # softmax at T=1: 1/4, 3/4
     got = token_logprobs(logits, torch.tensor([[1]]), torch.tensor([[0.5]]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,6 +119,8 @@ def test_two_step_sft_end_to_end(builder, tiny_model: Path, tmp_path: Path) -> N
     assert [r["step"] for r in rows] == [1, 2]
     for key in ("loss", "tokens_per_s", "merged", "breaks", "reward_mean", "lr"):
         assert rows[0][key] is not None, key
+    # the policy's mean entropy over the imitated tokens: a tiny random model is near uniform
+    assert 0 < rows[0]["entropy"] <= math.log(builder.model.config.vocab_size) + 1e-3
     # No advantages in SFT: null, as the importance stats (they read 1.0, a mere weight).
     for key in ("adv_mean", "adv_std", "adv_min", "adv_max", "adv_zero_fraction", "ess"):
         assert rows[0][key] is None, key
@@ -139,6 +142,7 @@ def test_two_step_grpo_end_to_end_with_fidelity(builder, tiny_model: Path, tmp_p
     assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the first update starts at the reference
     assert rows[1]["kl"] > 0
     assert rows[0]["clip_frac"] == 0.0
+    assert all(r["entropy"] > 0 for r in rows)
 
 
 def test_fidelity_reports_wrong_logprobs_loudly(builder, tiny_model: Path, tmp_path: Path) -> None:
@@ -283,6 +287,7 @@ def test_an_update_cut_into_micro_batches_has_the_gradient_of_the_whole(
     assert rows[0]["grad_norm"] > 0
     assert rows[1]["grad_norm"] == pytest.approx(rows[0]["grad_norm"], rel=1e-4)
     assert rows[1]["loss"] == pytest.approx(rows[0]["loss"], rel=1e-4, abs=1e-6)
+    assert rows[1]["entropy"] == pytest.approx(rows[0]["entropy"], rel=1e-4)  # the update's mean
 
 
 def test_reward_mean_counts_each_trajectory_once(builder, tiny_model: Path, tmp_path: Path):
