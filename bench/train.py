@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -165,6 +166,13 @@ def write_demo_pool(root: Path, vocab: int, eos: int, n: int, seed: int = 0) -> 
     return pool
 
 
+def find_memcap() -> str | None:
+    """memcap (a memory-cgroup wrapper: ``memcap GB CMD...``) where the host has one; else
+    None, and runs go uncapped (a blow-up past the machine's memory takes it down)."""
+    fallback = Path("/work/bin/memcap")
+    return shutil.which("memcap") or (str(fallback) if fallback.exists() else None)
+
+
 def peak_rss(tree: Path, args: list[str], cap_gb: float, threads: int) -> tuple[float | None, str]:
     """Peak RSS in GB of `aw train ARGS` run from source ``tree`` in a memory cgroup of
     ``cap_gb``; None when the cap killed it. GNU time reads the child's own maxrss (the
@@ -174,7 +182,9 @@ def peak_rss(tree: Path, args: list[str], cap_gb: float, threads: int) -> tuple[
 
     code = "import sys; from agentworld.cli import main; sys.argv[0] = 'aw'; main()"
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads)}
-    cmd = ["/work/bin/memcap", f"{cap_gb:g}", "/usr/bin/time", "-f", "maxrss_kb=%M"]
+    memcap = find_memcap()
+    cap = [memcap, f"{cap_gb:g}"] if memcap else []
+    cmd = [*cap, "/usr/bin/time", "-f", "maxrss_kb=%M"]
     cmd += [sys.executable, "-c", code, "train", *args]
     # cwd=tree: `python -c` puts the working folder ahead of PYTHONPATH on sys.path.
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree)
@@ -202,7 +212,8 @@ def memory_main(args: argparse.Namespace) -> None:
             n: write_demo_pool(root / f"pool{n}", len(tok), tok.eos_token_id, n).root for n in sizes
         }
         print(f"model {args.model}, defaults except --max-steps {args.steps}; "
-              f"cap {args.cap_gb:g} GB; torch threads {args.threads}")  # fmt: skip
+              + (f"cap {args.cap_gb:g} GB" if find_memcap() else "no cap (no memcap here)")
+              + f"; torch threads {args.threads}")  # fmt: skip
         # The peak comes in the first update (activations, then AdamW's state at its step).
         runs = [("sft", 16), ("grpo", args.big), ("sft", args.big), ("grpo", 16)]
         if args.runs:  # e.g. sft:16,grpo:1000
