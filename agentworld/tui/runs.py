@@ -46,7 +46,15 @@ def latest_text(rows: list[dict[str, Any]]) -> Text:
     last = rows[-1]
     out = Text()
     out.append(f"update {last.get('step')}", style="bold")
-    for key in ("policy_version", "reward_mean", "loss", "kl", "clip_frac", "tokens_per_s"):
+    for key in (
+        "policy_version",
+        "reward_mean",
+        "loss",
+        "kl",
+        "entropy",
+        "clip_frac",
+        "tokens_per_s",
+    ):
         v = last.get(key)
         if isinstance(v, int | float) and not isinstance(v, bool):
             out.append(f"   {key}=", style="dim")

@@ -100,3 +100,10 @@ def test_the_runs_screen_does_not_import_torch(pool_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_headline_shows_the_last_updates_entropy() -> None:
+    from agentworld.tui.runs import latest_text
+
+    text = latest_text([{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25, "entropy": 1.5}])
+    assert text.plain == "update 2   loss=0.25   entropy=1.5"
