@@ -23,6 +23,23 @@ from torch.utils.checkpoint import checkpoint
 _NO_LOGITS = torch.empty(0, dtype=torch.long)
 
 
+def _head_logits(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    temperature: torch.Tensor,
+    scale: float,
+    softcap: float,
+) -> torch.Tensor:
+    """The distribution's logits as the model samples from them: (N, H) -> (N, V) fp32,
+    scaled and soft-capped as the model's config says, divided by each row's temperature."""
+    logits = head(hidden).float()
+    if scale != 1.0:
+        logits = logits * scale
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits / temperature[:, None]
+
+
 def _head_logprobs(
     head: torch.nn.Module,
     hidden: torch.Tensor,
@@ -32,12 +49,7 @@ def _head_logprobs(
     softcap: float,
 ) -> torch.Tensor:
     """log softmax(head(hidden) * scale / temperature)[target]: (N, H), (N,), (N,) -> (N,) fp32."""
-    logits = head(hidden).float()  # (N, V)
-    if scale != 1.0:
-        logits = logits * scale
-    if softcap:
-        logits = torch.tanh(logits / softcap) * softcap
-    logits = logits / temperature[:, None]
+    logits = _head_logits(head, hidden, temperature, scale, softcap)  # (N, V)
     picked = logits.gather(-1, targets[:, None]).squeeze(-1)  # (N,)
     return picked - torch.logsumexp(logits, dim=-1)
 
@@ -52,12 +64,7 @@ def _head_logprobs_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``_head_logprobs``, and the entropy of each position's (tempered) distribution, from
     the same (N, V) block: (N,) log-probs with their graph, (N,) entropies without one."""
-    logits = head(hidden).float()  # (N, V)
-    if scale != 1.0:
-        logits = logits * scale
-    if softcap:
-        logits = torch.tanh(logits / softcap) * softcap
-    logits = logits / temperature[:, None]
+    logits = _head_logits(head, hidden, temperature, scale, softcap)  # (N, V)
     lse = torch.logsumexp(logits, dim=-1)  # (N,)
     picked = logits.gather(-1, targets[:, None]).squeeze(-1)  # (N,)
     with torch.no_grad():  # H = logsumexp - E_p[logit]: a metric, not a loss term
