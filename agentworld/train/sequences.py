@@ -44,6 +44,7 @@ CONSTRAINTS = (
     "bad_words",
     "allowed_token_ids",
     "min_tokens",
+    "tool_choice",
 )
 # Below this a temperature means greedy decoding: engines (vLLM's _SAMPLING_EPS, `aw serve`)
 # then report log-probs at temperature 1.
@@ -53,7 +54,10 @@ GREEDY_EPS = 1e-5
 def sampling_of(step: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     """The temperature a step sampled at, and the parameters it set that the trainer does not apply.
 
-    Absent parameters are the OpenAI/Anthropic defaults (temperature 1, no filtering).
+    Absent parameters are the OpenAI/Anthropic defaults (temperature 1, no filtering). A
+    translated call (Anthropic Messages, Responses) also records the chat body its engine
+    got (``params.chat``): a constraint the translation made (``text.format`` became
+    ``response_format``) is named from there.
     """
     params = (step.get("request") or {}).get("params") or {}
     t = params.get("temperature")
@@ -65,8 +69,11 @@ def sampling_of(step: dict[str, Any]) -> tuple[float, dict[str, Any]]:
         v = params.get(key)
         if isinstance(v, int | float) and not isinstance(v, bool) and v not in neutral:
             unapplied[key] = v
+    chat = params.get("chat")
     for key in CONSTRAINTS:
         said = _constraint(key, params.get(key))
+        if said is None and chat.__class__ is dict:
+            said = _constraint(key, chat.get(key))
         if said is not None:
             unapplied[key] = said
     return temperature, unapplied
@@ -80,6 +87,8 @@ def _constraint(key: str, v: Any) -> Any:
     if key == "response_format":
         kind = v.get("type") if isinstance(v, dict) else v
         return None if kind == "text" else kind
+    if key == "tool_choice":
+        return _forced_tool(v)
     if key == "logit_bias" and isinstance(v, dict):
         return f"{len(v)} tokens"
     if isinstance(v, dict):  # structured_outputs={"json": ...}: which kind
@@ -87,6 +96,30 @@ def _constraint(key: str, v: Any) -> Any:
     if isinstance(v, list):
         return f"{len(v)} entries"
     return v if not isinstance(v, str) or len(v) <= 40 else v[:37] + "..."
+
+
+def _forced_tool(choice: Any) -> str | None:
+    """A ``tool_choice`` that forces a call ("required", Anthropic's "any", a named function
+    or tool), which vLLM decodes under a JSON grammar; None for auto and none.
+
+    OpenAI chat: ``"required"``, ``{"type": "function", "function": {"name": N}}``;
+    Anthropic: ``{"type": "any"}``, ``{"type": "tool", "name": N}``; Responses:
+    ``{"type": "function", "name": N}``, ``{"type": "allowed_tools", "mode": "required"}``.
+    """
+    if choice.__class__ is str:
+        return "required" if choice in ("required", "any") else None
+    if choice.__class__ is not dict:
+        return None
+    kind = choice.get("type")
+    if kind in (None, "auto", "none") or (
+        kind == "allowed_tools" and choice.get("mode") != "required"
+    ):
+        return None
+    fn = choice.get("function")
+    name = fn.get("name") if fn.__class__ is dict else choice.get("name")
+    if kind in ("any", "allowed_tools"):
+        return "required"
+    return f"{name}" if isinstance(name, str) else str(kind)
 
 
 @dataclass

@@ -227,6 +227,12 @@ def test_fidelity_with_the_embedded_engine_sampling_at_temperature_half(
         ({"guided_regex": "[0-9]+"}, "[0-9]+"),
         ({"min_tokens": 8}, 8),
         ({"bad_words": ["no"]}, "1 entries"),
+        ({"tool_choice": "required"}, "required"),
+        ({"tool_choice": {"type": "function", "function": {"name": "calc"}}}, "calc"),
+        ({"tool_choice": {"type": "any"}}, "required"),  # Anthropic
+        ({"tool_choice": {"type": "tool", "name": "calc"}}, "calc"),  # Anthropic
+        ({"tool_choice": {"type": "function", "name": "calc"}}, "calc"),  # Responses
+        ({"tool_choice": {"type": "allowed_tools", "mode": "required", "tools": []}}, "required"),
     ],
 )
 def test_sampling_of_names_a_constraint_the_trainer_does_not_apply(params, named) -> None:
@@ -246,5 +252,34 @@ def test_sampling_of_leaves_out_constraints_that_do_nothing() -> None:
         "guided_json": None,
         "bad_words": [],
         "top_p": 1.0,
+        "tool_choice": "auto",
     }
     assert sampling_of({"request": {"params": neutral}}) == (1.0, {})
+    for choice in (
+        "none",
+        {"type": "auto"},
+        {"type": "none"},
+        {"type": "allowed_tools", "mode": "auto"},
+    ):
+        assert sampling_of({"request": {"params": {"tool_choice": choice}}}) == (1.0, {})
+
+
+def test_sampling_of_names_a_constraint_a_translation_made() -> None:
+    """A Responses call's ``text.format`` reaches the engine as ``response_format``: the
+    record has it in ``params.chat`` (the chat body sent), where the trainer finds it."""
+    from agentworld.train.sequences import sampling_of
+
+    params = {
+        "temperature": 0.5,
+        "text": {"format": {"type": "json_schema", "name": "a", "schema": {}}},
+        "tool_choice": {"type": "auto"},
+        "chat": {
+            "temperature": 0.5,
+            "response_format": {"type": "json_schema"},
+            "tool_choice": "required",
+        },
+    }
+    assert sampling_of({"request": {"params": params}}) == (
+        0.5,
+        {"response_format": "json_schema", "tool_choice": "required"},
+    )
