@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -26,6 +27,27 @@ from agentworld.proxy.stats import ProxyStats
 
 log = logging.getLogger("agentworld.proxy")
 access_log = logging.getLogger("agentworld.proxy.access")
+
+# A served route asked for without its /v1 (after any /t/, /g/, /a/ segments): what an
+# OpenAI client sends when its base_url is the proxy's address without /v1.
+_WITHOUT_V1 = re.compile(
+    r"(?P<scope>(?:/[tga]/[^/]+)*)"
+    r"(?P<route>/(?:chat/completions|completions|messages(?:/count_tokens)?|responses|models)"
+    r"(?:/.*)?)"
+)
+
+
+def not_found_message(method: str, path: str) -> str:
+    """A 404's message: names the route meant when only its /v1 is missing."""
+    said = f"Not Found: {method} {path}"
+    m = _WITHOUT_V1.fullmatch(path)
+    if m is None:
+        return said
+    meant = f"{m['scope']}/v1{m['route']}"
+    return (
+        f"{said}; did you mean {meant}? (a client's base URL for the proxy ends in /v1, "
+        "as in http://HOST:PORT/v1; Anthropic clients take it without)"
+    )
 
 
 def auth_middleware(token: str, stats: ProxyStats) -> Any:
@@ -66,8 +88,11 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
-        return error_response(exc.status, f"{exc.reason}: {request.method} {request.path}", kind)
+        if exc.status == 404:
+            message = not_found_message(request.method, request.path)
+            return error_response(404, message, "not_found_error")
+        message = f"{exc.reason}: {request.method} {request.path}"
+        return error_response(exc.status, message, "invalid_request_error")
     except BadRequest as exc:
         resp = bad_request(exc)
     except (asyncio.CancelledError, ConnectionResetError):

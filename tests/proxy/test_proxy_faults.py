@@ -164,6 +164,19 @@ async def test_unknown_trajectory_and_route(proxy):
     assert got == 400 and err["error"]["param"] == "group"
 
 
+async def test_a_route_without_its_v1_names_the_route_meant(proxy):
+    """An OpenAI client given the proxy's address without /v1 as its base URL is told."""
+    c = openai.AsyncOpenAI(base_url=proxy.url, api_key="k", max_retries=0)
+    with pytest.raises(openai.NotFoundError, match=r"did you mean /v1/chat/completions\?"):
+        await c.chat.completions.create(model="m", messages=USER)
+    await c.close()
+    got, err = await raw_post(proxy.url + "/a/coder/g/g1/responses", b"{}")
+    assert got == 404 and err["error"]["type"] == "not_found_error"
+    assert "did you mean /a/coder/g/g1/v1/responses?" in err["error"]["message"]
+    got, err = await raw_post(proxy.url + "/nowhere/chat/completions", b"{}")
+    assert got == 404 and "did you mean" not in err["error"]["message"]
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
