@@ -67,6 +67,7 @@ def run(
 
     from rich.console import Console
 
+    from agentworld.run.lifecycle import proxy_base
     from agentworld.run.progress import RunProgress
     from agentworld.run.session import RunOptions, run_session
     from agentworld.run.summary import render
@@ -81,7 +82,7 @@ def run(
         n=n,
         concurrency=concurrency,
         seed=seed,
-        proxy_url=proxy,
+        proxy_url=proxy_base(proxy) if proxy else None,
         proxy_token=proxy_token,
         pool=pool,
         environ=dict(os.environ),

@@ -587,3 +587,25 @@ async def test_summary_counts_what_a_running_proxy_has_not_written_out_yet(tmp_p
     usage = [s["response"]["usage"] for s in steps]
     assert summary["prompt_tokens"] == sum(u["prompt_tokens"] for u in usage) > 0
     assert summary["completion_tokens"] == sum(u["completion_tokens"] for u in usage) > 0
+
+
+def test_cli_takes_a_proxy_url_ending_in_v1_and_refuses_one_without_scheme(tmp_path, fake_proxy):
+    """An agent's base URL pasted as --proxy (…/v1/) reaches the proxy; host:port alone is
+    refused, naming the flag and an example."""
+    from agentworld.errors import ConfigError
+    from agentworld.run.lifecycle import proxy_base
+
+    agents, datasets = _setup(
+        tmp_path, '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n'
+    )
+    args = [
+        "run", "--agent", "b", "--dataset", "arith", "--proxy", fake_proxy.url + "/v1/",
+        "--pool", str(tmp_path / "pool"), "--agents", str(agents), "--datasets", str(datasets),
+        "-n", "2", "--json",
+    ]  # fmt: skip
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["trajectories"] == 6
+    assert proxy_base("http://h:8000/v1") == proxy_base("http://h:8000/") == "http://h:8000"
+    with pytest.raises(ConfigError, match=r"--proxy: 'localhost:8000' is not an http\(s\) URL"):
+        proxy_base("localhost:8000")
