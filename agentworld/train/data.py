@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,8 @@ class Plan:
     zero_advantage: int = 0  # dropped: their whole group had the same reward
     no_reward: int = 0  # dropped from RL: no reward recorded or labelled
     infra_failures: int = 0  # dropped: ended by an infrastructure failure, not the model
+    # Ended trajectories read, by (agent, dataset): what a selection that matched none could have
+    read: Counter[tuple[str | None, str | None]] = field(default_factory=Counter)
 
 
 def make_plan(
@@ -119,6 +122,7 @@ def make_plan(
     groups: list[str] = []
     rewards: list[float] = []
     for t in iter_trajectories(layout, labels, sources=sources, include_open=False):
+        plan.read[(t.first("agent"), t.first("dataset"))] += 1
         if not selection.admits(t):
             continue
         plan.matched += 1
@@ -359,16 +363,44 @@ def wanted(cfg: TrainConfig) -> str:
     return ", ".join(named) or "any agent"
 
 
-def check_plan(plan: Plan, cfg: TrainConfig, where: str | Path) -> None:
+def check_plan(
+    plan: Plan, cfg: TrainConfig, where: str | Path, *, unread_journals: int = 0
+) -> None:
     """Refuse a plan with nothing to train on, saying what was asked and how to get some;
-    ``where`` names the pool (its URL for a remote one, not its cache folder)."""
+    ``where`` names the pool (its URL for a remote one, not its cache folder).
+
+    When nothing matched it also says what was read (agents and datasets of the ended
+    trajectories: a mistyped ``--agent`` shows) and what was not: ``unread_journals``,
+    live journals left out (a proxy still running holds its steps there)."""
     if not plan.advantages:
         why = (
             f"{plan.matched} matched, {plan.zero_advantage} in groups with one reward, "
             f"{plan.no_reward} without reward, {plan.infra_failures} infrastructure failures"
         )
         run = f"aw run --agent {cfg.agent or 'AGENT'} --dataset {cfg.dataset or 'DATASET'}"
-        raise PoolError(
+        message = (
             f"{where}: nothing to train on for {wanted(cfg)}, status "
             f"{', '.join(cfg.status) or 'any'} ({why}); `{run}` rolls out trajectories to train on"
         )
+        if not plan.matched:
+            message += f"; {_read_in_words(plan)}"
+            if unread_journals:
+                message += (
+                    f"; {unread_journals} live journal{'s' if unread_journals != 1 else ''} "
+                    "not read (a running `aw proxy` writes there): `aw pool seal` once it "
+                    "stopped, or --set include_journals=true"
+                )
+        raise PoolError(message)
+
+
+def _read_in_words(plan: Plan, most: int = 6) -> str:
+    """The ended trajectories read, by agent and dataset: "read 40 of agent math, dataset
+    arith; 12 of agent coder (no dataset)"."""
+    if not plan.read:
+        return "the shards read hold no ended trajectory"
+    parts = [
+        f"{n} of agent {agent or '(none)'}, " + (f"dataset {ds}" if ds else "no dataset")
+        for (agent, ds), n in plan.read.most_common(most)
+    ]
+    more = len(plan.read) - most
+    return "read " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

@@ -172,7 +172,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         label_sizes = meta0.get("label_files") or pool.labels.snapshot()
         labels = pool.labels.effective(upto=label_sizes)
         plan = make_plan(pool.layout, labels, cfg, selection_for(cfg, base_version), sources)
-        check_plan(plan, cfg, getattr(pool, "url", None) or pool.root)
+        unread = 0 if cfg.include_journals else len(pool.layout.journal_paths())
+        check_plan(plan, cfg, getattr(pool, "url", None) or pool.root, unread_journals=unread)
         states = meta0.get("data_state")
         if states is not None and len(states) != acc.num_processes:
             raise ConfigError(

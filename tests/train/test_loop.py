@@ -420,13 +420,21 @@ def test_a_run_that_cannot_start_leaves_no_folder_behind(
     from agentworld.errors import PoolError
 
     builder.group([1.0, 0.0], turns=2)
+    live = builder.pool.writer(durability="strict")  # a proxy still running: a live journal
+    for r in builder.trajectory(agent="nobody")[1]:
+        live.append(r)
     out = tmp_path / "run"
     with pytest.raises(PoolError) as err:
         run(builder, tiny_model, out, algo="sft", agent="nobody")
+    live.close()
     message = str(err.value)
     assert "nothing to train on for agent nobody, status done (0 matched" in message
     assert "None" not in message  # no "dataset=None" for a filter not given
     assert "`aw run --agent nobody --dataset DATASET` rolls out trajectories" in message
+    # what was read, and what was not: the live journal holding nobody's trajectory
+    assert "; read 2 of agent a, dataset d;" in message
+    assert "1 live journal not read (a running `aw proxy` writes there)" in message
+    assert "--set include_journals=true" in message
     assert not out.exists()
     with pytest.raises(ConfigError, match="no checkpoint in"):
         run(builder, tiny_model, out, algo="sft", resume="latest")
