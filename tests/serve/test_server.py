@@ -497,6 +497,22 @@ async def test_a_chat_prefill_continues_the_final_assistant_message(client: Any,
     assert (await resp.json())["error"]["param"] == "continue_final_message"
 
 
+async def test_a_field_no_protocol_defines_is_named_with_the_one_meant(
+    client: Any, capsys: pytest.CaptureFixture[str]
+):
+    """A typo (``temprature``) was answered at temperature 1 and said nothing: it is
+    still answered (vLLM ignores such fields too), and named once in the log."""
+    body = {"messages": MESSAGES, "max_tokens": 2, "temprature": 0.2, "x_custom": 1}
+    for _ in range(2):
+        assert (await client.post("/v1/chat/completions", json=body)).status == 200
+    err = capsys.readouterr().err
+    assert err.count("no protocol defines") == 1
+    assert "'temprature'; did you mean 'temperature'?, 'x_custom'" in err
+    known = {"messages": MESSAGES, "max_tokens": 2, "temperature": 0.5, "user": "u", "seed": 1}
+    assert (await client.post("/v1/chat/completions", json=known)).status == 200
+    assert "no protocol defines" not in capsys.readouterr().err
+
+
 async def test_fields_the_engine_does_not_apply_are_named_once_in_its_log(
     client: Any, capsys: pytest.CaptureFixture[str]
 ):
