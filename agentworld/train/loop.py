@@ -642,7 +642,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             if k == "interrupted" and not v:
                 continue
             if isinstance(v, FidelityReport):
-                v = v.line()
+                v = v.line().removeprefix("fidelity: ")  # the row is named already
             elif isinstance(v, float):
                 v = f"{v:,.4g}"
             table.add_row(k, Text(str(v)))

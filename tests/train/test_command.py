@@ -71,6 +71,9 @@ def test_train_runs_from_the_command_line(builder, tiny_model: Path, tmp_path: P
     assert result.exit_code == 0, result.output
     assert (out / "ckpt-000001" / "meta.json").exists()
     assert 'agent = "bot"' in (out / "config.toml").read_text()
+    # the summary's fidelity row, named once: "fidelity │ |trainer - rollout| log-prob …"
+    row = next(line for line in result.output.splitlines() if "│ fidelity " in line)
+    assert row.count("fidelity") == 1, row
 
 
 def test_empty_selection_is_a_pool_error(builder, tiny_model: Path, tmp_path: Path) -> None:
