@@ -283,11 +283,11 @@ def translated(monkeypatch, adapter, raw: bytes, *, typed: bool) -> dict:
     and clocks made repeatable), as ``translated_steps.ok_step`` makes them."""
     from itertools import count
 
-    from agentworld.proxy.translate import chat_form, responses
+    from agentworld.proxy.translate import chat_form, responses_answer
 
     n = count()
     monkeypatch.setattr(chat_form.secrets, "token_hex", lambda k: f"{next(n):0{2 * k}d}")
-    monkeypatch.setattr(responses.time, "time", lambda: 1_800_000_000.0)
+    monkeypatch.setattr(responses_answer.time, "time", lambda: 1_800_000_000.0)
     if not typed:
         monkeypatch.setattr(openai_answer, "read", lambda raw, strict: None)
     try:

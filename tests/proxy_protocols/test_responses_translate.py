@@ -12,6 +12,7 @@ from agentworld import records
 from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.normal_form import thread_form
 from agentworld.proxy.translate import responses as rs
+from agentworld.proxy.translate import responses_answer as ra
 from agentworld.proxy.translate.response_chains import ResponseChains, Stored
 from agentworld.proxy.translate.responses_stream import ChatToResponses, ResponsesAssembler
 from tests.proxy_protocols.chat_fixtures import chat_body, chat_chunks, parse_sse
@@ -238,14 +239,14 @@ def test_unary_answer_is_a_valid_response():
         calls=[("call_5", "get_weather", '{"city":"Oslo"}')],
         finish="tool_calls",
     )
-    resp = Response.model_validate(rs.from_chat(chat, request(), "resp_1"))
+    resp = Response.model_validate(ra.from_chat(chat, request(), "resp_1"))
     assert resp.id == "resp_1" and resp.status == "completed"
     assert [o.type for o in resp.output] == ["reasoning", "message", "function_call"]
     assert resp.output_text == "Sunny."
     assert resp.output[2].call_id == "call_5" and resp.output[2].arguments == '{"city":"Oslo"}'
     assert resp.usage.input_tokens == 5
     truncated = Response.model_validate(
-        rs.from_chat(chat_body(finish="length"), request(), "resp_2")
+        ra.from_chat(chat_body(finish="length"), request(), "resp_2")
     )
     assert (
         truncated.status == "incomplete"
@@ -281,7 +282,7 @@ def test_stream_events_are_valid_and_accumulate_to_the_unary_response():
         for _ev in state.handle_event(EVENT.validate_python(data)):
             pass
     final = Response.model_validate(events[-1][1]["response"])
-    unary = Response.model_validate(rs.from_chat(chat_body(**spec), request(), "resp_s"))
+    unary = Response.model_validate(ra.from_chat(chat_body(**spec), request(), "resp_s"))
     strip = lambda r: [{k: v for k, v in o.model_dump().items() if k != "id"} for o in r.output]  # noqa: E731
     assert strip(final) == strip(unary)
     assert final.usage.output_tokens == unary.usage.output_tokens
@@ -299,7 +300,7 @@ def test_assembler_and_record_from_a_stream():
     for _, data in events:
         asm.add(data)
     assert asm.done
-    rec = rs.response_record(asm.result())
+    rec = ra.response_record(asm.result())
     assert rec["finish_reason"] == "tool_calls"
     assert rec["message"] == {
         "role": "assistant",
@@ -315,16 +316,16 @@ def test_assembler_keeps_a_cut_stream():
     for _, data in events[:6]:
         asm.add(data)
     assert not asm.done
-    assert rs.response_record(asm.result())["message"]["content"] == "Partia"  # two 3-char deltas
+    assert ra.response_record(asm.result())["message"]["content"] == "Partia"  # two 3-char deltas
 
 
 def test_output_resent_as_input_threads_to_the_same_turn():
-    resp = rs.from_chat(
+    resp = ra.from_chat(
         chat_body(content="Hi.", reasoning="r", calls=[("c1", "f", "{}")], finish="tool_calls"),
         request(),
         "r",
     )
-    recorded = rs.response_record(resp)["message"]
+    recorded = ra.response_record(resp)["message"]
     resent = rs.messages(resp["output"])[0]
     assert thread_form(recorded) == thread_form(resent)
 
@@ -367,7 +368,7 @@ def test_a_call_cut_off_by_max_output_tokens_is_an_incomplete_item(stream):
         done = [EVENT.validate_python(d) for n, d in events if n == "response.output_item.done"]
         assert [d.item.status for d in done] == ["completed", "incomplete"]
     else:
-        resp = Response.model_validate(rs.from_chat(chat_body(**spec), request(), "resp_s"))
+        resp = Response.model_validate(ra.from_chat(chat_body(**spec), request(), "resp_s"))
     assert resp.status == "incomplete"
     assert resp.incomplete_details.reason == "max_output_tokens"
     assert [o.status for o in resp.output] == ["completed", "incomplete"]
@@ -404,7 +405,7 @@ def test_namespaced_tools_reach_a_chat_model_by_a_joined_name_and_answer_by_name
         calls=[("c1", "crm__lookup", "{}"), ("c2", "crm__note", '{"input": "hi"}')],
         finish="tool_calls",
     )
-    lookup, note = Response.model_validate(rs.from_chat(chat, body, "resp_n")).output
+    lookup, note = Response.model_validate(ra.from_chat(chat, body, "resp_n")).output
     assert (lookup.type, lookup.namespace, lookup.name) == ("function_call", "crm", "lookup")
     assert (note.type, note.namespace, note.name, note.input) == (
         "custom_tool_call",
@@ -461,7 +462,7 @@ def test_deferred_functions_wait_for_the_agents_own_search_but_not_for_openais()
     chat = chat_body(
         content=None, calls=[("c9", "tool_search", '{"query": "x"}')], finish="tool_calls"
     )
-    (item,) = Response.model_validate(rs.from_chat(chat, {"tools": [search]}, "resp_t")).output
+    (item,) = Response.model_validate(ra.from_chat(chat, {"tools": [search]}, "resp_t")).output
     assert (item.type, item.call_id, item.arguments) == ("tool_search_call", "c9", {"query": "x"})
 
 

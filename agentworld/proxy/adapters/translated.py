@@ -33,6 +33,7 @@ from agentworld.proxy.error_responses import refusal_headers
 from agentworld.proxy.translate import anthropic as am
 from agentworld.proxy.translate import context_window
 from agentworld.proxy.translate import responses as rs
+from agentworld.proxy.translate import responses_answer as ra
 from agentworld.proxy.translate.anthropic_stream import AnthropicAssembler, ChatToAnthropic
 from agentworld.proxy.translate.chat_form import short_id, sse
 from agentworld.proxy.translate.response_chains import ResponseChains, Stored
@@ -330,18 +331,21 @@ class ResponsesAdapter(TranslatedAdapter):
     final_events = frozenset({"response.completed", "response.incomplete", "response.failed"})
     call_prefix = "call"
 
+    def response_record(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return ra.response_record(obj)
+
     def error_body(
         self, status: int, message: str, param: str | None = None, code: str | None = None
     ) -> bytes:
-        return orjson.dumps(rs.error_body(status, message, param, code))
+        return orjson.dumps(ra.error_body(status, message, param, code))
 
     def overflow(self, prompt: int, window: int) -> tuple[str, str | None]:
         """(message, code) telling the agent its prompt is over the context window."""
-        return rs.OVERFLOW_MESSAGE, rs.OVERFLOW_CODE
+        return ra.OVERFLOW_MESSAGE, ra.OVERFLOW_CODE
 
     def error_event(self, status: int, message: str, seq: int) -> bytes:
         return sse(
-            "error", {"type": "error", **rs.stream_error(status, message), "sequence_number": seq}
+            "error", {"type": "error", **ra.stream_error(status, message), "sequence_number": seq}
         )
 
     def history(self, body: dict[str, Any], chains: ResponseChains) -> tuple[list[Any], str | None]:
@@ -379,7 +383,7 @@ class ResponsesAdapter(TranslatedAdapter):
         window: bool = False,  # a length stop reads max_output_tokens either way
         history: list[Any] = (),
     ) -> dict[str, Any]:
-        return rs.from_chat(chat, body, rid, tokens, history)
+        return ra.from_chat(chat, body, rid, tokens, history)
 
     def translator(
         self, body: dict[str, Any], rid: str, window: bool = False, history: list[Any] = ()

@@ -24,12 +24,9 @@ from typing import Any
 import orjson
 
 from agentworld.proxy.translate.chat_form import Piece, first_choice_pieces, short_id, sse
-from agentworld.proxy.translate.responses import (
+from agentworld.proxy.translate.responses import called, called_names, custom_input, items
+from agentworld.proxy.translate.responses_answer import (
     call_item_for,
-    called,
-    called_names,
-    custom_input,
-    items,
     message_item,
     reasoning_item,
     search_call_item,
