@@ -1,5 +1,6 @@
-"""OpenAI Responses (``POST /v1/responses``): checks, normalisation, ``previous_response_id`` chains,
-and translation to chat completions.
+"""OpenAI Responses (``POST /v1/responses``), the request side: checks, normalisation,
+``previous_response_id`` chains, and translation to chat completions. The way back, a
+chat answer as a response, is ``responses_answer``; as a stream, ``responses_stream``.
 
 Input items become the record's normalised messages: a ``reasoning`` item, an
 assistant ``message`` and the ``function_call`` items after it form one
