@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from agentworld.errors import ConfigError
+from agentworld.export.manifest import manifest_path
 from agentworld.pool import Pool, Selection, Trajectory
 
 FORMATS = ("openai-jsonl", "trl", "parquet", "hf", "atif", "verl")
@@ -77,9 +78,19 @@ def _check_out(fmt: str, out: Path) -> None:
     never replaces a folder nor a folder a file, and hf never replaces a folder
     that ``datasets`` did not write, since replacing it deletes what it holds.
     """
+    if str(out) == "-":
+        raise ConfigError(
+            f"--out: - (standard output) is not a place -f {fmt} writes to; give a path, "
+            "and read it from there"
+        )
     if not _writes_folder(fmt, out):
         if out.is_dir():
             raise ConfigError(f"--out: {out} is a folder; -f {fmt} writes one file")
+        if _foreign_file(out):
+            raise ConfigError(
+                f"--out: {out} exists and is no export (no {manifest_path(out).name} beside "
+                f"it); -f {fmt} would replace it: give a new path, or remove it first"
+            )
     elif out.exists() and not out.is_dir():
         raise ConfigError(f"--out: {out} is a file; -f {fmt} writes a folder")
     elif (
@@ -105,6 +116,15 @@ def _check_out(fmt: str, out: Path) -> None:
 
 # Names of data files: a dataset folder called so is a mistake (a user who wanted JSONL).
 _FILE_SUFFIXES = frozenset({".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt"})
+
+
+def _foreign_file(out: Path) -> bool:
+    """A non-empty file that no export wrote (none left its manifest beside it): a config, a
+    dataset of another tool, what a mistyped ``-o`` names."""
+    try:
+        return out.stat().st_size > 0 and not manifest_path(out).is_file()
+    except OSError:
+        return False
 
 
 def _foreign_folder(out: Path) -> bool:

@@ -75,6 +75,7 @@ def test_export_refuses_an_unknown_quality_and_keeps_the_output(
 ) -> None:
     out = tmp_path / "sft.jsonl"
     out.write_text("earlier export\n")
+    (tmp_path / "sft.jsonl.manifest.json").write_text("{}")  # an export wrote it
     args = ["export", "-f", "openai-jsonl", "-o", str(out), "--pool", str(filled.root)]
     res = runner.invoke(app, [*args, "--quality", "god"])
     assert isinstance(res.exception, ConfigError)
@@ -113,6 +114,39 @@ def test_export_refuses_an_out_path_of_the_wrong_kind(
     after = out.read_text() if make == "file" else sorted(p.name for p in out.iterdir())
     assert after == before
     assert not (tmp_path / "out.manifest.json").exists()
+
+
+@pytest.mark.parametrize("fmt", ["openai-jsonl", "parquet", "verl"])
+def test_export_replaces_a_file_only_an_export_wrote(
+    filled: Pool, tmp_path: Path, fmt: str
+) -> None:
+    """``aw export -f openai-jsonl -o agents.toml`` replaced the config it named: a file no
+    export wrote (no manifest beside it) is refused and kept; an export's own is replaced,
+    and so is an empty file; ``-o -`` made a file named "-"."""
+    out = tmp_path / "agents.toml"
+    out.write_text("[agents.math]\n")
+
+    def args(to: Path | str) -> list[str]:
+        return ["export", "-f", fmt, "-o", str(to), "--pool", str(filled.root)]
+
+    res = runner.invoke(app, args(out))
+    assert isinstance(res.exception, ConfigError)
+    assert str(res.exception) == (
+        f"--out: {out} exists and is no export (no agents.toml.manifest.json beside it); "
+        f"-f {fmt} would replace it: give a new path, or remove it first"
+    )
+    assert out.read_text() == "[agents.math]\n"
+    assert not (tmp_path / "agents.toml.manifest.json").exists()
+    mine = tmp_path / "mine.out"
+    mine.write_text("")  # nothing to lose
+    assert runner.invoke(app, args(mine)).exit_code == 0
+    assert runner.invoke(app, args(mine)).exit_code == 0  # its own
+    assert (tmp_path / "mine.out.manifest.json").is_file()
+    res = runner.invoke(app, args("-"))
+    assert isinstance(res.exception, ConfigError) and "--out: - (standard output)" in str(
+        res.exception
+    )
+    assert not (Path.cwd() / "-").exists()
 
 
 @pytest.mark.parametrize("fmt", ["trl", "hf"])
