@@ -262,6 +262,7 @@ def _sources(path: Path, fmt: str) -> Iterator[tuple[str, bytes]]:
         return
     if not path.exists():
         raise ConfigError(f"{path}: no such file")
+    refuse_binary(path, fmt)
     if fmt == "atif" and path.suffix == ".json":
         yield str(path), path.read_bytes()
         return
@@ -269,6 +270,37 @@ def _sources(path: Path, fmt: str) -> Iterator[tuple[str, bytes]]:
         for n, line in enumerate(f, 1):
             if line.strip():
                 yield f"{path}:{n}", line
+
+
+# What a file's first bytes say it is, when it is no JSON a format here reads.
+_MAGIC = (
+    (b"PAR1", "a Parquet file"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
+    (b"\x1f\x8b", "gzip-compressed"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"ARROW1", "an Arrow file"),
+)
+
+
+def refuse_binary(path: Path, fmt: str) -> None:
+    """ConfigError naming what ``path`` is when its first bytes say it is Parquet, an
+    archive or compressed (``-f records`` reads zstd itself): each of its "lines" was
+    refused as not JSON, twenty of them, naming nothing of the cause."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    what = next((said for magic, said in _MAGIC if head.startswith(magic)), None)
+    if what is None or (fmt == "records" and what == "zstd-compressed"):
+        return
+    if what == "zstd-compressed":
+        hint = "decompress it (zstd -d), or import a pool's own records with -f records"
+    elif what == "gzip-compressed":
+        hint = "decompress it (gunzip) first"
+    else:
+        hint = "write its rows as JSONL first"
+    raise ConfigError(
+        f"{path}: {what}, not JSON lines; aw pool import reads JSONL (-f openai-jsonl, "
+        f"atif, records; records also zstd-compressed): {hint}"
+    )
 
 
 def import_file(
@@ -286,6 +318,7 @@ def import_file(
         # The project's own record JSONL is imported by the pool package itself.
         if not path.exists():
             raise ConfigError(f"{path}: no such file")
+        refuse_binary(path, fmt)
         return import_records(pool, path, skip_bad=opts.skip_bad)
     build = _atif_row if fmt == "atif" else _openai_row
     report = ImportReport()

@@ -70,6 +70,38 @@ def test_import_records_is_all_or_nothing_and_says_what_it_did(pool: Pool, tmp_p
     assert json.loads(res.stdout)["skipped_existing"] == 4
 
 
+def test_import_names_a_file_that_is_no_json_lines(
+    filled: Pool, pool: Pool, tmp_path: Path
+) -> None:
+    """A Parquet export or a pool's shard given to `aw pool import` was refused line by line,
+    "not JSON: str is not valid UTF-8" twenty times: its first bytes name what it is. A
+    zstd file is read as records whatever its name."""
+    parquet = tmp_path / "x.parquet"
+    assert (
+        runner.invoke(
+            app, ["export", "-f", "parquet", "-o", str(parquet), "--pool", str(filled.root)]
+        ).exit_code
+        == 0
+    )
+    shard = next(filled.root.glob("objects/*/*.jsonl.zst"))
+    copied = tmp_path / "copied.jsonl"  # a shard copied under a plain name
+    copied.write_bytes(shard.read_bytes())
+    pool = Pool.create(tmp_path / "other")
+    for path, fmt, said in [
+        (parquet, "records", "a Parquet file, not JSON lines"),
+        (parquet, "openai-jsonl", "a Parquet file, not JSON lines"),
+        (copied, "openai-jsonl", "zstd-compressed, not JSON lines"),
+    ]:
+        res = runner.invoke(app, ["pool", "import", str(path), "-f", fmt, "--pool", str(pool.root)])
+        assert isinstance(res.exception, ConfigError), res.output
+        assert str(res.exception).startswith(f"{path}: {said}; aw pool import reads JSONL")
+    res = runner.invoke(
+        app, ["pool", "import", str(copied), "-f", "records", "--pool", str(pool.root), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trajectories"] > 0
+
+
 def test_export_refuses_an_unknown_quality_and_keeps_the_output(
     filled: Pool, tmp_path: Path
 ) -> None:
