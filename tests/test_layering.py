@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "group_advantage": 1,
     "curves": 1,
     "seeds": 1,
+    "plural": 1,
     "pool": 2,
     "proxy": 3,
     "serve": 3,

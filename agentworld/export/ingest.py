@@ -24,6 +24,7 @@ from agentworld import records
 from agentworld.errors import ConfigError, RecordError
 from agentworld.export import atif
 from agentworld.export.openai import RowError, parse_chat, parse_preference
+from agentworld.plural import plural
 from agentworld.pool import Pool
 from agentworld.pool.importer import ImportReport as RecordsReport
 from agentworld.pool.importer import import_records, refusal_error
@@ -60,8 +61,9 @@ class ImportReport:
     def summary(self) -> str:
         """One line for people: what was added, what was already there, what was refused."""
         return (
-            f"imported {self.trajectories} trajectories ({self.steps} steps), "
-            f"{self.already_present} already present, {len(self.bad_rows)} bad rows refused"
+            f"imported {plural(self.trajectories, 'trajectory')} ({plural(self.steps, 'step')}), "
+            f"{self.already_present} already present, {plural(len(self.bad_rows), 'bad row')} "
+            "refused"
         )
 
     def to_dict(self) -> dict[str, Any]:

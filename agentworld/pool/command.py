@@ -30,6 +30,7 @@ from agentworld.cli_options import (
     resolve_author,
     status_filter,
 )
+from agentworld.plural import plural
 
 pool_app = typer.Typer(help="Inspect, verify, label and maintain a pool.", no_args_is_help=True)
 
@@ -45,7 +46,7 @@ def _open(path: Path) -> Any:
 
     pool = open_pool(path, log_cuts=False)  # each recovery is said here, once
     for r in pool.recovered:
-        msg = f"recovered journal {r.journal}: {r.records} records"
+        msg = f"recovered journal {r.journal}: {plural(r.records, 'record')}"
         if r.kept:
             msg += f"; damaged after them ({r.problem}): kept whole as {r.kept}"
         elif r.torn_bytes:
@@ -141,10 +142,10 @@ def stats(
     )
     head.add_row(
         "disk",
-        f"{s['shards']} shards {disk / 1e6:.1f} MB, {s['journals']} journals "
+        f"{plural(s['shards'], 'shard')} {disk / 1e6:.1f} MB, {plural(s['journals'], 'journal')} "
         f"{s['journal_bytes'] / 1e6:.1f} MB",
     )
-    head.add_row("labelled", f"{s['labelled_trajectories']:,} trajectories")
+    head.add_row("labelled", plural(s["labelled_trajectories"], "trajectory"))
     note = corrupt_note(s["corrupt_shards"], names=False)  # a table cell: --json names them
     if note:
         head.add_row("corrupt", Text(note))
@@ -500,8 +501,8 @@ def reindex(pool_path: Path = POOL_OPTION) -> None:
     idx = pool.index(refresh=False)
     report = idx.rebuild(log_corrupt=False)  # said below, once
     typer.echo(
-        f"indexed {report.records:,} records from {report.shards} shards and "
-        f"{report.journals} journals in {report.seconds:.1f}s",
+        f"indexed {plural(report.records, 'record')} from {plural(report.shards, 'shard')} and "
+        f"{plural(report.journals, 'journal')} in {report.seconds:.1f}s",
         err=True,
     )
     note = corrupt_note(idx.corrupt_shards())
@@ -517,7 +518,7 @@ def seal(pool_path: Path = POOL_OPTION) -> None:
 
     pool = open_pool(pool_path, recover=False)
     for r in seal_idle(pool, log_cuts=False):  # each is said here, once
-        msg = f"sealed {r.journal}: {r.records} records -> {r.shard or 'nothing to keep'}"
+        msg = f"sealed {r.journal}: {plural(r.records, 'record')} -> {r.shard or 'nothing to keep'}"
         if r.kept:
             msg += f"; damaged after them ({r.problem}): kept whole as {r.kept}"
         elif r.torn_bytes:

@@ -22,6 +22,7 @@ import zstandard
 
 from agentworld import records
 from agentworld.errors import PoolError, RecordError
+from agentworld.plural import plural
 
 _BATCH = 1000
 MAX_REFUSED_KEPT = 1000  # refused rows listed in full; beyond this only counted
@@ -93,10 +94,10 @@ class ImportReport:
             f", {self.duplicates_in_file} repeated in the file" if self.duplicates_in_file else ""
         )
         return (
-            f"imported {self.written} records of {self.trajectories} trajectories "
-            f"({self.steps} steps, {self.ends} end records), "
-            f"{self.skipped_existing} already present{repeated}, "
-            f"{self.refused_count} bad rows refused"
+            f"imported {plural(self.written, 'record')} of "
+            f"{plural(self.trajectories, 'trajectory')} ({plural(self.steps, 'step')}, "
+            f"{plural(self.ends, 'end record')}), {self.skipped_existing} already present"
+            f"{repeated}, {plural(self.refused_count, 'bad row')} refused"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from agentworld.cli_options import POOL_OPTION
+from agentworld.plural import plural
 
 
 def _url(value: str, flag: str) -> str:
@@ -43,7 +44,7 @@ def push(
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     typer.echo(
-        f"pushed to {report.url}: {report.shards_copied} shards ({report.bytes_copied:,} bytes), "
+        f"pushed to {report.url}: {plural(report.shards_copied, 'shard')} ({report.bytes_copied:,} bytes), "
         f"{report.shards_present} already there, {report.label_objects} label objects "
         f"in {report.seconds:.1f}s",
         err=True,
@@ -67,7 +68,7 @@ def pull(
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     typer.echo(
-        f"pulled from {report.url}: {report.shards_copied} shards ({report.bytes_copied:,} bytes), "
+        f"pulled from {report.url}: {plural(report.shards_copied, 'shard')} ({report.bytes_copied:,} bytes), "
         f"{report.shards_present} already here, {report.label_objects} label objects "
         f"in {report.seconds:.1f}s",
         err=True,

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from agentworld.cli_options import POOL_OPTION
+from agentworld.plural import plural
 
 
 def merge(
@@ -31,7 +32,7 @@ def merge(
     if as_json:
         sys.stdout.write(json.dumps(asdict(report), indent=2) + "\n")
     typer.echo(
-        f"merged {other}: {report.shards_copied} shards copied ({report.bytes_copied:,} bytes), "
+        f"merged {other}: {plural(report.shards_copied, 'shard')} copied ({report.bytes_copied:,} bytes), "
         f"{report.shards_present} already here, {report.label_lines_added} label lines added",
         err=True,
     )
@@ -135,7 +136,7 @@ def manifest(
         return
     corrupt: list[str] = []
     n = write_manifest(layout, ignore_objects=ignore_objects, corrupt=corrupt)
-    typer.echo(f"MANIFEST lists {n} shards", err=True)
+    typer.echo(f"MANIFEST lists {plural(n, 'shard')}", err=True)
     for problem in corrupt:  # listed (the name is right), but no clone can fetch it from here
         typer.echo(
             f"warning: {problem}: listed, but corrupt here (`aw pool fsck`; "
@@ -158,7 +159,7 @@ def fetch(
     layout = Layout(pool_path)
     check_version(layout)
     copied, report = fetch_shards(layout, source)
-    typer.echo(f"fetched {copied} shards; {report.listed} listed", err=True)
+    typer.echo(f"fetched {plural(copied, 'shard')}; {report.listed} listed", err=True)
     if not report.ok:
         first = (report.missing + report.corrupt)[0]
         raise CorruptDataError(

@@ -18,6 +18,7 @@ from rich.text import Text
 from agentworld.curves import PNG
 from agentworld.errors import ConfigError, PoolError
 from agentworld.model_folder import hf_progress_bars, require_model_folder
+from agentworld.plural import plural
 from agentworld.pool.opener import open_pool
 from agentworld.pool.reader import source_paths
 from agentworld.train.advantages import advantage_stats
@@ -244,8 +245,9 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             )
         if main:
             console.print(
-                f"plan: {len(plan.advantages)} trajectories in {plan.groups or '-'} groups "
-                f"from {len(sources)} shards ({plan.matched} matched; dropped "
+                f"plan: {plural(len(plan.advantages), 'trajectory')} in "
+                f"{plural(plan.groups or None, 'group')} from {plural(len(sources), 'shard')} "
+                f"({plan.matched} matched; dropped "
                 f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward, "
                 f"{plan.infra_failures} infrastructure failures)"
             )

@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 
 from agentworld.literal import literal, one_line
+from agentworld.plural import plural
 from agentworld.tui.data import MonitorSnapshot
 from agentworld.tui.delivery import deliver
 from agentworld.tui.messages import PoolRefreshed
@@ -68,11 +69,6 @@ def _n(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) else "-" if x is None else f"{x:.3g}"
 
 
-def plural(n: Any, one: str, many: str) -> str:
-    """``1 trajectory``, ``2 trajectories``, ``- trajectories`` (unknown)."""
-    return f"{_n(n)} {one if n == 1 else many}"
-
-
 def summary_text(s: MonitorSnapshot, indexing: tuple[int, int] | None = None) -> Text:
     """The counts at the top; while the index is first built, a line saying so (its
     counts grow as it goes: they are not the pool's yet)."""
@@ -114,7 +110,7 @@ def summary_text(s: MonitorSnapshot, indexing: tuple[int, int] | None = None) ->
             f" · engine ids on {100 * (st.get('engine_token_steps') or 0) / st['steps']:.0f}% of steps"
         )
     out.append("\nlabelled ", style="bold")
-    out.append(plural(st.get("labelled_trajectories"), "trajectory", "trajectories"))
+    out.append(plural(st.get("labelled_trajectories"), "trajectory"))
     versions = st.get("policy_versions") or {}
     # Steps, not trajectories (one trajectory can span versions): the unit says so.
     out.append("   steps per policy version ", style="bold")

@@ -63,8 +63,8 @@ def test_import_records_is_all_or_nothing_and_says_what_it_did(pool: Pool, tmp_p
     assert res.exit_code == 0, res.output
     assert f"refused {path}:5: not JSON" in res.output
     assert (
-        "imported 4 records of 1 trajectories (3 steps, 1 end records), "
-        "0 already present, 1 bad rows refused"
+        "imported 4 records of 1 trajectory (3 steps, 1 end record), "
+        "0 already present, 1 bad row refused"
     ) in res.output
     res = runner.invoke(app, [*args, "--skip-bad", "--json"])
     assert json.loads(res.stdout)["skipped_existing"] == 4
@@ -331,7 +331,7 @@ def test_merge_with_a_bad_shard_there_merges_the_rest_names_it_and_exits_6(
     fill(other, [{"tid": "tr_good", "answer": "6", "reward": 1.0}])
     res = runner.invoke(app, ["pool", "merge", str(other.root), "--pool", str(pool.root)])
     assert res.exit_code == 6, res.output
-    assert f"not merged: {bad}" in res.stderr and "1 shards copied" in res.stderr
+    assert f"not merged: {bad}" in res.stderr and "1 shard copied" in res.stderr
     assert [t.id for t in pool.iter_trajectories()] == ["tr_good"]
 
 

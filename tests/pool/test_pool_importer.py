@@ -83,7 +83,7 @@ def test_a_bad_row_refuses_the_whole_file_unless_skip_bad(pool: Pool, tmp_path) 
     report = import_records(pool, path, skip_bad=True)
     assert (report.written, report.steps, report.ends, report.trajectories) == (2, 2, 0, 1)
     assert report.summary() == (
-        "imported 2 records of 1 trajectories (2 steps, 0 end records), "
+        "imported 2 records of 1 trajectory (2 steps, 0 end records), "
         "0 already present, 2 bad rows refused"
     )
 

@@ -177,7 +177,7 @@ def test_push_pull_cli_and_credentials_stay_out(pool: Pool, tmp_path: Path, s3_u
     fill_pool(pool, trajectories=2)
     pushed = aw("pool", "push", s3_url, "--pool", str(pool.root))
     assert pushed.returncode == 0, pushed.stderr
-    assert "1 shards" in pushed.stderr
+    assert "1 shard" in pushed.stderr
     pulled = aw("pool", "pull", s3_url, "--pool", str(tmp_path / "copy"))
     assert pulled.returncode == 0, pulled.stderr
     assert Pool.open(tmp_path / "copy").index().stats()["trajectories"] == 2
