@@ -195,6 +195,10 @@ class ProxyConfig:
     )
     log_requests: bool = False
     loop_check_interval_s: float = 0.5  # how often the event loop's lateness is measured
+    # Started inside another program (`aw run`, `aw demo`) on that program's event loop: its
+    # lateness counts that program's work too (the agents, an engine), so the log says so,
+    # once a process, rather than send its operator to add proxies.
+    in_process: bool = False
     policy_version: int = 0
     restore: bool = True  # rebuild open trajectories from the pool index on start
     # Proxies sharing one pool each take a name: steps carry it (metadata.proxy), and a

@@ -95,6 +95,9 @@ LOOP_LAG_WARN_EVERY_S = 60.0
 # is mostly its own work (CPU-bound) rather than a wait (for the GIL, a core, a blocking
 # call): a CPU-bound loop measures ~100%, one held up ~0%.
 CPU_BOUND_BUSY = 0.5
+# An in-process proxy's lateness has been said in this process (each `aw run` session of an
+# `aw demo` starts a proxy of its own: said once, not once a session).
+_said_in_process = False
 
 
 async def _watch_loop(st: State) -> None:
@@ -121,7 +124,9 @@ async def _watch_loop(st: State) -> None:
         if lag > LOOP_LAG_WARN_S and now - warned >= LOOP_LAG_WARN_EVERY_S:
             warned = now
             busy = (time.thread_time() - cpu0) / max(now - t0, 1e-9)
-            if busy >= CPU_BOUND_BUSY:
+            if st.config.in_process:
+                _say_in_process(lag, busy)
+            elif busy >= CPU_BOUND_BUSY:
                 log.warning(
                     "the event loop ran %.2f s late, its thread busy %.0f%% of the time: this"
                     " proxy is CPU-bound (it uses one core); spread the agents over more proxies",
@@ -136,6 +141,22 @@ async def _watch_loop(st: State) -> None:
                     lag,
                     100 * busy,
                 )
+
+
+def _say_in_process(lag: float, busy: float) -> None:
+    """The lateness of a proxy on another program's loop, once a process: the agents and
+    engine that program runs there are late with it, and a proxy of its own is the remedy."""
+    global _said_in_process
+    if _said_in_process:
+        return
+    _said_in_process = True
+    log.warning(
+        "the event loop ran %.2f s late (its thread busy %.0f%% of the time): the proxy `aw run`"
+        " started in-process shares that loop, and one core, with the agents it runs; for more"
+        " throughput start `aw proxy` on its own and pass --proxy URL (said once)",
+        lag,
+        100 * busy,
+    )
 
 
 async def lifespan(app: web.Application) -> AsyncIterator[None]:

@@ -44,6 +44,7 @@ async def local_proxy(
         agents=agents,
         api_keys=resolve_keys(agents, None, environ, str(agent.where.path)),
         auth_token=token,
+        in_process=True,  # on `aw run`'s loop, beside its agents
     )
     async with ProxyServer(config, pool_path, host="127.0.0.1", port=0) as server:
         yield server.url

@@ -630,6 +630,28 @@ async def test_a_loop_held_up_without_using_a_core_is_not_called_cpu_bound(make_
     assert "held up, not CPU-bound" in warnings[0] and "more proxies" not in warnings[0]
 
 
+async def test_an_in_process_proxy_says_its_lateness_once_with_its_own_remedy(
+    make_proxy, caplog, monkeypatch
+):
+    """`aw demo` logged "this proxy is CPU-bound; spread the agents over more proxies" eight
+    times: each `aw run` session started an in-process proxy on the loop its agents and the
+    engine ran on. Such a proxy says it once a process, naming `aw proxy --proxy` instead."""
+    from agentworld.proxy import lifespan
+
+    monkeypatch.setattr(lifespan, "_said_in_process", False)
+    caplog.set_level("WARNING", logger="agentworld.proxy")
+    for _ in range(2):  # two sessions, a proxy each
+        proxy = await make_proxy(loop_check_interval_s=0.02, in_process=True)
+        await asyncio.sleep(0.1)
+        spin(0.6)
+        await asyncio.sleep(0.1)
+        await still_serves(proxy)
+    warnings = [r.getMessage() for r in caplog.records if "event loop ran" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "shares that loop, and one core, with the agents it runs" in warnings[0]
+    assert "pass --proxy URL" in warnings[0] and "more proxies" not in warnings[0]
+
+
 async def test_one_log_line_per_request_only_when_asked(make_proxy, caplog):
     caplog.set_level("INFO", logger="agentworld.proxy.access")
     quiet = await make_proxy()
