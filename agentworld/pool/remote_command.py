@@ -44,7 +44,8 @@ def push(
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     typer.echo(
-        f"pushed to {report.url}: {plural(report.shards_copied, 'shard')} ({report.bytes_copied:,} bytes), "
+        f"pushed to {report.url}: {plural(report.shards_copied, 'shard')} "
+        f"({report.bytes_copied:,} bytes), "
         f"{report.shards_present} already there, {report.label_objects} label objects "
         f"in {report.seconds:.1f}s",
         err=True,
@@ -68,7 +69,8 @@ def pull(
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     typer.echo(
-        f"pulled from {report.url}: {plural(report.shards_copied, 'shard')} ({report.bytes_copied:,} bytes), "
+        f"pulled from {report.url}: {plural(report.shards_copied, 'shard')} "
+        f"({report.bytes_copied:,} bytes), "
         f"{report.shards_present} already here, {report.label_objects} label objects "
         f"in {report.seconds:.1f}s",
         err=True,

@@ -32,7 +32,8 @@ def merge(
     if as_json:
         sys.stdout.write(json.dumps(asdict(report), indent=2) + "\n")
     typer.echo(
-        f"merged {other}: {plural(report.shards_copied, 'shard')} copied ({report.bytes_copied:,} bytes), "
+        f"merged {other}: {plural(report.shards_copied, 'shard')} copied "
+        f"({report.bytes_copied:,} bytes), "
         f"{report.shards_present} already here, {report.label_lines_added} label lines added",
         err=True,
     )
