@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from agentworld.errors import PoolError
+from agentworld.plural import plural
 from agentworld.pool import Pool, Selection
 from agentworld.pool.labels import LabelEntry
 from agentworld.pool.reader import Trajectory, iter_trajectories, source_paths
@@ -386,16 +387,16 @@ def check_plan(
             message += f"; {_read_in_words(plan)}"
             if unread_journals:
                 message += (
-                    f"; {unread_journals} live journal{'s' if unread_journals != 1 else ''} "
-                    "not read (a running `aw proxy` writes there): `aw pool seal` once it "
-                    "stopped, or --set include_journals=true"
+                    f"; {plural(unread_journals, 'live journal')} not read (a running "
+                    "`aw proxy` writes there): `aw pool seal` once it stopped, or "
+                    "--set include_journals=true"
                 )
         raise PoolError(message)
 
 
 def _read_in_words(plan: Plan, most: int = 6) -> str:
     """The ended trajectories read, by agent and dataset: "read 40 of agent math, dataset
-    arith; 12 of agent coder (no dataset)"."""
+    arith; 12 of agent coder, no dataset"."""
     if not plan.read:
         return "the shards read hold no ended trajectory"
     parts = [
