@@ -29,6 +29,8 @@ objects/** binary
 # Labels and supersession lists are append-only text: a union merge never conflicts.
 labels/** merge=union
 superseded.txt merge=union
+# `aw tui`'s saved filters, one `name = "line"` each: two clones' new names merge too.
+filters.toml merge=union
 """
 
 

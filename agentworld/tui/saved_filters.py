@@ -19,6 +19,7 @@ from agentworld.tui.filters import parse_filter
 
 FILTERS_FILE = "filters.toml"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a bare TOML key: no quoting to get wrong
+_SAVED_LINE = re.compile(r"^\s*([A-Za-z0-9_-]{1,64})\s*=")  # one saved filter, as written
 _HEADER = (
     "# Saved filters of `aw tui` (the trajectory list's filter line, by name).\n"
     "# Recall one with `f` in the list, `Filter: NAME` in ctrl+p, or `aw tui --filter NAME`.\n"
@@ -38,7 +39,11 @@ class SavedFilters:
         naming the file (and the filter)."""
         if not self.path.exists():
             return {}
-        data = read_toml(self.path)
+        try:
+            data = read_toml(self.path)
+        except ConfigError:
+            self._refuse_a_name_saved_twice()
+            raise
         extra = sorted(set(data) - {"filters"})
         if extra:
             raise ConfigError(
@@ -60,6 +65,28 @@ class SavedFilters:
                 raise ConfigError(f"{self.path}: filters.{name}: {exc}") from None
             out[name] = text
         return out
+
+    def _refuse_a_name_saved_twice(self) -> None:
+        """A ConfigError naming the filter saved twice, if that is why the file does not
+        parse: git's union merge (``aw init``'s .gitattributes) keeps both lines when two
+        clones saved one name differently, which TOML refuses as a redefined key."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return
+        first: dict[str, int] = {}
+        for n, line in enumerate(lines, 1):
+            m = _SAVED_LINE.match(line)
+            if m is None:
+                continue
+            name = m.group(1)
+            if name in first:
+                raise ConfigError(
+                    f"{self.path}:{n}: filter {name!r} is saved twice (also line "
+                    f"{first[name]}; two clones saved it differently and git kept both): "
+                    "delete the line you do not want"
+                )
+            first[name] = n
 
     def get(self, name: str) -> str:
         """The filter line saved as ``name``; a ConfigError listing the names if none is."""

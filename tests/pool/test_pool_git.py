@@ -1,0 +1,74 @@
+"""A pool versioned with git on two hosts: what `aw init` sets up must merge without conflicts."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agentworld.errors import ConfigError
+from agentworld.pool import Pool
+from agentworld.tui.saved_filters import SavedFilters
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    if check:
+        assert res.returncode == 0, f"git {args}: {res.stdout}{res.stderr}"
+    return res.stdout + res.stderr
+
+
+def two_hosts(tmp_path: Path) -> tuple[Path, Path]:
+    """Host A's repo holding an `aw init` pool, committed, and host B's clone of it."""
+    a = tmp_path / "a"
+    a.mkdir()
+    git(a, "init", "-q", "-b", "main")
+    Pool.create(a / "pool").close()
+    git(a, "add", "-A")
+    git(a, "-c", "user.name=A", "-c", "user.email=a@x", "commit", "-qm", "pool")
+    b = tmp_path / "b"
+    git(tmp_path, "clone", "-q", str(a), str(b))
+    return a, b
+
+
+def commit(repo: Path, message: str) -> None:
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=H", "-c", "user.email=h@x", "commit", "-qm", message)
+
+
+def pull(repo: Path, other: Path) -> str:
+    return git(
+        repo, "-c", "user.name=H", "-c", "user.email=h@x",
+        "pull", "--no-rebase", "--no-edit", str(other), "main", check=False,
+    )  # fmt: skip
+
+
+def test_saved_filters_of_two_hosts_merge_without_a_conflict(tmp_path: Path) -> None:
+    """Each host saved a filter of its own in `aw tui`: git's pull stopped on an add/add
+    conflict in filters.toml, though the README says they travel with the pool."""
+    a, b = two_hosts(tmp_path)
+    SavedFilters(a / "pool").save("good", "label:good")
+    commit(a, "A saves a filter")
+    SavedFilters(b / "pool").save("failed", "status:failed")
+    commit(b, "B saves a filter")
+    out = pull(a, b)
+    assert "CONFLICT" not in out
+    assert git(a, "status", "--porcelain") == ""
+    assert SavedFilters(a / "pool").load() == {"failed": "status:failed", "good": "label:good"}
+
+
+def test_a_filter_both_hosts_saved_differently_is_named(tmp_path: Path) -> None:
+    """The union merge keeps both lines of one name; the file then does not parse, and
+    the error says which filter and which lines, not only TOML's 'cannot overwrite'."""
+    a, b = two_hosts(tmp_path)
+    SavedFilters(a / "pool").save("mine", "label:good")
+    commit(a, "A")
+    SavedFilters(b / "pool").save("mine", "status:failed")
+    commit(b, "B")
+    pull(a, b)
+    with pytest.raises(ConfigError, match=r"filters\.toml:\d+: filter 'mine' is saved twice"):
+        SavedFilters(a / "pool").load()
