@@ -8,6 +8,7 @@ shards when an index exists.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -78,6 +79,7 @@ class FsckReport:
 class _Where:
     path: str
     line: int  # 1-based line in the file as a person would count it
+    digest: int = 0  # hash of the record's bytes: tells a copy from a different record
 
 
 @dataclass
@@ -97,6 +99,9 @@ class _Checker:
         # (source rel path) -> record ids by 0-based record number, for the index check.
         self.source_ids: dict[str, list[str | None]] = {}
         self.second_ends: set[str] = set()
+        # (shard holding the first copy, shard holding the second) -> records copied
+        # byte for byte: what two compactions of overlapping shards leave (section 3.4)
+        self.overlaps: dict[tuple[str, str], int] = {}
         self.damaged: set[str] = set()  # shards whose hash is wrong (reported once each)
 
     def rel(self, path: Path) -> str:
@@ -127,12 +132,17 @@ class _Checker:
         if not live:
             return
         first = self.ids.get(rid)
+        digest = hash(raw)
         if first is not None:
+            if first.digest == digest and _is_shard(first.path) and _is_shard(rel):
+                pair = (first.path, rel)
+                self.overlaps[pair] = self.overlaps.get(pair, 0) + 1
+                return
             self.report.add(
                 rel, line, f"duplicate record id {rid} (first at {first.path}:{first.line})"
             )
             return
-        here = _Where(rel, line)
+        here = _Where(rel, line, digest)
         self.ids[rid] = here
         facts = self.trajectories.setdefault(rec["trajectory"], _TrajectoryFacts())
         if rec["kind"] == "end":
@@ -249,7 +259,26 @@ class _Checker:
         for i, raw in enumerate(lines):
             self.record(rel, first_record_line + i, raw, live=live, ordinal=ordinal)
 
+    def _size(self, rel: str) -> int:
+        try:
+            return (self.layout.root / rel).stat().st_size
+        except OSError:  # collected by a gc meanwhile
+            return 0
+
     def cross_checks(self) -> None:
+        for (first, second), n in sorted(self.overlaps.items()):
+            # `compact` takes only shards under --small-mb: name a size that takes both.
+            size_bytes = max(self._size(rel) for rel in (first, second))
+            small_mb = max(16, math.ceil(size_bytes / 2**20) + 1)
+            self.report.warn(
+                second,
+                None,
+                f"{n} records are also in {first}, byte for byte (what two compactions of "
+                "overlapping shards leave: two clones that each compacted, merged by git, or "
+                "a compaction cut short): readers keep one copy; "
+                f"`aw pool compact --small-mb {small_mb}` folds them into one shard and "
+                "`aw pool gc` frees the space",
+            )
         for tid, facts in self.trajectories.items():
             if facts.end is not None and len(facts.steps) > facts.end_steps:
                 self.report.add(
@@ -258,6 +287,10 @@ class _Checker:
                     f"trajectory {tid} has {len(facts.steps)} steps but its end record says "
                     f"{facts.end_steps}: readers drop the steps past the end",
                 )
+
+
+def _is_shard(rel: str) -> bool:
+    return rel.startswith("objects/")
 
 
 def _check_superseded(layout: Layout, report: FsckReport) -> None:

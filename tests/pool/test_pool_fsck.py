@@ -87,7 +87,11 @@ def test_duplicates_and_steps_after_end(pool: Pool) -> None:
     s0, s1 = small_step("tr_a", 0), small_step("tr_a", 1)
     end = records.make_end(trajectory="tr_a", agent="a", status="done", steps=1)
     first = write_shard(pool.layout, [records.encode(s0), records.encode(end), records.encode(s1)])
-    second = write_shard(pool.layout, [records.encode(s0), records.encode(small_step("tr_b", 0))])
+    # Not a copy: the same id on a record that differs is a problem (a copy is a warning).
+    other = {**s0, "policy_version": s0["policy_version"] + 1}
+    second = write_shard(
+        pool.layout, [records.encode(other), records.encode(small_step("tr_b", 0))]
+    )
     report = fsck(pool)
     texts = [(p.path, p.line, p.problem) for p in report.problems]
     assert any(
@@ -102,6 +106,22 @@ def test_duplicates_and_steps_after_end(pool: Pool) -> None:
     (traj,) = [t for t in pool.iter_trajectories() if t.id == "tr_a"]
     assert len(traj.steps) == 1
     assert second.exists()
+
+
+def test_records_copied_into_two_live_shards_are_one_warning_not_damage(pool: Pool) -> None:
+    """Two clones that each compacted overlapping shards leave, once merged, two live
+    shards holding the same records byte for byte: fsck failed with a line per record
+    and no word on why or what to do, though readers keep one copy and lose nothing."""
+    recs = [records.encode(small_step("tr_a", i)) for i in range(3)]
+    first = write_shard(pool.layout, recs)
+    second = write_shard(pool.layout, [*recs, records.encode(small_step("tr_b", 0))])
+    report = fsck(pool)
+    assert report.ok, report.problems
+    (warning,) = report.warnings
+    a, b = sorted([_rel(pool, first), _rel(pool, second)])
+    assert warning.path == b and warning.line is None
+    assert warning.problem.startswith(f"3 records are also in {a}, byte for byte")
+    assert "`aw pool compact --small-mb 16`" in warning.problem
 
 
 def test_bad_label_lines_named(pool: Pool) -> None:
