@@ -93,6 +93,32 @@ def write_manifest(
     return len(listed)
 
 
+def objects_ignored(layout: Layout) -> bool:
+    """Whether the pool's .gitignore keeps objects/ out of git (the manifest route)."""
+    path = layout.root / ".gitignore"
+    return path.exists() and GITIGNORE_LINES[0] in path.read_text().splitlines()
+
+
+def objects_tracked_by_git(layout: Layout) -> int:
+    """How many shard files git still tracks under objects/ (0 outside a git work tree).
+
+    A .gitignore line only keeps untracked files out: shards committed before the pool
+    took the manifest route stay versioned, and every clone still checks them out."""
+    if shutil.which("git") is None:
+        return 0
+    try:
+        res = subprocess.run(
+            ["git", "-C", str(layout.root), "ls-files", "-z", "--", "objects"],
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if res.returncode != 0:  # not a git work tree
+        return 0
+    return sum(1 for name in res.stdout.split(b"\0") if name.endswith(SHARD_SUFFIX.encode()))
+
+
 def _ensure_lines(path: Path, lines: tuple[str, ...]) -> None:
     have = path.read_text().splitlines() if path.exists() else []
     missing = [line for line in lines if line not in have]

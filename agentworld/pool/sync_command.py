@@ -117,7 +117,12 @@ def manifest(
     """Write MANIFEST (shard hashes and sizes) for committing a pool without its shards."""
     from agentworld.errors import CorruptDataError
     from agentworld.pool.layout import Layout, check_version
-    from agentworld.pool.manifest import check_manifest, write_manifest
+    from agentworld.pool.manifest import (
+        check_manifest,
+        objects_ignored,
+        objects_tracked_by_git,
+        write_manifest,
+    )
 
     layout = Layout(pool_path)
     check_version(layout)
@@ -142,6 +147,14 @@ def manifest(
         typer.echo(
             f"warning: {problem}: listed, but corrupt here (`aw pool fsck`; "
             "a good copy comes with `aw pool fetch --from`)",
+            err=True,
+        )
+    tracked = objects_tracked_by_git(layout) if objects_ignored(layout) else 0
+    if tracked:
+        typer.echo(
+            f"warning: git still tracks {tracked} shards under {layout.objects}: .gitignore "
+            f"keeps out only new ones; `git -C {layout.root} rm -r -q --cached objects` "
+            "stops versioning them (and commit; history keeps them)",
             err=True,
         )
 

@@ -14,6 +14,7 @@ from agentworld.pool.fsck import fsck
 from agentworld.pool.maintenance import compact, gc
 from agentworld.tui.saved_filters import SavedFilters
 from tests.export.trajectories import fill
+from tests.pool.conftest import run_pool_command
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -108,3 +109,22 @@ def test_two_hosts_that_each_compacted_merge_to_a_pool_fsck_passes(tmp_path: Pat
     after = fsck(merged)
     assert after.ok and after.warnings == []
     assert sorted(r["id"] for r in merged.iter_records()) == every
+
+
+def test_manifest_route_names_the_shards_git_still_tracks(tmp_path: Path) -> None:
+    """`aw pool manifest --ignore-objects` on a pool whose shards were committed before:
+    the .gitignore line left them versioned (every clone still checked them out) and the
+    command said only 'MANIFEST lists N shards'."""
+    a, _ = two_hosts(tmp_path)
+    pool = Pool.open(a / "pool")
+    fill(pool, [{"tid": "tr_1", "answer": "6", "reward": 1.0}])
+    commit(a, "collect, shards in git")
+    res = run_pool_command(pool, "manifest", "--ignore-objects")
+    assert res.exit_code == 0, res.output
+    assert "warning: git still tracks 1 shards under" in res.stderr
+    assert "rm -r -q --cached objects" in res.stderr
+    git(a / "pool", "rm", "-r", "-q", "--cached", "objects")
+    commit(a, "manifest route")
+    assert "objects/" not in git(a, "ls-files")
+    again = run_pool_command(pool, "manifest")
+    assert again.exit_code == 0 and "warning" not in again.stderr
