@@ -107,6 +107,9 @@ def stats(
     disk = pool.shard_bytes()
     s["shard_bytes"] = disk
     s["journal_bytes"] = sum(p.stat().st_size for p in pool.layout.journal_paths())
+    from agentworld.pool.manifest import unfetched
+
+    s["manifest_missing"] = unfetched(pool.layout)
     if as_json:
         _emit_json(s)
         return
@@ -146,6 +149,12 @@ def stats(
         f"{s['journal_bytes'] / 1e6:.1f} MB",
     )
     head.add_row("labelled", plural(s["labelled_trajectories"], "trajectory"))
+    if s["manifest_missing"]:
+        head.add_row(
+            "not fetched",
+            f"{plural(s['manifest_missing'], 'shard')} MANIFEST lists not here and not "
+            "counted: `aw pool fetch --from POOL` brings them",
+        )
     note = corrupt_note(s["corrupt_shards"], names=False)  # a table cell: --json names them
     if note:
         head.add_row("corrupt", Text(note))

@@ -303,6 +303,29 @@ def _check_superseded(layout: Layout, report: FsckReport) -> None:
             report.add("superseded.txt", n, "expected '<old shard> <new shard>'")
 
 
+def _check_manifest(layout: Layout, report: FsckReport) -> None:
+    """A clone on the manifest route before `aw pool fetch` holds none of the listed
+    shards, and everything above passes on the little it has: say what it lacks."""
+    from agentworld.pool.manifest import check_manifest, manifest_file
+
+    if not manifest_file(layout).exists():
+        return
+    try:
+        missing = check_manifest(layout, verify=False).missing
+    except CorruptDataError as exc:  # path "<pool>/MANIFEST:<line>"
+        line = exc.path.rsplit(":", 1)[-1]
+        report.warn("MANIFEST", int(line) if line.isdigit() else None, exc.problem)
+        return
+    if missing:
+        report.warn(
+            "MANIFEST",
+            None,
+            f"{len(missing)} listed shards are not here (first {missing[0]}), so not checked "
+            "and not read: `aw pool fetch --from POOL` brings them, "
+            "`aw pool manifest --check` verifies",
+        )
+
+
 def _check_index(layout: Layout, checker: _Checker, report: FsckReport) -> None:
     """Compare the index (a cache) with the shards it claims to have read."""
     path = layout.cache / "index.sqlite"
@@ -422,6 +445,7 @@ def fsck(pool: Any, progress: Progress | None = None) -> FsckReport:
                 "damage are in it but not in the pool; recover them or delete the file",
             )
     _check_superseded(layout, report)
+    _check_manifest(layout, report)
     checker.cross_checks()
     _check_index(layout, checker, report)
     return report

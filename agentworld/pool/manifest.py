@@ -173,6 +173,17 @@ def check_manifest(layout: Layout, *, verify: bool = True) -> ManifestCheck:
     return report
 
 
+def unfetched(layout: Layout) -> int:
+    """How many shards MANIFEST lists that are not here (0 without a readable MANIFEST):
+    a clone on the manifest route reads as an empty pool until it fetches them."""
+    if not manifest_file(layout).exists():
+        return 0
+    try:
+        return len(check_manifest(layout, verify=False).missing)
+    except (CorruptDataError, OSError):
+        return 0
+
+
 def fetch_shards(layout: Layout, source: str) -> tuple[int, ManifestCheck]:
     """Copy listed shards that are missing here from ``source``; returns (copied, check after).
 

@@ -128,3 +128,30 @@ def test_manifest_route_names_the_shards_git_still_tracks(tmp_path: Path) -> Non
     assert "objects/" not in git(a, "ls-files")
     again = run_pool_command(pool, "manifest")
     assert again.exit_code == 0 and "warning" not in again.stderr
+
+
+def test_a_manifest_clone_before_fetch_says_what_it_lacks(tmp_path: Path) -> None:
+    """A clone on the manifest route holds no shard until `aw pool fetch`: `aw pool stats`
+    showed 0 trajectories and `aw pool fsck` said ok, with no word of the listed shards."""
+    import orjson
+
+    from agentworld.pool.manifest import write_manifest
+
+    a = tmp_path / "a"
+    a.mkdir()
+    git(a, "init", "-q", "-b", "main")
+    pool = Pool.create(a / "pool")
+    fill(pool, [{"tid": "tr_1", "answer": "6", "reward": 1.0}])
+    write_manifest(pool.layout, ignore_objects=True)
+    commit(a, "manifest route")
+    git(tmp_path, "clone", "-q", str(a), str(tmp_path / "b"))
+    clone = Pool.open(tmp_path / "b" / "pool")
+    stats = run_pool_command(clone, "stats", "--json")
+    assert orjson.loads(stats.stdout)["manifest_missing"] == 1
+    assert "not fetched" in run_pool_command(clone, "stats").stdout
+    report = fsck(clone)
+    assert report.ok  # a clone that has not fetched yet is not damaged
+    (warning,) = report.warnings
+    assert warning.path == "MANIFEST"
+    assert warning.problem.startswith("1 listed shards are not here")
+    assert "aw pool fetch --from" in warning.problem
