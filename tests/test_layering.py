@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "curves": 1,
     "seeds": 1,
     "plural": 1,
+    "server_url": 1,
     "pool": 2,
     "proxy": 3,
     "serve": 3,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
-from agentworld.errors import ConfigError, UpstreamError
+from agentworld.errors import UpstreamError
+from agentworld.server_url import server_base
 
 
 class ProxyHTTPError(UpstreamError):
@@ -24,18 +24,8 @@ class ProxyHTTPError(UpstreamError):
 
 
 def proxy_base(url: str, where: str = "--proxy") -> str:
-    """A running proxy's address as ``aw run`` takes it: ``http(s)://HOST:PORT`` with any
-    path prefix, a trailing ``/`` or ``/v1`` (an agent's base URL, pasted) dropped."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"{where}: {url!r} is not an http(s) URL; give the proxy's address, "
-            "e.g. http://127.0.0.1:8000"
-        )
-    base = url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return base
+    """A running proxy's address as ``aw run`` takes it (an agent's base URL, pasted, too)."""
+    return server_base(url, where, "http://127.0.0.1:4000")
 
 
 @dataclass(frozen=True)

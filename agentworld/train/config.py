@@ -15,6 +15,7 @@ from typing import Any
 from agentworld.errors import ConfigError, did_you_mean
 from agentworld.pool.labels import QUALITIES
 from agentworld.pool.selection import TRAJECTORY_STATUSES
+from agentworld.server_url import server_base
 
 ALGOS = ("sft", "grpo", "ppo")
 NORMALISERS = ("grpo", "dr_grpo", "dapo")
@@ -167,6 +168,13 @@ class TrainConfig:
             raise ConfigError(
                 "train.group_size: --online needs the group size (--set group_size=N)"
             )
+        for key, example in (("serve_url", "http://127.0.0.1:8000"), ("proxy_url", None)):
+            url = getattr(self, key)
+            if (
+                url is not None
+            ):  # a client's base URL pasted (…/v1): its /aw/ routes are at the root
+                base = server_base(url, f"train.{key}", example or "http://127.0.0.1:4000")
+                object.__setattr__(self, key, base)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}

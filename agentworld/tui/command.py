@@ -44,6 +44,10 @@ def tui(
 
     if start not in ("monitor", "trajectories", "runs"):
         raise ConfigError(f"--start: expected monitor, trajectories or runs, got {start!r}")
+    if proxy is not None:
+        from agentworld.server_url import server_base
+
+        proxy = server_base(proxy, "--proxy")  # …/v1 as an agent's base URL says it, too
     resolved = resolve_author(author)
     if open_id is not None:
         open_id = trajectory_to_open(pool, open_id)

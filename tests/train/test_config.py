@@ -149,3 +149,12 @@ def test_a_resume_without_a_model_continues_the_runs_base_model(tmp_path: Path) 
     with pytest.raises(ConfigError, match="no checkpoint in"):
         load_config(None, {"resume": "latest", "output_dir": str(tmp_path / "none")},
                     default_model=embedded)  # fmt: skip
+
+
+def test_server_urls_take_a_client_base_url_and_refuse_one_without_scheme() -> None:
+    """--serve-url http://h:8000/v1 (an OpenAI client's base URL) posted its reload to
+    /v1/aw/reload, a 404 after the first update; a URL without a scheme failed there too."""
+    cfg = TrainConfig(model="m", serve_url="http://h:8000/v1", proxy_url="http://h:4000/v1/")
+    assert (cfg.serve_url, cfg.proxy_url) == ("http://h:8000", "http://h:4000")
+    with pytest.raises(ConfigError, match=r"^train\.serve_url: 'localhost:8000' is not an"):
+        TrainConfig(model="m", serve_url="localhost:8000")
