@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 # An ``[agents.NAME]`` table's keys: the upstream's, whose meaning this module owns, and
 # the rollout subsystem's (`aw run`), which the proxy ignores. One list of each, and one
 # reader of the file, so a file one command takes the other takes too.
 from agentworld.config import ROLLOUT_KEYS, UPSTREAM_KEYS, named_tables, read_toml
 from agentworld.errors import ConfigError, did_you_mean
+from agentworld.server_url import server_base
 
 Engine = Literal["vllm", "openai"]
 ENGINES: tuple[str, ...] = ("vllm", "openai")
@@ -29,14 +29,8 @@ DEFAULT_AGENT = "default"
 def _check_url(url: Any, where: str) -> str:
     if not isinstance(url, str):
         raise ConfigError(f"{where}: an upstream URL is a string, got {type(url).__name__}")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"{where}: {url!r} is not an http(s) URL")
-    url = url.rstrip("/")
-    # Accept both "http://h:p" and "http://h:p/v1": requests are sent to <base>/v1/...
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
+    # Both "http://h:p" and "http://h:p/v1" are taken: requests are sent to <base>/v1/...
+    return server_base(url, where, "http://127.0.0.1:8000/v1")
 
 
 def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
