@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import re
 import sys
 import time
 from typing import Any
@@ -24,30 +23,10 @@ from agentworld.proxy.bad_request import BadRequest
 from agentworld.proxy.error_responses import bad_request, error_response, refusal_for
 from agentworld.proxy.state import STATE
 from agentworld.proxy.stats import ProxyStats
+from agentworld.server_url import not_found_message
 
 log = logging.getLogger("agentworld.proxy")
 access_log = logging.getLogger("agentworld.proxy.access")
-
-# A served route asked for without its /v1 (after any /t/, /g/, /a/ segments): what an
-# OpenAI client sends when its base_url is the proxy's address without /v1.
-_WITHOUT_V1 = re.compile(
-    r"(?P<scope>(?:/[tga]/[^/]+)*)"
-    r"(?P<route>/(?:chat/completions|completions|messages(?:/count_tokens)?|responses|models)"
-    r"(?:/.*)?)"
-)
-
-
-def not_found_message(method: str, path: str) -> str:
-    """A 404's message: names the route meant when only its /v1 is missing."""
-    said = f"Not Found: {method} {path}"
-    m = _WITHOUT_V1.fullmatch(path)
-    if m is None:
-        return said
-    meant = f"{m['scope']}/v1{m['route']}"
-    return (
-        f"{said}; did you mean {meant}? (a client's base URL for the proxy ends in /v1, "
-        "as in http://HOST:PORT/v1; Anthropic clients take it without)"
-    )
 
 
 def auth_middleware(token: str, stats: ProxyStats) -> Any:

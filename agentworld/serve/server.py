@@ -26,6 +26,7 @@ from agentworld.serve.http_io import (
     read_body,
 )
 from agentworld.serve.unsupported import WARNED_KEY
+from agentworld.server_url import not_found_message
 
 
 def make_app(
@@ -66,8 +67,8 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        err = P.ApiError(e.reason, None, e.status)
-        return json_response(err.body(), e.status)
+        reason = not_found_message(request.method, request.path) if e.status == 404 else e.reason
+        return json_response(P.ApiError(reason, None, e.status).body(), e.status)
 
 
 async def health(request: web.Request) -> web.Response:

@@ -497,6 +497,18 @@ async def test_a_chat_prefill_continues_the_final_assistant_message(client: Any,
     assert (await resp.json())["error"]["param"] == "continue_final_message"
 
 
+async def test_a_route_without_its_v1_names_the_route_meant(client: Any) -> None:
+    """An OpenAI client given `aw serve`'s address without /v1 got a bare "Not Found"."""
+    resp = await client.post("/chat/completions", json={"messages": MESSAGES})
+    assert resp.status == 404
+    message = (await resp.json())["error"]["message"]
+    assert message.startswith(
+        "Not Found: POST /chat/completions; did you mean /v1/chat/completions?"
+    )
+    resp = await client.post("/nowhere", json={})
+    assert (await resp.json())["error"]["message"] == "Not Found: POST /nowhere"
+
+
 async def test_a_field_no_protocol_defines_is_named_with_the_one_meant(
     client: Any, capsys: pytest.CaptureFixture[str]
 ):
