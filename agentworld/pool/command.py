@@ -520,11 +520,25 @@ def reindex(pool_path: Path = POOL_OPTION) -> None:
 
 
 @pool_app.command()
-def seal(pool_path: Path = POOL_OPTION) -> None:
-    """Seal journals left by writers that are gone (also done whenever a pool is opened)."""
+def seal(
+    pool_path: Path = POOL_OPTION,
+    proxy: str | None = typer.Option(
+        None,
+        "--proxy",
+        help="A running `aw proxy` (its URL) to seal its journal into a shard now, without "
+        "stopping it (before `git add pool`).",
+    ),
+    proxy_token: str | None = typer.Option(
+        None, "--proxy-token", envvar="AW_PROXY_TOKEN", help="Bearer token the proxy requires."
+    ),
+) -> None:
+    """Seal journals left by writers that are gone (also done whenever a pool is opened);
+    with --proxy, also the journal a running proxy writes."""
     from agentworld.pool.maintenance import seal_idle
     from agentworld.pool.opener import open_pool
 
+    if proxy is not None:
+        typer.echo(_seal_live(proxy, proxy_token), err=True)
     pool = open_pool(pool_path, recover=False)
     for r in seal_idle(pool, log_cuts=False):  # each is said here, once
         msg = f"sealed {r.journal}: {plural(r.records, 'record')} -> {r.shard or 'nothing to keep'}"
@@ -534,6 +548,31 @@ def seal(pool_path: Path = POOL_OPTION) -> None:
             msg += f"; cut {r.torn_bytes} torn bytes ({r.problem})"
         typer.echo(msg, err=True)
     typer.echo(f"{len(pool.layout.journal_paths())} live writer journal(s) left", err=True)
+
+
+def _seal_live(url: str, token: str | None) -> str:
+    """POST /aw/seal to the proxy at ``url``: what it did, in a line."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from agentworld.errors import PoolError
+    from agentworld.server_url import server_base
+
+    base = server_base(url, "--proxy")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(base + "/aw/seal", data=b"{}", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=150) as resp:
+            answer = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        said = exc.read().decode("utf-8", "replace")[:300]
+        raise PoolError(f"--proxy {base}: POST /aw/seal answered {exc.code}: {said}") from None
+    except (OSError, ValueError) as exc:
+        raise PoolError(f"--proxy {base}: cannot ask it to seal: {exc}") from None
+    if not answer.get("sealed"):
+        return f"aw proxy at {base}: nothing to seal (no record since its last shard)"
+    return f"aw proxy at {base}: sealed its journal into a shard; it goes on in a new one"
 
 
 @pool_app.command()

@@ -156,6 +156,19 @@ class _Journal:
                 self.offset += total
 
 
+class _Sealer(threading.Thread):
+    """Seals one journal off the committer's path; ``error``: what sealing raised."""
+
+    def __init__(self, seal: Callable[[_Journal], OSError | None], journal: _Journal) -> None:
+        super().__init__(name="aw-pool-seal", daemon=True)
+        self._sealing = seal
+        self._journal = journal
+        self.error: OSError | None = None
+
+    def run(self) -> None:
+        self.error = self._sealing(self._journal)
+
+
 class _Compressor:
     """A thread that compresses committed batches into their journal's shard builder.
 
@@ -253,7 +266,13 @@ class PoolWriter:
         # no appender is told about: batched appends that had returned already.
         self.on_lost: Callable[[list[bytes]], None] | None = None
         self.stats = {"appended": 0, "committed": 0, "commits": 0, "lost": 0, "sealed_shards": 0}
-        self._sealers: list[threading.Thread] = []
+        self._sealers: list[_Sealer] = []
+        # ``seal_now`` asks (a count of asks) and the committer answers each with the
+        # sealer thread it started (None: the journal held no record): asked, answered.
+        self._seal_asked = 0
+        self._seal_answered = 0
+        self._seal_thread: _Sealer | None = None
+        self._seal_error: BaseException | None = None  # records to seal, and no shard made
         self._abandoned: list[_Journal] = []  # torn journals, recovered after we exit
         self._compressor = _Compressor()
         self._thread = threading.Thread(target=self._run, name="aw-pool-commit", daemon=True)
@@ -365,6 +384,38 @@ class PoolWriter:
         if seq:
             self._wait(seq)
 
+    def seal_now(self, timeout_s: float = 120.0) -> bool:
+        """Commit what is appended, then seal the journal into a shard now, as rotation does
+        at ``rotate_bytes``, and go on in a new journal: a long-running writer's records
+        become a shard (what `git add pool` takes) without stopping it. Blocks until the
+        shard is in place; False when the journal held no record (nothing to seal).
+
+        PoolError when the writer is closed, its writes fail, or sealing failed (the
+        journal is then recovered as a crashed writer's is)."""
+        with self._cond:
+            if self._closing:
+                raise PoolError("writer is closed")
+            self._seal_asked += 1
+            ticket = self._seal_asked
+            self._cond.notify_all()
+            end = time.monotonic() + timeout_s
+            while self._seal_answered < ticket:
+                left = end - time.monotonic()
+                if left <= 0 or self._closing:
+                    raise PoolError("the journal was not sealed: the writer is busy or closing")
+                self._cond.wait(left)
+            sealer, error = self._seal_thread, self._seal_error
+        if error is not None:
+            raise PoolError(f"the journal was not sealed: {error}")
+        if sealer is None:
+            return False
+        sealer.join(max(0.0, end - time.monotonic()))
+        if sealer.is_alive():
+            raise PoolError("the journal is still being sealed")
+        if sealer.error is not None:
+            raise PoolError(f"sealing the journal failed (recovered later): {sealer.error}")
+        return True
+
     # -- the committer ---------------------------------------------------------------
 
     def _run(self) -> None:
@@ -372,6 +423,8 @@ class PoolWriter:
             with self._cond:
                 deadline = time.monotonic() + self.commit_interval_s
                 while not self._closing:
+                    if self._seal_asked > self._seal_answered:
+                        break
                     if self._pending and (
                         self._strict_waiting
                         or self._async_waiters
@@ -385,8 +438,21 @@ class PoolWriter:
                 batch, self._pending = self._pending, []
                 seq = self._appended
                 closing = self._closing
+                asked = self._seal_asked
             if batch:
                 self._commit(batch, seq)
+            if asked > self._seal_answered and not closing:
+                sealer, error = None, None
+                if self._journal.size:  # records to seal
+                    if self.write_error is not None or self._journal.torn:
+                        error = self.write_error or PoolError("the journal is torn")
+                    else:
+                        sealer = self._rotate()
+                        error = self.last_error if sealer is None else None
+                with self._cond:
+                    self._seal_thread, self._seal_error = sealer, error
+                    self._seal_answered = asked
+                    self._cond.notify_all()
             if closing:
                 with self._cond:
                     if not self._pending:
@@ -467,7 +533,9 @@ class PoolWriter:
         # Its lock is kept until we exit; then recovery seals its valid prefix.
         self._abandoned.append(old)
 
-    def _rotate(self) -> None:
+    def _rotate(self) -> _Sealer | None:
+        """Go on in a new journal and seal the old one on a thread (returned; None when no
+        new journal could be made and writing goes on in this one)."""
         old = self._journal
         if old.builder is not None:
             self._compressor.drain()
@@ -486,12 +554,14 @@ class PoolWriter:
             self.last_error = exc
             old.builder = None  # its frame is ended: more records cannot join it
             log.error("journal rotation failed, continuing in the current journal: %s", exc)
-            return
-        t = threading.Thread(target=self._seal, args=(old,), name="aw-pool-seal", daemon=True)
+            return None
+        t = _Sealer(self._seal, old)
         self._sealers.append(t)
         t.start()
+        return t
 
-    def _seal(self, journal: _Journal) -> None:
+    def _seal(self, journal: _Journal) -> OSError | None:
+        """Seal ``journal`` into a shard; the OSError that stopped it, if one did."""
         try:
             retired = None
             if self.last_error is None and journal.builder is not None:
@@ -503,10 +573,11 @@ class PoolWriter:
             # The journal stays on disk, locked until we exit, then recovered.
             self.last_error = exc
             log.error("sealing %s failed, it will be recovered later: %s", journal.path, exc)
-            return
+            return exc
         os.close(journal.fd)
         if retired is not None:
             delete_in_background(retired)
+        return None
 
     def close(self, *, seal: bool = True) -> None:
         """Commit what is pending, then seal the journal into a shard."""

@@ -481,6 +481,20 @@ async def get_policy(request: web.Request) -> web.Response:
     return _json({"policy_version": request.app[STATE].policy_version})
 
 
+async def seal(request: web.Request) -> web.Response:
+    """POST /aw/seal: seal the proxy's journal into a shard now and go on in a new one, so
+    what it recorded so far is a shard (what `git add pool` and other machines take)
+    without stopping it; `aw pool seal --proxy URL` asks for it. 503 when the pool
+    cannot be written."""
+    st = request.app[STATE]
+    assert st.writer is not None
+    try:
+        sealed = await asyncio.to_thread(st.writer.seal_now)
+    except PoolError as exc:
+        return error_response(503, str(exc), "server_error", headers=retry_later())
+    return _json({"sealed": sealed, "sealed_shards": st.writer.stats.get("sealed_shards", 0)})
+
+
 async def health(request: web.Request) -> web.Response:
     """GET /aw/health: 200 "ok", or 503 "degraded" while the pool cannot be written (so a
     load balancer moves traffic away); it clears by itself once writes succeed again."""
@@ -533,6 +547,7 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/aw/steps", whitebox_step)
     r.add_post("/aw/policy", set_policy)
     r.add_get("/aw/policy", get_policy)
+    r.add_post("/aw/seal", seal)
     r.add_get("/aw/health", health)
     r.add_get("/aw/stats", stats)
     r.add_get("/metrics", metrics)

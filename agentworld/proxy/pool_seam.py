@@ -35,6 +35,10 @@ class StepWriter(Protocol):
         """Make every record appended so far visible to readers."""
         ...
 
+    def seal_now(self, timeout_s: float = ...) -> bool:
+        """Seal the journal into a shard now and go on in a new one (False: it was empty)."""
+        ...
+
     def close(self, *, seal: bool = ...) -> None:
         """Commit what is queued and seal the journal."""
         ...

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agentworld.errors import PoolError
 from agentworld.pool import Pool
 from agentworld.pool.fsck import fsck
 from agentworld.pool.journal import journal_records, scan_journal
@@ -196,6 +197,33 @@ def test_writer_rotation_seals_shards_while_running(pool: Pool) -> None:
     stored = _stored_ids(pool)
     assert len(stored) == 200 == len(set(stored))
     assert fsck(pool).ok
+
+
+def test_seal_now_makes_a_running_writers_records_a_shard(pool: Pool) -> None:
+    """A long-running writer (a proxy) kept its records in its git-ignored journal until it
+    stopped or reached 64 MB: `git add pool` took none of them. ``seal_now`` seals them into
+    a shard while it goes on writing, in a new journal."""
+    from .conftest import small_step
+
+    w = pool.writer()  # batched: the first records may not be committed yet
+    assert w.seal_now() is False  # nothing to seal
+    for i in range(5):
+        w.append(small_step("tr_live", i))
+    assert w.seal_now() is True
+    assert len(pool.layout.shard_paths()) == 1
+    assert len(list(iter_raw(pool.layout, journals=False))) == 5  # all five in the shard
+    (live,) = pool.layout.journal_paths()  # the new journal, still this writer's
+    assert live.stat().st_size < 200  # its header alone
+    w.append(small_step("tr_live", 5))
+    w.flush()
+    assert w.seal_now() is True and w.seal_now() is False
+    w.close()
+    assert len(pool.layout.shard_paths()) == 2
+    assert pool.layout.journal_paths() == []
+    assert len(_stored_ids(pool)) == 6 == len(set(_stored_ids(pool)))
+    assert fsck(Pool.open(pool.root)).ok
+    with pytest.raises(PoolError, match="writer is closed"):
+        w.seal_now()
 
 
 def test_a_journal_damaged_mid_way_is_kept_whole_not_cut(pool: Pool) -> None:

@@ -296,3 +296,33 @@ async def test_the_proxys_own_404s_and_409s_tell_sdks_not_to_retry(proxy):
                 assert r.headers.get("x-should-retry") == "false", (path, r.headers)
         async with h.post(proxy.url + "/aw/trajectories", json={"agent": 7}) as r:
             assert r.status == 400 and "x-should-retry" not in r.headers
+
+
+async def test_seal_makes_a_running_proxys_records_a_shard(make_proxy, pool) -> None:
+    """A running proxy's records sat in its git-ignored journal until it stopped (or wrote
+    64 MB): `git add pool` committed none of them. POST /aw/seal, and `aw pool seal
+    --proxy URL`, seal them into a shard while it goes on serving."""
+    from typer.testing import CliRunner
+
+    from agentworld.cli import app
+
+    proxy = await make_proxy(auth_token="tok")
+    auth = {"Authorization": "Bearer tok"}
+    c = client(proxy.base_url, default_headers=auth)
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert pool.layout.shard_paths() == []
+    assert (await post(proxy.url + "/aw/seal", {}))[0] == 401  # its token, as every route
+    status, answer = await post(proxy.url + "/aw/seal", {}, headers=auth)
+    assert (status, answer["sealed"]) == (200, True)
+    assert len(pool.layout.shard_paths()) == 1 and len(steps_of(pool)) == 1
+    assert (await post(proxy.url + "/aw/seal", {}, headers=auth))[1]["sealed"] is False
+
+    await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "again"}])
+    args = ["pool", "seal", "--pool", str(pool.root), "--proxy", proxy.base_url]
+    res = await asyncio.to_thread(CliRunner().invoke, app, [*args, "--proxy-token", "tok"])
+    assert res.exit_code == 0, res.output
+    assert f"aw proxy at {proxy.url}: sealed its journal into a shard" in res.output
+    assert len(pool.layout.shard_paths()) == 2
+    res = await asyncio.to_thread(CliRunner().invoke, app, args)  # no token
+    assert res.exit_code != 0 and "POST /aw/seal answered 401" in str(res.exception)
+    await c.close()
