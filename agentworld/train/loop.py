@@ -1,4 +1,8 @@
-"""The training loop, top to bottom in one function: the same code on one CPU or `accelerate launch`."""
+"""The training loop, top to bottom in one function: the same code on one CPU or `accelerate launch`.
+
+What it settles before the first update is in `preflight`; what it says of its plan and its
+run, in `summary`.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +16,10 @@ from typing import Any
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
 
 from agentworld.curves import PNG
-from agentworld.errors import ConfigError, PoolError
-from agentworld.model_folder import hf_progress_bars, require_model_folder
-from agentworld.plural import plural
+from agentworld.model_folder import hf_progress_bars
 from agentworld.pool.opener import open_pool
 from agentworld.pool.reader import source_paths
 from agentworld.train.advantages import advantage_stats
@@ -28,22 +29,15 @@ from agentworld.train.checkpoint import (
     checkpoint_dir,
     has_state,
     load_training_state,
-    model_policy_version,
     prune_checkpoints,
-    read_meta,
     refuse_earlier_run,
-    refuse_run_folder,
-    resolve_resume,
     save_checkpoint,
     weights_once,
 )
 from agentworld.train.config import TrainConfig
 from agentworld.train.data import (
     PoolBatches,
-    check_plan,
     dummy_batch,
-    make_plan,
-    selection_for,
     sft_reward_note,
     wanted,
 )
@@ -54,10 +48,12 @@ from agentworld.train.importance import ImportanceStats
 from agentworld.train.interrupt import StopRequest, stop_everywhere
 from agentworld.train.logprobs import sampled_logprobs
 from agentworld.train.models import load_models
-from agentworld.train.online import Cursor, CursorState, OnlineUpdates, catch_up, publish
+from agentworld.train.online import CursorState, OnlineUpdates, catch_up, publish
 from agentworld.train.plots import CurvePainter
+from agentworld.train.preflight import find_start, make_accelerator, plan_offline, require_models
 from agentworld.train.sequences import SequenceStats, stop_ids_of
-from agentworld.train.tracking import METRICS, MetricsLog, check_trackers
+from agentworld.train.summary import plan_line, summary_table
+from agentworld.train.tracking import METRICS, MetricsLog
 from agentworld.train.update_stats import (
     Spread,
     UpdateStats,
@@ -70,41 +66,6 @@ def _grouped(batches: Iterator[dict[str, Any]], n: int) -> Iterator[list[dict[st
     """Updates of n micro-batches; None marks a micro-batch this process no longer has."""
     while True:
         yield [next(batches, None) for _ in range(n)]
-
-
-def make_accelerator(cfg: TrainConfig) -> Any:
-    """Accelerate's handle for this run; a mixed precision the machine lacks is a ConfigError."""
-    from accelerate import Accelerator
-
-    mp = cfg.mixed_precision
-    check_trackers(cfg.report_to)
-    try:
-        # None leaves the choice to `accelerate launch`, its config file or the environment.
-        acc = Accelerator(
-            gradient_accumulation_steps=cfg.grad_accum,
-            mixed_precision=mp,
-            log_with=list(cfg.report_to) or None,
-            project_dir=cfg.output_dir,
-        )
-    except ValueError as exc:
-        if mp is None or "precision" not in str(exc):
-            raise
-        raise ConfigError(f"train.mixed_precision: {mp!r} is not available here: {exc}") from None
-    if mp == "fp16" and acc.device.type == "cpu":
-        # Accelerate would silently run fp32 (it has no fp16 autocast on CPU).
-        raise ConfigError("train.mixed_precision: 'fp16' needs a GPU; on CPU use 'bf16' or 'no'")
-    return acc
-
-
-def require_models(cfg: TrainConfig) -> None:
-    """Refuse a model path that is not a local model folder, before anything is written.
-
-    transformers would take it for a Hub repo id: a download, or a traceback from deep inside.
-    """
-    for key, value in (("train.model", cfg.model), ("train.ref_model", cfg.ref_model)):
-        if value is not None:
-            refuse_run_folder(value, key)
-            require_model_folder(value, key)
 
 
 def train(cfg: TrainConfig, *, console: Console | None = None) -> dict[str, Any]:
@@ -132,55 +93,18 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
     pool = open_pool(cfg.pool, recover=False)
     pool.fetch_all()  # an s3:// pool: every shard into the local cache first (the plan reads all)
 
-    # -- Where to start: fresh, --resume, or (online) the checkpoint the consumer cursor names.
-    cursor = Cursor(pool.root, cfg.consumer) if cfg.online else None
-    cursor_state = cursor.load() if cursor else CursorState()
-    resume_dir = None
-    if cfg.resume:
-        resume_dir = resolve_resume(cfg.resume, out_dir)
-    elif cursor_state.checkpoint:
-        resume_dir = Path(cursor_state.checkpoint)
-    meta0 = read_meta(resume_dir) if resume_dir else {}
-    start_step = int(meta0.get("counts", {}).get("updates", 0))
-    if resume_dir and not cfg.online and start_step >= cfg.max_steps:
-        raise ConfigError(  # it ran no update and said nothing
-            f"train.max_steps: {cfg.max_steps}, but {resume_dir.name} is at update "
-            f"{start_step} (max_steps counts the run's updates, not this session's)"
-        )
-    if resume_dir:
-        base_version = int(meta0.get("base_policy_version", 0))
-        version = int(meta0.get("policy_version", base_version))
-    else:
-        base_version = (
-            cfg.policy_version
-            if cfg.policy_version is not None
-            else model_policy_version(cfg.model)
-        )
-        version = base_version
-
-    # -- Offline: a fixed plan over pinned shards and labels, checked before anything is
-    # written (a run with no data or a bad resume left its folder and config.toml behind).
+    # -- Where to start, and (offline) the plan: checked before anything is written (a run
+    # with no data or a bad resume left its folder and config.toml behind).
+    start = find_start(cfg, pool, out_dir)
+    resume_dir, start_step = start.resume_dir, start.step
+    base_version, version = start.base_version, start.version
+    cursor, cursor_state = start.cursor, start.cursor_state
     label_sizes: dict[str, int] = {}
     sources: list[tuple[str, Path]] = []
     if not cfg.online:
-        if meta0.get("sources"):
-            sources = [(kind, pool.root / rel) for kind, rel in meta0["sources"]]
-            missing = [str(p) for _, p in sources if not p.exists()]
-            if missing:
-                raise PoolError(f"cannot resume: {missing[0]} (used by {resume_dir}) is gone")
-        else:
-            sources = source_paths(pool.layout, journals=cfg.include_journals)
-        label_sizes = meta0.get("label_files") or pool.labels.snapshot()
-        labels = pool.labels.effective(upto=label_sizes)
-        plan = make_plan(pool.layout, labels, cfg, selection_for(cfg, base_version), sources)
-        unread = 0 if cfg.include_journals else len(pool.layout.journal_paths())
-        check_plan(plan, cfg, getattr(pool, "url", None) or pool.root, unread_journals=unread)
-        states = meta0.get("data_state")
-        if states is not None and len(states) != acc.num_processes:
-            raise ConfigError(
-                f"train.resume: {resume_dir} was written by {len(states)} processes, "
-                f"this run has {acc.num_processes}; resume with the same number"
-            )
+        offline = plan_offline(cfg, pool, start, acc.num_processes)
+        sources, label_sizes, plan = offline.sources, offline.label_sizes, offline.plan
+        labels, states = offline.labels, offline.states
     if main:
         console.print(Text(cfg.to_toml()))
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -244,13 +168,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 "seal them with `aw pool seal` or --set include_journals=true"
             )
         if main:
-            console.print(
-                f"plan: {plural(len(plan.advantages), 'trajectory')} in "
-                f"{plural(plan.groups or None, 'group')} from {plural(len(sources), 'shard')} "
-                f"({plan.matched} matched; dropped "
-                f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward, "
-                f"{plan.infra_failures} infrastructure failures)"
-            )
+            console.print(plan_line(plan, len(sources)))
             note = sft_reward_note(plan, cfg)
             if note is not None:
                 console.print(note)
@@ -639,16 +557,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         "interrupted": interrupted,
     }
     if main:
-        table = Table(title="aw train", show_header=False)
-        for k, v in summary.items():
-            if k == "interrupted" and not v:
-                continue
-            if isinstance(v, FidelityReport):
-                v = v.line().removeprefix("fidelity: ")  # the row is named already
-            elif isinstance(v, float):
-                v = f"{v:,.4g}"
-            table.add_row(k, Text(str(v)))
-        console.print(table)
+        console.print(summary_table(summary))
     # Every process tears the process group down together: a worker that went ahead while
     # the main process was still writing its summary once hung in teardown past the end
     # of a two-process run (gloo, tests/train/test_multiprocess.py).

@@ -363,7 +363,7 @@ def test_accelerate_refusing_a_precision_is_a_config_error(monkeypatch) -> None:
     import accelerate
 
     from agentworld.errors import ConfigError
-    from agentworld.train.loop import make_accelerator
+    from agentworld.train.preflight import make_accelerator
 
     def no_bf16(**kw: Any) -> None:
         assert kw["mixed_precision"] == "bf16"
@@ -448,7 +448,7 @@ def test_a_run_folder_given_as_the_model_is_named_with_its_checkpoint(
 ) -> None:
     """`--model runs/x` got the generic "not a local model folder"; it is a run's folder,
     and the way out is the checkpoint in it (``latest`` is a text file, no link)."""
-    from agentworld.train.loop import require_models
+    from agentworld.train.preflight import require_models
 
     builder.group([1.0, 0.0], turns=2)
     out = tmp_path / "run"

@@ -10,7 +10,7 @@ import pytest
 from agentworld.errors import ConfigError
 from agentworld.train.checkpoint import META, STATE, prune_checkpoints, state_source
 from agentworld.train.config import TrainConfig
-from agentworld.train.loop import make_accelerator
+from agentworld.train.preflight import make_accelerator
 from tests.train.test_loop import _fresh_accelerate_state, run  # noqa: F401 (fixture)
 
 
