@@ -15,10 +15,10 @@ from agentworld.train.fidelity import FidelityReport
 
 def plan_line(plan: Plan, sources: int) -> str:
     """How many trajectories the plan trains on, from what, and what it dropped and why."""
+    groups = f" in {plural(plan.groups, 'group')}" if plan.groups else ""  # none for SFT
     return (
-        f"plan: {plural(len(plan.advantages), 'trajectory')} in "
-        f"{plural(plan.groups or None, 'group')} from {plural(sources, 'shard')} "
-        f"({plan.matched} matched; dropped "
+        f"plan: {plural(len(plan.advantages), 'trajectory')}{groups} "
+        f"from {plural(sources, 'shard')} ({plan.matched} matched; dropped "
         f"{plan.zero_advantage} zero-advantage, {plan.no_reward} without reward, "
         f"{plan.infra_failures} infrastructure failures)"
     )
