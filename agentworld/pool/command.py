@@ -547,7 +547,7 @@ def seal(
         elif r.torn_bytes:
             msg += f"; cut {r.torn_bytes} torn bytes ({r.problem})"
         typer.echo(msg, err=True)
-    typer.echo(f"{len(pool.layout.journal_paths())} live writer journal(s) left", err=True)
+    typer.echo(f"{plural(len(pool.layout.journal_paths()), 'live writer journal')} left", err=True)
 
 
 def _seal_live(url: str, token: str | None) -> str:

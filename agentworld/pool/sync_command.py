@@ -43,7 +43,8 @@ def merge(
         typer.echo(f"not merged: {line}", err=True)
     if report.journals_skipped:
         typer.echo(
-            f"{len(report.journals_skipped)} unsealed journal(s) there were not merged: "
+            f"{plural(len(report.journals_skipped), 'unsealed journal')} there "
+            f"{'was' if len(report.journals_skipped) == 1 else 'were'} not merged: "
             "run `aw pool seal` on that pool (once its writers stop), then merge again",
             err=True,
         )

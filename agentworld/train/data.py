@@ -388,8 +388,8 @@ def check_plan(
             if unread_journals:
                 message += (
                     f"; {plural(unread_journals, 'live journal')} not read (a running "
-                    "`aw proxy` writes there): `aw pool seal` once it stopped, or "
-                    "--set include_journals=true"
+                    "`aw proxy` writes there): `aw pool seal --proxy URL` seals a running "
+                    "proxy's, or --set include_journals=true reads them"
                 )
         raise PoolError(message)
 

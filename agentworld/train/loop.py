@@ -20,6 +20,7 @@ from rich.text import Text
 
 from agentworld.curves import PNG
 from agentworld.model_folder import hf_progress_bars
+from agentworld.plural import plural
 from agentworld.pool.opener import open_pool
 from agentworld.pool.reader import source_paths
 from agentworld.train.advantages import advantage_stats
@@ -164,8 +165,9 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         live = pool.layout.journal_paths()
         if main and live and not cfg.include_journals:
             console.print(
-                f"note: {len(live)} live journal(s) not read (unsealed data is not reproducible); "
-                "seal them with `aw pool seal` or --set include_journals=true"
+                f"note: {plural(len(live), 'live journal')} not read (unsealed data is not "
+                "reproducible); seal them with `aw pool seal` (`--proxy URL` for a running "
+                "proxy's) or --set include_journals=true"
             )
         if main:
             console.print(plan_line(plan, len(sources)))

@@ -53,7 +53,7 @@ def test_merge_calls_a_journal_it_skipped_unsealed_not_live(tmp_path: Path) -> N
     _dead_writers_journal(src, torn=b"")
     res = runner.invoke(app, ["pool", "merge", str(src.root), "--pool", str(dst.root)])
     assert res.exit_code == 0, res.output
-    assert "1 unsealed journal(s) there were not merged" in res.stderr
+    assert "1 unsealed journal there was not merged" in res.stderr
     assert "live" not in res.stderr
 
 
