@@ -170,6 +170,30 @@ class GroupScreen(CuratingScreen):
         )
         self.query_one("#ginfo", Static).update(info)
         table = self.query_one("#members", DataTable)
+        # The table is rebuilt without announcing its highlights: the first row added would
+        # post one for row 0, and handled late (a slow terminal) it scrolled card 0 into
+        # view over a PgDn pressed meanwhile. The cards are placed below instead.
+        with table.prevent(DataTable.RowHighlighted):
+            focus_row = self._fill_table(table, members, fractions)
+        texts = [
+            member_card(t, t.reward, adv) for t, adv in zip(members, self.advantages, strict=True)
+        ]
+        if [t.id for t in members] == self.card_ids:  # a reload: the cards stay where they are
+            for card, text in zip(self.cards, texts, strict=True):
+                card.update(text)
+        else:
+            cards = self.query_one("#cards", ItemGrid)
+            cards.remove_children()
+            self.card_ids = [t.id for t in members]
+            self.cards = [Static(text, classes="card") for text in texts]
+            mounted = cards.mount_all(self.cards)
+            self.call_next(self._show_card_once_mounted, mounted, focus_row)
+        self.show_card(focus_row, scroll=False)  # new cards are placed once laid out
+
+    def _fill_table(
+        self, table: DataTable, members: list[Trajectory], fractions: list[float]
+    ) -> int:
+        """The member rows, the cursor on the focused member; returns its row."""
         table.clear()
         focus_row = 0
         for i, (t, adv, frac) in enumerate(zip(members, self.advantages, fractions, strict=True)):
@@ -193,21 +217,9 @@ class GroupScreen(CuratingScreen):
                 literal(label_text(notes_last(t.labels))),
                 key=t.id,
             )
-        texts = [
-            member_card(t, t.reward, adv) for t, adv in zip(members, self.advantages, strict=True)
-        ]
-        if [t.id for t in members] == self.card_ids:  # a reload: the cards stay where they are
-            for card, text in zip(self.cards, texts, strict=True):
-                card.update(text)
-        else:
-            cards = self.query_one("#cards", ItemGrid)
-            cards.remove_children()
-            self.card_ids = [t.id for t in members]
-            self.cards = [Static(text, classes="card") for text in texts]
-            mounted = cards.mount_all(self.cards)
-            self.call_next(self._show_card_once_mounted, mounted, focus_row)
         if members:
             table.move_cursor(row=focus_row, animate=False)
+        return focus_row
 
     def current(self) -> Trajectory | None:
         row = self.query_one("#members", DataTable).cursor_row
@@ -215,10 +227,8 @@ class GroupScreen(CuratingScreen):
 
     def show_card(self, row: int, *, scroll: bool = True) -> None:
         """Mark the card of the member under the cursor and scroll it into view: the
-        cursor is how a card on a row below (or past the screen's foot) is reached.
-
-        The scroll is immediate: a reload's ``table.clear()`` highlights row 0 first, and
-        its deferred scroll would land after this one."""
+        cursor is how a card on a row below (or past the screen's foot) is reached. The
+        scroll is immediate, so that it lands in the order the keys were pressed."""
         for i, card in enumerate(self.cards):
             card.set_class(i == row, "-current")
         if scroll and 0 <= row < len(self.cards) and self.cards[row].is_mounted:

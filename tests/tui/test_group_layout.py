@@ -142,3 +142,24 @@ async def test_the_focused_members_card_is_in_view_and_stays_there(tmp_path: Pat
         await until(pilot, lambda: screen.members[3].labels.get("quality") == "bad")
         await pilot.pause(0.2)
         assert head()
+
+
+async def test_labelling_a_member_keeps_the_cards_where_they_were_scrolled(tmp_path: Path) -> None:
+    """Scrolled to the foot of a long card and labelled, the cards jumped back to its head:
+    the reload rebuilt the table, whose first row announced a highlight of row 0. On a slow
+    terminal the same announcement, from the first show, undid a PgDn pressed as the group
+    opened (CI's loaded machine)."""
+    app = app_for(wide_group(tmp_path / "pool", 3))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await shown_group(pilot)
+        side = screen.query_one("#side")
+        await until(pilot, lambda: len(screen.query(".card")) == 3 and side.max_scroll_y > 0)
+        await pilot.press("pagedown")
+        end0 = lambda: any("END0" in s for s in screen_text(app))  # noqa: E731
+        await until(pilot, end0)
+        scrolled = side.scroll_y
+        await pilot.press("1")
+        await until(pilot, lambda: screen.members[0].labels.get("quality") == "good")
+        await pilot.pause(0.2)
+        assert side.scroll_y == scrolled and end0()
+        assert screen.cards[0].has_class("-current")
