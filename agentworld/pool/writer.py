@@ -272,6 +272,9 @@ class PoolWriter:
         self._seal_asked = 0
         self._seal_answered = 0
         self._seal_thread: _Sealer | None = None
+        # The last rotation's sealer since an ask was answered: a batch that reached
+        # ``rotate_bytes`` sealed the records the ask is about, and the journal is empty.
+        self._rotated: _Sealer | None = None
         self._seal_error: BaseException | None = None  # records to seal, and no shard made
         self._abandoned: list[_Journal] = []  # torn journals, recovered after we exit
         self._compressor = _Compressor()
@@ -442,13 +445,14 @@ class PoolWriter:
             if batch:
                 self._commit(batch, seq)
             if asked > self._seal_answered and not closing:
-                sealer, error = None, None
+                sealer, error = self._rotated, None
                 if self._journal.size:  # records to seal
                     if self.write_error is not None or self._journal.torn:
                         error = self.write_error or PoolError("the journal is torn")
                     else:
                         sealer = self._rotate()
                         error = self.last_error if sealer is None else None
+                self._rotated = None
                 with self._cond:
                     self._seal_thread, self._seal_error = sealer, error
                     self._seal_answered = asked
@@ -558,6 +562,7 @@ class PoolWriter:
         t = _Sealer(self._seal, old)
         self._sealers.append(t)
         t.start()
+        self._rotated = t
         return t
 
     def _seal(self, journal: _Journal) -> OSError | None:

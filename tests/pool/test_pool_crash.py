@@ -226,6 +226,20 @@ def test_seal_now_makes_a_running_writers_records_a_shard(pool: Pool) -> None:
         w.seal_now()
 
 
+def test_seal_now_counts_records_a_rotation_sealed_as_sealed(pool: Pool) -> None:
+    """A batch that filled the journal to ``rotate_bytes`` sealed it itself, and ``seal_now``
+    then found the new journal empty: "nothing to seal" for records just sealed."""
+    from .conftest import small_step
+
+    w = pool.writer(rotate_bytes=1024)  # ten records fill it: their commit rotates
+    for i in range(10):
+        w.append(small_step("tr_live", i))
+    assert w.seal_now() is True
+    assert len(list(iter_raw(pool.layout, journals=False))) == 10  # in a shard
+    assert w.seal_now() is False  # and nothing since
+    w.close()
+
+
 def test_a_journal_damaged_mid_way_is_kept_whole_not_cut(pool: Pool) -> None:
     """One bad byte in the middle of a dead writer's journal: recovery (which any command
     runs) sealed the lines before it and deleted the journal, and with it every
