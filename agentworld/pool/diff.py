@@ -100,7 +100,7 @@ def pool_at_revision(pool_root: Path, rev: str, dest: Path) -> Path:
     manifest = root / "MANIFEST"
     if manifest.exists():
         from agentworld.pool.manifest import read_manifest
-        from agentworld.pool.merge import copy_shard
+        from agentworld.pool.shards import copy_shard
 
         here = Layout(pool_root)
         for digest in read_manifest(Layout(root)):

@@ -19,6 +19,7 @@ import orjson
 
 from agentworld import records
 from agentworld.errors import CorruptDataError, RecordError
+from agentworld.plural import plural
 from agentworld.pool.journal import (
     TORN_JOURNAL_LINE,
     _is_header,
@@ -320,7 +321,8 @@ def _check_manifest(layout: Layout, report: FsckReport) -> None:
         report.warn(
             "MANIFEST",
             None,
-            f"{len(missing)} listed shards are not here (first {missing[0]}), so not checked "
+            f"{plural(len(missing), 'listed shard')} {'is' if len(missing) == 1 else 'are'} "
+            f"not here (first {missing[0]}), so not checked "
             "and not read: `aw pool fetch --from POOL` brings them, "
             "`aw pool manifest --check` verifies",
         )

@@ -23,6 +23,8 @@ objects/tmp/
 state/locks/
 """
 
+FILTERS_FILE = "filters.toml"
+
 _GITATTRIBUTES = """\
 # Sealed shards are immutable compressed blobs; never diff or merge them.
 objects/** binary
@@ -76,6 +78,11 @@ class Layout:
     @property
     def superseded(self) -> Path:
         return self.root / "superseded.txt"
+
+    @property
+    def filters(self) -> Path:
+        """`aw tui`'s saved filters (``tui.saved_filters``); pool readers ignore the file."""
+        return self.root / FILTERS_FILE
 
     def shard_path(self, hexdigest: str) -> Path:
         return self.objects / hexdigest[:2] / f"{hexdigest}{SHARD_SUFFIX}"

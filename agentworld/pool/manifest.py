@@ -25,8 +25,7 @@ from agentworld.pool.layout import (
     read_superseded,
     shard_digest,
 )
-from agentworld.pool.merge import copy_shard
-from agentworld.pool.shards import verify_shard
+from agentworld.pool.shards import copy_shard, verify_shard
 
 HEADER = "# agentworld pool manifest v1: <sha256> <size_bytes> per sealed shard\n"
 GITIGNORE_LINES = ("objects/",)

@@ -6,7 +6,10 @@ bytes against its name, then every line as a record.
 Label files (and superseded.txt) merge as a union of lines, exactly what
 git's ``merge=union`` does, so merging by hand and merging clones with
 ``git merge`` give the same pool; a label line that is not valid is named and
-left out, never spread. Safe while writers run on either side: copies land
+left out, never spread. ``MANIFEST`` (in a pool that keeps one) and `aw tui`'s
+``filters.toml`` merge the same way; shards the other pool's MANIFEST lists but
+that were never fetched there cannot be copied, and are counted. Safe while
+writers run on either side: copies land
 under a temporary name and are renamed into place; label lines are appended
 as ``Labels.set`` appends them (the file's lock, one write).
 """
@@ -14,6 +17,7 @@ as ``Labels.set`` appends them (the file's lock, one write).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +25,11 @@ import orjson
 
 from agentworld.errors import CorruptDataError, PoolError, RecordError
 from agentworld.pool.labels import append_label_lines, parse_label_line
-from agentworld.pool.layout import Layout, check_version, shard_digest
-from agentworld.pool.shards import install_shard, read_verified, shard_records, stage_shard
+from agentworld.pool.layout import Layout, check_version
+from agentworld.pool.manifest import check_manifest, manifest_file
+from agentworld.pool.shards import copy_shard
+
+_SAVED = re.compile(rb"^\s*[A-Za-z0-9_-]{1,64}\s*=")  # one saved filter's line (filters.toml)
 
 
 @dataclass
@@ -37,37 +44,13 @@ class MergeReport:
     label_lines_refused: list[str] = field(default_factory=list)
     superseded_added: int = 0
     journals_skipped: list[str] = field(default_factory=list)
+    # shards its MANIFEST lists that were not there (a clone that did not fetch them);
+    # ``manifest_lines_added``: listed here too (this pool has a MANIFEST), to fetch later
+    shards_unfetched: int = 0
+    manifest_lines_added: int = 0
+    filters_added: int = 0  # saved filters (`aw tui`) of names new here
     # shards that failed fsck's checks there ("path: why"): not copied, the rest merged
     shards_refused: list[str] = field(default_factory=list)
-
-
-def copy_shard(src: Path, dst_layout: Layout, *, replace: bool = False) -> int:
-    """Copy one shard into a pool once it passes what ``fsck`` checks; returns bytes copied
-    (0 when present).
-
-    Its hash must match its name and every line must be a valid record: a shard
-    readers would have to skip is refused (CorruptDataError names it and the
-    first bad line), never spread to another pool. ``replace``: copy even over a
-    file of that name (a damaged one), which is swapped only once the copy passed.
-    """
-    digest = shard_digest(src)
-    final = dst_layout.shard_path(digest)
-    if final.exists() and not replace:
-        return 0
-    try:
-        data = read_verified(src)
-        for _ in shard_records(src, data):
-            pass
-    except CorruptDataError as exc:
-        raise CorruptDataError(
-            exc.path, f"{exc.problem}; not copied (`aw pool fsck` there lists every problem)"
-        ) from None
-    tmp = stage_shard(dst_layout, digest, [data])
-    try:
-        install_shard(dst_layout, tmp, digest)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return len(data)
 
 
 def union_lines(src: Path, dst: Path) -> int:
@@ -136,6 +119,11 @@ def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
     if src.root.resolve() == dst.root.resolve():
         raise PoolError(f"{src.root}: cannot merge a pool into itself")
     report = MergeReport()
+    if manifest_file(src).exists():  # read first: a bad one stops the merge before a copy
+        try:
+            report.shards_unfetched = len(check_manifest(src, verify=False).missing)
+        except CorruptDataError as exc:
+            raise PoolError(f"{exc}; nothing was merged") from None
     for path in src.shard_paths():
         try:
             n = copy_shard(path, dst)
@@ -157,4 +145,24 @@ def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
     if src.superseded.exists():
         report.superseded_added = union_lines(src.superseded, dst.superseded)
     report.journals_skipped = [p.name for p in src.journal_paths()]
+    if manifest_file(src).exists() and manifest_file(dst).exists():
+        # as git's union merge would: what it lists and lacks can be fetched here later
+        report.manifest_lines_added = union_lines(manifest_file(src), manifest_file(dst))
+    if src.filters.exists():
+        report.filters_added = _merge_filters(src.filters, dst.filters)
     return report
+
+
+def _merge_filters(src: Path, dst: Path) -> int:
+    """Union the saved filters' lines as git's union merge does (``aw init`` sets it for
+    ``filters.toml``): names new here are added; a name both saved differently is kept
+    twice, which `aw tui` names as the line to delete. Returns the filters added."""
+    before = _saved_lines(dst)
+    union_lines(src, dst)
+    return len(_saved_lines(dst) - before)
+
+
+def _saved_lines(path: Path) -> set[bytes]:
+    if not path.exists():
+        return set()
+    return {line for line in path.read_bytes().splitlines() if _SAVED.match(line)}

@@ -3,7 +3,7 @@
 ``push`` uploads a local pool's live sealed shards (each with its rows object,
 remote_rows.py) and its label lines; ``pull`` downloads the shards and label
 objects a local pool lacks, each checked as `aw pool merge` checks a shard
-(merge.copy_shard: hash and every record). Both are idempotent and safe to
+(shards.copy_shard: hash and every record). Both are idempotent and safe to
 run while writers work: only sealed shards travel, and every object is
 created with put-if-absent, so two nodes pushing the same shard never race.
 ``ShardUploader`` runs ``push`` in the background of a writer process
@@ -26,7 +26,6 @@ import orjson
 
 from agentworld.errors import PoolError, PoolFormatError
 from agentworld.pool.layout import Layout, check_version, hidden_shards, shard_digest
-from agentworld.pool.merge import copy_shard
 from agentworld.pool.remote_pool import (
     download_label,
     label_keys,
@@ -35,7 +34,7 @@ from agentworld.pool.remote_pool import (
 )
 from agentworld.pool.remote_rows import rows_key, shard_key, shard_rows
 from agentworld.pool.remote_store import RemoteStore, run_parallel, url_key
-from agentworld.pool.shards import read_verified
+from agentworld.pool.shards import copy_shard, read_verified
 
 log = logging.getLogger(__name__)
 

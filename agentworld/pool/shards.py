@@ -264,3 +264,32 @@ def verify_shard(path: Path) -> str | None:
     if h.hexdigest() != shard_digest(path):
         return f"content hash {h.hexdigest()[:16]}… does not match its name"
     return None
+
+
+def copy_shard(src: Path, dst_layout: Layout, *, replace: bool = False) -> int:
+    """Copy one shard into a pool once it passes what ``fsck`` checks; returns bytes copied
+    (0 when present).
+
+    Its hash must match its name and every line must be a valid record: a shard
+    readers would have to skip is refused (CorruptDataError names it and the
+    first bad line), never spread to another pool. ``replace``: copy even over a
+    file of that name (a damaged one), which is swapped only once the copy passed.
+    """
+    digest = shard_digest(src)
+    final = dst_layout.shard_path(digest)
+    if final.exists() and not replace:
+        return 0
+    try:
+        data = read_verified(src)
+        for _ in shard_records(src, data):
+            pass
+    except CorruptDataError as exc:
+        raise CorruptDataError(
+            exc.path, f"{exc.problem}; not copied (`aw pool fsck` there lists every problem)"
+        ) from None
+    tmp = stage_shard(dst_layout, digest, [data])
+    try:
+        install_shard(dst_layout, tmp, digest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return len(data)

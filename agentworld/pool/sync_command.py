@@ -34,9 +34,32 @@ def merge(
     typer.echo(
         f"merged {other}: {plural(report.shards_copied, 'shard')} copied "
         f"({report.bytes_copied:,} bytes), "
-        f"{report.shards_present} already here, {report.label_lines_added} label lines added",
+        f"{report.shards_present} already here, {report.label_lines_added} label lines added"
+        + (
+            f", {plural(report.filters_added, 'saved filter')} added"
+            if report.filters_added
+            else ""
+        ),
         err=True,
     )
+    if report.shards_unfetched:
+        from agentworld.pool.manifest import manifest_file
+
+        n = plural(report.shards_unfetched, "shard")
+        if manifest_file(pool.layout).exists():
+            typer.echo(
+                f"{n} its MANIFEST lists {'was' if report.shards_unfetched == 1 else 'were'} "
+                "not there (never fetched): this pool's MANIFEST lists them now, and "
+                "`aw pool fetch --from SOURCE` brings them from where they are kept",
+                err=True,
+            )
+        else:
+            typer.echo(
+                f"{n} its MANIFEST lists {'was' if report.shards_unfetched == 1 else 'were'} "
+                f"not there (never fetched) and not merged: run `aw pool fetch --from SOURCE --pool "
+                f"{other}`, then merge again",
+                err=True,
+            )
     for line in report.label_lines_refused:
         typer.echo(f"not merged: {other}/{line}", err=True)
     for line in report.shards_refused:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from agentworld.config import read_toml
 from agentworld.errors import ConfigError
+from agentworld.pool.layout import FILTERS_FILE
 from agentworld.tui.filters import parse_filter
 
-FILTERS_FILE = "filters.toml"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a bare TOML key: no quoting to get wrong
 _SAVED_LINE = re.compile(r"^\s*([A-Za-z0-9_-]{1,64})\s*=")  # one saved filter, as written
 _HEADER = (

@@ -15,13 +15,13 @@ from agentworld.errors import ConfigError
 from agentworld.literal import literal, one_line
 from agentworld.pool import Selection
 from agentworld.pool.index_queries import TRAJECTORY_SORTS
+from agentworld.pool.layout import FILTERS_FILE
 from agentworld.tui.curating import CURATION_BINDINGS, CuratingScreen
 from agentworld.tui.data import Page
 from agentworld.tui.delivery import deliver
 from agentworld.tui.dialog import PromptDialog
 from agentworld.tui.filters import FILTER_PLACEHOLDER, parse_filter
 from agentworld.tui.messages import PoolRefreshed, TrajectoryLabelled
-from agentworld.tui.saved_filters import FILTERS_FILE
 from agentworld.tui.suggest import FilterSuggester
 
 PAGE_SIZE = 100

@@ -153,5 +153,52 @@ def test_a_manifest_clone_before_fetch_says_what_it_lacks(tmp_path: Path) -> Non
     assert report.ok  # a clone that has not fetched yet is not damaged
     (warning,) = report.warnings
     assert warning.path == "MANIFEST"
-    assert warning.problem.startswith("1 listed shards are not here")
+    assert warning.problem.startswith("1 listed shard is not here")
     assert "aw pool fetch --from" in warning.problem
+
+
+def test_merge_brings_the_other_pools_saved_filters(tmp_path: Path) -> None:
+    """`aw pool merge` copied shards and labels and left the other pool's saved filters
+    behind, though merging by hand is to give what `git merge` gives."""
+    here, there = Pool.create(tmp_path / "here"), Pool.create(tmp_path / "there")
+    SavedFilters(here.root).save("good", "label:good")
+    SavedFilters(there.root).save("failed", "status:failed")
+    SavedFilters(there.root).save("good", "label:good")  # the same line: no second copy
+    res = run_pool_command(here, "merge", str(there.root))
+    assert res.exit_code == 0, res.output
+    assert "1 saved filter added" in res.stderr
+    assert SavedFilters(here.root).load() == {"failed": "status:failed", "good": "label:good"}
+    fresh = Pool.create(tmp_path / "fresh")  # none saved yet: the file comes whole
+    assert run_pool_command(fresh, "merge", str(there.root)).exit_code == 0
+    assert SavedFilters(fresh.root).load() == SavedFilters(there.root).load()
+
+
+def test_merge_from_a_clone_that_never_fetched_names_what_it_could_not_copy(
+    tmp_path: Path,
+) -> None:
+    """A clone on the manifest route holds its MANIFEST and no shard: merging it said
+    "0 shards copied" and nothing of the shards it lists. A pool that keeps a MANIFEST
+    lists them too (as git's union merge of MANIFEST would), to fetch later."""
+    from agentworld.pool.manifest import read_manifest, write_manifest
+
+    origin = Pool.create(tmp_path / "origin")
+    fill(origin, [{"tid": "tr_1", "answer": "6", "reward": 1.0}])
+    write_manifest(origin.layout)
+    clone = tmp_path / "clone"
+    shutil.copytree(origin.root, clone, ignore=shutil.ignore_patterns("objects"))
+    listed = read_manifest(origin.layout)
+
+    plain = Pool.create(tmp_path / "plain")
+    res = run_pool_command(plain, "merge", str(clone))
+    assert res.exit_code == 0, res.output
+    assert "1 shard its MANIFEST lists was not there (never fetched) and not merged" in res.stderr
+    assert f"aw pool fetch --from SOURCE --pool {clone}" in res.stderr
+
+    kept = Pool.create(tmp_path / "kept")
+    write_manifest(kept.layout)
+    res = run_pool_command(kept, "merge", str(clone))
+    assert "this pool's MANIFEST lists them now" in res.stderr
+    assert read_manifest(kept.layout) == listed
+    fetch = run_pool_command(kept, "fetch", "--from", str(origin.root))
+    assert fetch.exit_code == 0, fetch.output
+    assert fsck(Pool.open(kept.root)).ok and kept.layout.shard_paths()
