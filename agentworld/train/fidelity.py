@@ -21,6 +21,10 @@ from typing import Any
 
 import torch
 
+from agentworld.train.config import TrainConfig
+from agentworld.train.forward import forward_parts, to_device
+from agentworld.train.logprobs import sampled_logprobs
+
 
 @dataclass(frozen=True)
 class FidelityReport:
@@ -108,4 +112,47 @@ def report(
         trainer_version,
         tuple(sorted(set(rollout_versions))),
         dict(unapplied or {}),
+    )
+
+
+def measure_fidelity(
+    model: Any, micro: list[dict[str, Any]], cfg: TrainConfig, acc: Any, trainer_version: int
+) -> FidelityReport:
+    """Trainer vs rollout log-probs of the sampled tokens in the first update's micro-batches,
+    over every process (a collective: every process calls it, with its own micro-batches)."""
+    from accelerate.utils import gather_object
+
+    model.eval()
+    gap = torch.zeros(3, device=acc.device)  # sum |d|, max |d|, count
+    unapplied: dict[str, Any] = {}
+    with torch.no_grad():
+        for mb in micro:
+            unapplied.update(mb["meta"].get("unapplied") or {})
+            for b in forward_parts(to_device(mb, acc.device), cfg.forward_tokens):
+                has = b["has_logprob"][:, 1:]  # (B, T-1)
+                # Like with like: the distribution the step sampled from.
+                logp = sampled_logprobs(
+                    model,
+                    b["input_ids"],
+                    b["attention_mask"],
+                    has,
+                    b["temperature"][:, 1:],
+                    chunk_tokens=cfg.logits_chunk_tokens,
+                )  # (B, T-1)
+                s_, m_, n_ = logprob_gap(logp, b["rollout_logprobs"][:, 1:], has)
+                gap += torch.tensor([s_, 0.0, n_], device=acc.device)
+                gap[1] = max(gap[1], m_)
+    sums = acc.reduce(gap[[0, 2]].clone(), "sum")
+    peak = acc.reduce(gap[1:2].clone(), "max")
+    sampled_by = gather_object([v for mb in micro for v in mb["meta"]["policy_versions"]])
+    for seen in gather_object([unapplied]):
+        unapplied.update(seen)
+    return report(
+        float(sums[0]),
+        float(peak[0]),
+        int(sums[1]),
+        cfg.fidelity_tolerance,
+        trainer_version=trainer_version,
+        rollout_versions=tuple(sampled_by),
+        unapplied=unapplied,
     )

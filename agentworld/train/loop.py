@@ -42,12 +42,11 @@ from agentworld.train.data import (
     sft_reward_note,
     wanted,
 )
-from agentworld.train.fidelity import FidelityReport, logprob_gap, report
+from agentworld.train.fidelity import FidelityReport, measure_fidelity
 from agentworld.train.forward import forward_loss, forward_parts, to_device, update_denominators
 from agentworld.train.host_memory import release_freed_tensors
 from agentworld.train.importance import ImportanceStats
 from agentworld.train.interrupt import StopRequest, stop_everywhere
-from agentworld.train.logprobs import sampled_logprobs
 from agentworld.train.models import load_models
 from agentworld.train.online import CursorState, OnlineUpdates, catch_up, publish
 from agentworld.train.plots import CurvePainter
@@ -304,44 +303,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             n_seqs, n_tokens = update_denominators(acc, micro)
             undo_mean = acc.num_processes * acc.gradient_accumulation_steps
 
-            if fidelity is None:
-                # Before the first update: trainer vs rollout log-probs of the sampled tokens.
-                model.eval()
-                gap = torch.zeros(3, device=acc.device)  # sum |d|, max |d|, count
-                unapplied: dict[str, Any] = {}
-                with torch.no_grad():
-                    for mb in micro:
-                        unapplied.update(mb["meta"].get("unapplied") or {})
-                        for b in forward_parts(to_device(mb, acc.device), cfg.forward_tokens):
-                            has = b["has_logprob"][:, 1:]  # (B, T-1)
-                            # Like with like: the distribution the step sampled from.
-                            logp = sampled_logprobs(
-                                model,
-                                b["input_ids"],
-                                b["attention_mask"],
-                                has,
-                                b["temperature"][:, 1:],
-                                chunk_tokens=cfg.logits_chunk_tokens,
-                            )  # (B, T-1)
-                            s_, m_, n_ = logprob_gap(logp, b["rollout_logprobs"][:, 1:], has)
-                            gap += torch.tensor([s_, 0.0, n_], device=acc.device)
-                            gap[1] = max(gap[1], m_)
-                sums = acc.reduce(gap[[0, 2]].clone(), "sum")
-                peak = acc.reduce(gap[1:2].clone(), "max")
-                sampled_by = gather_object(
-                    [v for mb in micro for v in mb["meta"]["policy_versions"]]
-                )
-                for seen in gather_object([unapplied]):
-                    unapplied.update(seen)
-                fidelity = report(
-                    float(sums[0]),
-                    float(peak[0]),
-                    int(sums[1]),
-                    cfg.fidelity_tolerance,
-                    trainer_version=version,
-                    rollout_versions=tuple(sampled_by),
-                    unapplied=unapplied,
-                )
+            if fidelity is None:  # before the first update: see train/fidelity.py
+                fidelity = measure_fidelity(model, micro, cfg, acc, version)
                 if main:
                     console.print(Text(fidelity.line(), style=fidelity.style))
 
