@@ -23,7 +23,6 @@ from agentworld.model_folder import hf_progress_bars
 from agentworld.plural import plural
 from agentworld.pool.opener import open_pool
 from agentworld.pool.reader import source_paths
-from agentworld.train.advantages import advantage_stats
 from agentworld.train.checkpoint import (
     Retention,
     add_state,
@@ -52,7 +51,7 @@ from agentworld.train.online import CursorState, OnlineUpdates, catch_up, publis
 from agentworld.train.plots import CurvePainter
 from agentworld.train.preflight import find_start, make_accelerator, plan_offline, require_models
 from agentworld.train.sequences import SequenceStats, stop_ids_of
-from agentworld.train.summary import plan_line, summary_table
+from agentworld.train.summary import plan_line, row_status, summary_table, update_row
 from agentworld.train.tracking import METRICS, MetricsLog
 from agentworld.train.update_stats import (
     Spread,
@@ -387,54 +386,25 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             _, s = stats_now()
 
             if main and (step % cfg.log_every == 0 or step == cfg.max_steps):
-                adv = advantage_stats(upd.advantages)
-                adv_row = {
-                    "adv_mean": adv.mean,
-                    "adv_std": adv.std,
-                    "adv_min": adv.min,
-                    "adv_max": adv.max,
-                    "adv_zero_fraction": adv.zero_fraction,
-                }
-                row = {
-                    "step": step,
-                    "time": time.time(),
-                    "loss": update_loss,
-                    "lr": scheduler.get_last_lr()[0],
-                    "grad_norm": float(grad_norm) if grad_norm is not None else None,
-                    "reward_mean": upd.rewards.mean,
-                    # SFT has no advantages (each row's 1.0 is a weight): None, not 1.0.
-                    **(adv_row if cfg.algo != "sft" else dict.fromkeys(adv_row)),
-                    "kl": upd.kl.total if upd.kl.n else None,
-                    # Mean entropy (nats) of the policy's distribution over the sampled tokens.
-                    "entropy": upd.entropy.total if upd.entropy.n else None,
-                    # Behaviour policy vs trainer (RL; None for SFT): see train/importance.py.
-                    **(
-                        importance.metrics()
-                        if cfg.algo != "sft"
-                        else dict.fromkeys(ImportanceStats().metrics())
-                    ),
-                    "tokens": tokens,
-                    "padded_tokens": int(counts[1]),
-                    "sampled_tokens": int(counts[2]),
-                    "rows": int(counts[3]),
-                    "tokens_per_s": tokens / dt if dt > 0 else None,
-                    "merged": s.merged,
-                    "breaks": s.breaks,
-                    "rendered": s.rendered,
-                    "onpolicy_steps": s.no_logprobs,
-                    "policy_version": version,
-                }
+                row = update_row(
+                    cfg,
+                    step,
+                    upd,
+                    importance,
+                    counts.tolist(),
+                    dt_s=dt,
+                    seqs=s,
+                    lr=scheduler.get_last_lr()[0],
+                    grad_norm=grad_norm,
+                    policy_version=version,
+                )
                 if online is not None:
                     row["groups"] = online.current
                 metrics.write(row)
-                loss_s = f"{row['loss']:.4f}" if row["loss"] is not None else "-"
-                speed = f"{row['tokens_per_s'] or 0:,.0f} tok/s"
                 if live:
-                    progress.update(task, info=f"loss {loss_s}  {speed}")
+                    progress.update(task, info=row_status(row, cfg.max_steps, live=True))
                 else:
-                    reward = row["reward_mean"]
-                    reward_s = f"  reward {reward:.3f}" if reward is not None else ""
-                    say(f"train {step}/{cfg.max_steps}  loss {loss_s}{reward_s}  {speed}")
+                    say(row_status(row, cfg.max_steps, live=False))
             progress.update(task, completed=step)
 
             if online is not None and (step % cfg.reload_every == 0 or step == cfg.max_steps):

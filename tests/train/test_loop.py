@@ -217,20 +217,19 @@ def test_ctrl_c_finishes_the_update_saves_it_and_a_resume_goes_on(
     import os
     import signal
 
-    from agentworld.train import loop
+    from agentworld.train.advantages import advantage_stats
 
     for _ in range(3):
         builder.group([1.0, 0.0], turns=2)
-    real = loop.advantage_stats
     calls = []
 
     def ctrl_c_in_the_first_update(advs: list[float]) -> Any:
         calls.append(1)
         if len(calls) == 1:
             os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C does
-        return real(advs)
+        return advantage_stats(advs)
 
-    monkeypatch.setattr(loop, "advantage_stats", ctrl_c_in_the_first_update)
+    monkeypatch.setattr("agentworld.train.summary.advantage_stats", ctrl_c_in_the_first_update)
     out = tmp_path / "run"
     kw = {"algo": "grpo", "max_steps": 5}
     summary, log = run(builder, tiny_model, out, **kw)
@@ -239,7 +238,7 @@ def test_ctrl_c_finishes_the_update_saves_it_and_a_resume_goes_on(
     assert json.loads((out / "ckpt-000001" / "meta.json").read_text())["counts"]["updates"] == 1
     assert "ran out" not in log
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
-    monkeypatch.setattr(loop, "advantage_stats", real)
+    monkeypatch.setattr("agentworld.train.summary.advantage_stats", advantage_stats)
     resumed, _ = run(builder, tiny_model, out, resume="latest", **kw)
     assert resumed["step"] == 5 and resumed["updates"] == 4 and not resumed["interrupted"]
 
