@@ -205,6 +205,7 @@ def export(
 
         rows = tabular.iter_rows(trajs, options.rows, counts)
         if fmt == "parquet":
+            rows = tabular.struct_messages(rows)
             counts["rows"] = tabular.write_parquet(rows, out, tabular.schema(options.rows))
         else:
             schema = tabular.schema(options.rows, json_messages=True)

@@ -37,7 +37,9 @@ def to_openai_message(m: dict[str, Any], weight: int | None = None) -> dict[str,
     """One normalised message in OpenAI chat shape (developer becomes system; no reasoning)."""
     role = "system" if m["role"] == "developer" else m["role"]
     out: dict[str, Any] = {"role": role, "content": m.get("content")}
-    if out["content"] is None and role != "assistant":
+    if out["content"] is None and not (role == "assistant" and m.get("tool_calls")):
+        # The schema takes a null content only beside tool_calls: a response cut off in
+        # its reasoning (no text, no calls) is an empty one.
         out["content"] = ""
     if m.get("name") and role != "tool":  # the schema's tool message has no name
         out["name"] = m["name"]

@@ -12,11 +12,14 @@ step's prompt ids continue the previous prompt + completion exactly, the
 same rule the trainer uses; where that chain breaks, the trajectory gives one
 row per chain (``sequence`` 0, 1, ...; ``sequence_breaks`` counts the breaks).
 
-Parquet rows are a raw dump: ``messages`` and ``response`` keep the pool's
-own message form (one struct for all, null where absent; tool calls flat
-``{id, name, arguments}``, arguments the model's JSON text), which analysis
-reads as recorded. ``-f hf`` rows turn them into the shape chat templates
-take (``json_messages``), which an Arrow struct cannot hold.
+Rows are built with the pool's messages as recorded, and each writer shapes
+them from those. Parquet rows are a raw dump: ``messages`` and ``response``
+keep the pool's own message form (``struct_messages``: one struct for all,
+null where absent; tool calls flat ``{id, name, arguments}``, arguments the
+model's JSON text; content parts as their JSON text), which analysis reads
+as recorded. ``-f hf`` rows turn them into the shape chat templates take
+(``json_messages``, content parts joined into text as ``-f trl`` does), which
+an Arrow struct cannot hold.
 """
 
 from __future__ import annotations
@@ -187,8 +190,8 @@ def step_rows(t: Trajectory, counts: Counter[str]) -> Iterator[dict[str, Any]]:
             policy_version=s["policy_version"],
             status=s["status"],
             reward=step_reward(s),
-            messages=[_message(m) for m in req.get("messages") or ()],
-            response=_message(resp.get("message")),
+            messages=list(req.get("messages") or ()),
+            response=resp.get("message"),
             finish_reason=resp.get("finish_reason"),
             prompt_ids=p,
             completion_ids=c,
@@ -259,7 +262,7 @@ def _chain_row(t: Trajectory, chain: list[dict[str, Any]], k: int, breaks: int) 
         policy_min=min(pv) if pv else None,
         policy_max=max(pv) if pv else None,
         n_steps=len(chain),
-        messages=[_message(m) for m in messages],
+        messages=messages,
         step_ids=[s["id"] for s in chain],
         step_rewards=[step_reward(s) for s in chain],
         step_trainable=[step_trainable(s) for s in chain],
@@ -290,6 +293,15 @@ def hf_features(arrow_schema: Any) -> Any:
     if "response" in features:
         features["response"] = datasets.Json()
     return features
+
+
+def struct_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Rows with ``messages`` and ``response`` as the Parquet message struct (the pool's form)."""
+    for row in rows:
+        row["messages"] = [_message(m) for m in row["messages"]]
+        if "response" in row:
+            row["response"] = _message(row["response"])
+        yield row
 
 
 def json_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:

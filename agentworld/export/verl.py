@@ -158,6 +158,15 @@ def rows(
                 "extra_info": info,
             }
         )
+    # verl offers every row the tools of its own config, and ToolAgentLoop looks a called
+    # tool up with tools_kwargs.get(name, {}): the one Arrow struct of all rows would give
+    # a tool this row was not offered None there, and the call fails. So each tool row
+    # names every tool (extra_info.tools keeps what it was offered).
+    names = tool_names(out)
+    for row in out:
+        if row["extra_info"].get("tools_kwargs"):
+            create = {"create_kwargs": {"ground_truth": row["reward_model"]["ground_truth"]}}
+            row["extra_info"]["tools_kwargs"] = {name: create for name in names}
     return out
 
 

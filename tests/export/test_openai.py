@@ -219,3 +219,21 @@ def test_identical_rows_are_each_a_sample_and_a_second_import_adds_nothing(
     again = import_file(pool, path, "openai-jsonl")  # the same file: nothing new
     assert again.trajectories == 0 and again.already_present == 3
     assert pool.index().count_trajectories() == 3
+
+
+def test_an_assistant_turn_with_no_text_and_no_calls_has_empty_content(
+    pool: Pool, tmp_path: Path
+) -> None:
+    """A response cut off in its reasoning (content null, no tool calls) was written with a
+    null content, which the schema allows only beside tool_calls; the file was refused."""
+    recs = trajectory_records("tr_r", answer="6", reward=1.0, turns=1)
+    recs[1]["response"]["message"] = {"role": "assistant", "content": None, "reasoning": "hm"}
+    recs[1]["response"]["finish_reason"] = "length"
+    _write(pool, recs)
+    out = tmp_path / "sft.jsonl"
+    export(pool, "openai-jsonl", out)
+    (line,) = _lines(out)
+    assert chat_line_problems(line) == []
+    last = line["messages"][-1]
+    assert last == {"role": "assistant", "content": "", "weight": 1}
+    assert line["messages"][2]["content"] is None  # beside tool_calls, null stays null

@@ -131,6 +131,36 @@ def test_hf_folder_reads_back_with_datasets(filled: Pool, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("rows", ["step", "trajectory"])
+def test_hf_messages_with_content_parts_are_text_as_trl_writes_them(
+    pool: Pool, tmp_path: Path, rows: str
+) -> None:
+    """Content given as a list of parts reached the hf messages as the parts' JSON text
+    (Parquet's encoding), which a chat template then showed the model verbatim."""
+    import datasets
+
+    recs = trajectory_records("tr_p", answer="6", reward=1.0, turns=1)
+    for rec in recs[:2]:
+        msgs = rec["request"]["messages"]
+        msgs[1]["content"] = [{"type": "text", "text": "Task t1: "}, {"type": "text", "text": "go"}]
+        if len(msgs) > 3:
+            msgs[3]["content"] = [{"type": "text", "text": "1"}]
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    export(pool, "hf", tmp_path / "hf", options=ExportOptions(rows=rows))
+    export(pool, "trl", tmp_path / "trl")
+    messages = list(datasets.load_from_disk(str(tmp_path / "hf"))[-1]["messages"])
+    trl = datasets.load_from_disk(str(tmp_path / "trl"))[-1]
+    assert messages[1] == {"role": "user", "content": "Task t1: go"}
+    assert messages[3] == {"role": "tool", "content": "1", "tool_call_id": "call_0", "name": "calc"}
+    assert messages[:4] == trl["prompt"]
+    # Parquet keeps the pool's own form: the parts, as JSON text.
+    export(pool, "parquet", tmp_path / "rows.parquet", options=ExportOptions(rows=rows))
+    raw = pq.read_table(tmp_path / "rows.parquet").to_pylist()[-1]["messages"]
+    assert json.loads(raw[1]["content"]) == recs[0]["request"]["messages"][1]["content"]
+
+
+@pytest.mark.parametrize("rows", ["step", "trajectory"])
 def test_hf_export_of_nothing_is_an_empty_dataset(filled: Pool, tmp_path: Path, rows: str) -> None:
     import datasets
 

@@ -14,7 +14,12 @@ from agentworld.export import ExportOptions, export
 from agentworld.pool import Pool
 from tests.export.chat_templates import LLAMA31_TOOL_LOOP, QWEN25_TOOL_LOOP
 from tests.export.trajectories import TOOLS, trajectory_records
-from tests.export.verl_pinned import agent_loop, naive_reward, rl_dataset_item
+from tests.export.verl_pinned import (
+    agent_loop,
+    naive_reward,
+    rl_dataset_item,
+    tool_create_kwargs,
+)
 
 datasets = pytest.importorskip("datasets")  # verl reads its Parquet with datasets
 
@@ -63,6 +68,33 @@ def test_tools_reach_verls_tool_agent_loop(filled: Pool, tmp_path: Path) -> None
     assert row["tools_kwargs"] == {"calc": {"create_kwargs": {"ground_truth": "6"}}}
     assert not row["warned_tools_kwargs_empty"]
     assert json.loads(row["extra_info"]["tools"]) == TOOLS
+
+
+def test_every_tool_row_has_create_kwargs_for_every_tool(pool: Pool, tmp_path: Path) -> None:
+    """verl offers each row every tool of its tool config. Tasks offered different tools
+    gave ``tools_kwargs`` a None for each tool a row lacked (one Arrow struct for all), so
+    calling it failed in ToolAgentLoop where a tool no row names gets ``{}``."""
+    recs = trajectory_records("tr_c", answer="6", reward=1.0, turns=0)
+    recs += trajectory_records("tr_s", answer="6", reward=1.0, turns=0, task="t2")
+    search = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    for rec in recs:
+        if rec["trajectory"] == "tr_s" and "request" in rec:
+            rec["request"]["tools"] = search
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    out = tmp_path / "verl.parquet"
+    export(pool, "verl", out)
+    rows = {r["extra_info"]["task"]: r for r in _rows(out)}
+    for task in ("t1", "t2"):
+        row = rows[task]
+        assert agent_loop(row) == "tool_agent" and not row["warned_tools_kwargs_empty"]
+        for name in ("calc", "search"):
+            assert tool_create_kwargs(row["tools_kwargs"], name) == {"ground_truth": "6"}
+    # What the row was offered stays in extra_info.tools.
+    assert [t["function"]["name"] for t in json.loads(rows["t2"]["extra_info"]["tools"])] == [
+        "search"
+    ]
 
 
 def _resumed(pool: Pool) -> None:

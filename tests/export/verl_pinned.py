@@ -11,7 +11,10 @@ Source: volcengine/verl at b178a3cd56f58b2d502255daba591e92833930a7 (2026-01-29)
 - ``verl/utils/dataset/rl_dataset.py``: ``RLHFDataset.__getitem__`` (text
   rows: ``raw_prompt``, ``index``, ``tools_kwargs``, ``interaction_kwargs``);
 - ``verl/experimental/agent_loop/agent_loop.py``: the row's ``agent_name`` or
-  the configured default agent loop.
+  the configured default agent loop;
+- ``verl/experimental/agent_loop/tool_agent_loop.py``: ``ToolAgentLoop._call_tool``
+  (the ``create_kwargs`` a called tool's ``create`` gets from the row's
+  ``tools_kwargs``).
 """
 
 from __future__ import annotations
@@ -74,3 +77,9 @@ def rl_dataset_item(row_dict: dict[str, Any], need_tools_kwargs: bool = False) -
 
 def agent_loop(row: dict[str, Any], default_agent_loop: str = "single_turn_agent") -> str:
     return row.get("agent_name") or default_agent_loop
+
+
+def tool_create_kwargs(tools_kwargs: dict[str, Any], tool_name: str) -> Any:
+    """ToolAgentLoop._call_tool's lookup (an exception there is the tool's error to the policy)."""
+    kwargs = tools_kwargs.get(tool_name, {})
+    return kwargs.get("create_kwargs", {})
