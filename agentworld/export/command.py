@@ -125,6 +125,15 @@ def export(
     typer.echo(f"wrote {out} ({counts}); manifest {manifest_path(out)}", err=True)
     if (manifest.get("reward") or {}).get("warning"):
         typer.echo(f"warning: {manifest['reward']['warning']}", err=True)
+    no_ids = manifest["counts"].get("rows_without_ids", 0)
+    if fmt == "hf" and no_ids:
+        typer.echo(
+            f"warning: {no_ids} of {manifest['counts'].get('rows', 0)} rows have no engine token "
+            "ids (empty input_ids): TRL reads -f hf as pre-tokenized, trains nothing on them and "
+            "fails on a batch of only such rows; -f trl renders them with the model's chat "
+            "template",
+            err=True,
+        )
     for reason, left in manifest["left_out"].items():
         typer.echo(f"left out {left['count']} {reason}: {', '.join(left['examples'])}", err=True)
     written = sum(manifest["counts"].get(k, 0) for k in ("rows", "lines", "files"))

@@ -320,12 +320,15 @@ def json_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 
 def iter_rows(trajs: Iterable[Trajectory], rows: str, counts: Counter[str]) -> Iterator[dict]:
+    """Step or trajectory rows; ``rows_without_ids`` counts those with empty ``input_ids``
+    (recorded without engine ids), which a pre-tokenized consumer cannot train on."""
+    make = step_rows if rows == "step" else trajectory_rows
     for t in trajs:
         counts["trajectories"] += 1
-        if rows == "step":
-            yield from step_rows(t, counts)
-        else:
-            yield from trajectory_rows(t, counts)
+        for row in make(t, counts):
+            if not row["input_ids"]:
+                counts["rows_without_ids"] += 1
+            yield row
 
 
 def write_parquet(rows_iter: Iterable[dict[str, Any]], out: Path, arrow_schema: Any) -> int:

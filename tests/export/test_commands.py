@@ -356,3 +356,20 @@ def test_an_export_counts_trajectories_on_a_terminal_only(
     assert ("exporting parquet" in err and "4/4 trajectories" in err) is tty
     if not tty:
         assert err.startswith("wrote ") and err.count("\n") == 1, err
+
+
+def test_hf_export_warns_of_rows_without_engine_ids(pool: Pool, tmp_path: Path) -> None:
+    """Rows recorded without engine ids have empty ``input_ids``: TRL reads -f hf as
+    pre-tokenized, trains nothing on them and fails on a batch of only such rows, and the
+    export said only "rows 6". The count and the remedy are named; -f trl needs no ids."""
+    fill(pool, [{"tid": "tr_x", "answer": "6", "reward": 1.0, "engine": False}])
+    fill(pool, [{"tid": "tr_y", "answer": "6", "reward": 1.0}])
+    res = runner.invoke(
+        app, ["export", "-f", "hf", "-o", str(tmp_path / "hf"), "--pool", str(pool.root)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "rows 6, rows_without_ids 3" in res.stderr  # a step row each, tr_x's three
+    assert "warning: 3 of 6 rows have no engine token ids" in res.stderr
+    assert "-f trl renders them" in res.stderr
+    trl = ["export", "-f", "trl", "-o", str(tmp_path / "trl"), "--pool", str(pool.root)]
+    assert "warning" not in runner.invoke(app, trl).stderr
