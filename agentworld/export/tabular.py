@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from agentworld.errors import MissingExtraError
-from agentworld.export.conversation import trl_messages, usable
+from agentworld.export.conversation import openai_tools, trl_messages, usable
 from agentworld.export.select import step_reward, step_trainable
 from agentworld.pool import Trajectory
 
@@ -159,7 +159,7 @@ def _common(t: Trajectory, tools: Any) -> dict[str, Any]:
         "quality": t.labels.get("quality"),
         "tags": list(t.labels.get("tags") or ()),
         "token_source": sources.pop() if len(sources) == 1 else "mixed",
-        "tools": orjson.dumps(tools).decode() if tools else None,
+        "tools": tools or None,  # as recorded; each writer renders it
     }
 
 
@@ -296,8 +296,10 @@ def hf_features(arrow_schema: Any) -> Any:
 
 
 def struct_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Rows with ``messages`` and ``response`` as the Parquet message struct (the pool's form)."""
+    """Rows with ``messages`` and ``response`` as the Parquet message struct, and ``tools``
+    as the JSON text of the definitions as recorded: the pool's own form."""
     for row in rows:
+        row["tools"] = orjson.dumps(row["tools"]).decode() if row["tools"] else None
         row["messages"] = [_message(m) for m in row["messages"]]
         if "response" in row:
             row["response"] = _message(row["response"])
@@ -308,8 +310,12 @@ def json_messages(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Rows with ``messages`` and ``response`` as JSON texts in the shape chat templates
     take, as ``-f trl`` writes them (tool calls as ``{id, type, function: {name,
     arguments}}`` with arguments an object, reasoning as ``reasoning_content``), each
-    message with only the keys it uses: what ``apply_chat_template`` renders as is."""
+    message with only the keys it uses, and ``tools`` in OpenAI's function shape (an
+    Anthropic agent's ``input_schema`` ones converted): what ``apply_chat_template``
+    renders as is."""
     for row in rows:
+        tools = openai_tools(row["tools"])
+        row["tools"] = orjson.dumps(tools).decode() if tools else None
         row["messages"] = [orjson.dumps(m).decode() for m in trl_messages(row["messages"])]
         if "response" in row:
             resp = row["response"]

@@ -161,6 +161,44 @@ def test_hf_messages_with_content_parts_are_text_as_trl_writes_them(
 
 
 @pytest.mark.parametrize("rows", ["step", "trajectory"])
+def test_hf_tools_are_in_the_shape_chat_templates_take(
+    pool: Pool, tmp_path: Path, rows: str
+) -> None:
+    """An Anthropic agent's tools (``{name, description, input_schema}``) reached the hf
+    rows as recorded, which a chat template renders without a schema; -f trl converted
+    them. Parquet keeps them as recorded."""
+    import datasets
+
+    anthropic_tool = {
+        "name": "calc",
+        "description": "Evaluate arithmetic.",
+        "input_schema": {"type": "object", "properties": {"expr": {"type": "string"}}},
+    }
+    recs = trajectory_records("tr_a", answer="6", reward=1.0, turns=1)
+    for rec in recs:
+        if rec.get("request"):
+            rec["request"]["tools"] = [anthropic_tool]
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    export(pool, "hf", tmp_path / "hf", options=ExportOptions(rows=rows))
+    tools = json.loads(datasets.load_from_disk(str(tmp_path / "hf"))[-1]["tools"])
+    assert tools == [
+        {
+            "type": "function",
+            "function": {
+                "name": "calc",
+                "parameters": anthropic_tool["input_schema"],
+                "description": "Evaluate arithmetic.",
+            },
+        }
+    ]
+    export(pool, "parquet", tmp_path / "rows.parquet", options=ExportOptions(rows=rows))
+    raw = pq.read_table(tmp_path / "rows.parquet").to_pylist()[-1]["tools"]
+    assert json.loads(raw) == [anthropic_tool]
+
+
+@pytest.mark.parametrize("rows", ["step", "trajectory"])
 def test_hf_export_of_nothing_is_an_empty_dataset(filled: Pool, tmp_path: Path, rows: str) -> None:
     import datasets
 
