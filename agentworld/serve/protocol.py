@@ -13,6 +13,8 @@ from agentworld.serve.engine import SamplingParams, TokenEvent
 
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 MAX_N = 16
+# OpenAI's and vLLM's default for the legacy /v1/completions (chat fills the context).
+COMPLETIONS_MAX_TOKENS = 16
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -92,7 +94,7 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
     max_tokens = _get(body, "max_completion_tokens", int, None) if chat else None
     field = "max_completion_tokens" if max_tokens is not None else "max_tokens"
     if max_tokens is None:
-        max_tokens = _get(body, "max_tokens", int, None)
+        max_tokens = _get(body, "max_tokens", int, None if chat else COMPLETIONS_MAX_TOKENS)
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(f"'{field}' must be at least 1", field)
     temperature = float(_get(body, "temperature", (int, float), 1.0))

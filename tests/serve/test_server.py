@@ -171,6 +171,17 @@ async def test_completions_with_token_id_prompt(client: Any, engine: Engine):
     assert parts[-1]["finish_reason"] == "length"
 
 
+async def test_completions_without_max_tokens_stop_at_16_as_openai_and_vllm(client: Any):
+    """Legacy completions default to 16 tokens (OpenAI's and vLLM's ``max_tokens = 16``); a
+    chat without a limit may fill the context."""
+    body = {"prompt": "the weather in paris is", "ignore_eos": True}
+    out = await (await client.post("/v1/completions", json=body)).json()
+    assert out["usage"]["completion_tokens"] == 16
+    assert out["choices"][0]["finish_reason"] == "length"
+    out = await (await client.post("/v1/completions", json=body | {"max_tokens": None})).json()
+    assert out["usage"]["completion_tokens"] == 16
+
+
 async def test_stop_string_truncates_text_and_is_reported(client: Any):
     base = {"prompt": "the weather in paris is", "max_tokens": 24, "temperature": 0}
     base |= {"ignore_eos": True}
@@ -471,9 +482,12 @@ async def test_max_model_len_narrows_the_window_every_route_reports(
         body = {"prompt": [5] * 20, "max_tokens": 10}
         err = (await (await client.post("/v1/completions", json=body)).json())["error"]
         assert "maximum context length is 24 tokens" in err["message"]
-        body = {"prompt": [5] * 20, "temperature": 0, "ignore_eos": True}
-        out = await (await client.post("/v1/completions", json=body)).json()
-        assert out["usage"]["completion_tokens"] == 4  # the rest of the window, no more
+        body = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+        out = await (
+            await client.post("/v1/chat/completions", json=body | {"ignore_eos": True})
+        ).json()
+        # A chat without max_tokens fills the rest of the window, no more.
+        assert out["usage"]["completion_tokens"] == 24 - out["usage"]["prompt_tokens"]
         assert out["choices"][0]["finish_reason"] == "length"
     finally:
         eng.close()
