@@ -59,11 +59,14 @@ async def chat(request: web.Request) -> web.StreamResponse:
             "annotations": None,
             "audio": None,
             "function_call": None,
-            "tool_calls": parsed.tool_calls,
             "reasoning": parsed.reasoning,
             # Older vLLM (and many clients) read this name for the same text.
             "reasoning_content": parsed.reasoning,
         }
+        if parsed.tool_calls:
+            # Absent when there are none, as OpenAI and vLLM (#44104): an SDK loop
+            # `while message.tool_calls is not None` indexed an empty list.
+            message["tool_calls"] = parsed.tool_calls
         assert c.finished is not None
         choices.append(
             {

@@ -77,6 +77,16 @@ async def test_without_return_token_ids_the_fields_are_null(client: Any):
     assert out["choices"][0]["logprobs"] is None
 
 
+async def test_an_answer_without_tool_calls_has_no_tool_calls_field(client: Any):
+    """As OpenAI and vLLM (#44104): an empty list reads as a tool-call turn to the SDK."""
+    tools = [{"type": "function", "function": {"name": "get_weather"}}]
+    for extra in ({}, {"tools": tools}):
+        body = {"messages": MESSAGES, "max_tokens": 3} | extra
+        out = await (await client.post("/v1/chat/completions", json=body)).json()
+        message = out["choices"][0]["message"]
+        assert "tool_calls" not in message and message["role"] == "assistant"
+
+
 async def test_concurrent_requests_each_match_a_forward_pass(
     client: Any, engine: Engine, tiny_model_dir: Path
 ):
