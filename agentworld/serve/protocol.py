@@ -180,15 +180,37 @@ def parse_tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, bool
     if tools is not None:
         if not isinstance(tools, list):
             raise ApiError("'tools' must be a list", "tools")
+        if not tools:
+            # As OpenAI and vLLM: a client that means "no tools" omits the field.
+            raise ApiError("'tools' must not be empty: give a tool or leave 'tools' out", "tools")
         for i, t in enumerate(tools):
             fn = t.get("function") if isinstance(t, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                 raise ApiError(f"'tools[{i}].function.name' must be a string", "tools")
-    choice = body.get("tool_choice", "auto" if tools else "none")
+    choice = body.get("tool_choice")
+    if choice is None:
+        choice = "auto" if tools else "none"
     if not (choice in ("none", "auto", "required") or isinstance(choice, dict)):
         raise ApiError(
             "'tool_choice' must be none, auto, required or a named function", "tool_choice"
         )
+    # vLLM's checks (OpenAI's too): a choice other than none needs the tools it chooses from.
+    if choice != "none" and not tools:
+        what = repr(choice) if isinstance(choice, str) else "naming a function"
+        raise ApiError(f"'tool_choice' {what} needs 'tools'", "tool_choice")
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ApiError(
+                "'tool_choice.function.name' must be a string, as in "
+                '{"type": "function", "function": {"name": "my_function"}}',
+                "tool_choice",
+            )
+        if name not in (t["function"]["name"] for t in tools or ()):
+            raise ApiError(
+                f"'tool_choice' names {name!r}, which is not one of 'tools'", "tool_choice"
+            )
     if choice == "none" or not tools:
         # Like vLLM: with tool_choice none the tools stay out of the output parsing.
         return tools or None, False

@@ -16,6 +16,11 @@ from agentworld.serve.server import POLICY_HEADER, make_app
 from .helpers import forward_logprobs, load_model
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "add 2 and 3"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
+
+
+def _named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
 
 
 async def read_sse(resp: Any) -> list[Any]:
@@ -79,8 +84,7 @@ async def test_without_return_token_ids_the_fields_are_null(client: Any):
 
 async def test_an_answer_without_tool_calls_has_no_tool_calls_field(client: Any):
     """As OpenAI and vLLM (#44104): an empty list reads as a tool-call turn to the SDK."""
-    tools = [{"type": "function", "function": {"name": "get_weather"}}]
-    for extra in ({}, {"tools": tools}):
+    for extra in ({}, {"tools": TOOLS}):
         body = {"messages": MESSAGES, "max_tokens": 3} | extra
         out = await (await client.post("/v1/chat/completions", json=body)).json()
         message = out["choices"][0]["message"]
@@ -224,6 +228,15 @@ async def test_stop_string_truncates_text_and_is_reported(client: Any):
         ({"messages": MESSAGES, "top_logprobs": 2}, 400, "top_logprobs"),
         ({"messages": MESSAGES, "stop": 5}, 400, "stop"),
         ({"messages": MESSAGES, "tools": [{"type": "function"}]}, 400, "tools"),
+        # vLLM's (and OpenAI's) tool checks.
+        ({"messages": MESSAGES, "tools": []}, 400, "tools"),
+        ({"messages": MESSAGES, "tool_choice": "required"}, 400, "tool_choice"),
+        ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": _named("nope")}, 400, "tool_choice"),
+        (
+            {"messages": MESSAGES, "tools": TOOLS, "tool_choice": {"function": {}}},
+            400,
+            "tool_choice",
+        ),
         ({"messages": MESSAGES, "stream_options": {"include_usage": True}}, 400, "stream_options"),
         ({"messages": MESSAGES, "model": "gpt-9"}, 404, "model"),
     ],
@@ -241,6 +254,13 @@ async def test_bad_chat_bodies_get_vllm_errors_naming_the_field(
     assert err["code"] == status
     assert err["type"] == {400: "BadRequestError", 404: "NotFoundError"}[status]
     assert POLICY_HEADER in resp.headers
+
+
+async def test_tool_choice_null_or_naming_a_tool_is_answered(client: Any):
+    for extra in ({"tool_choice": None}, {"tools": TOOLS, "tool_choice": _named("get_weather")}):
+        body = {"messages": MESSAGES, "max_tokens": 2} | extra
+        resp = await client.post("/v1/chat/completions", json=body)
+        assert resp.status == 200, await resp.text()
 
 
 async def test_bad_completion_prompt_and_too_big_body(aiohttp_client: Any, engine: Engine):
