@@ -12,7 +12,8 @@ from agentworld.serve.chat import render_prompt
 from agentworld.serve.engine import SamplingParams, TokenEvent
 
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
-MAX_N = 16
+# OpenAI's bound (the proxy's too); vLLM sets none. Choices past a batch wait their turn.
+MAX_N = 128
 # OpenAI's and vLLM's default for the legacy /v1/completions (chat fills the context).
 COMPLETIONS_MAX_TOKENS = 16
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

@@ -151,6 +151,15 @@ async def test_n_choices_and_seed(client: Any):
     assert a["usage"]["completion_tokens"] == 30
 
 
+async def test_n_beyond_16_is_answered_up_to_openais_128(client: Any):
+    """A GRPO group sampled as one call (n=32) is answered, as vLLM answers it."""
+    body = {"messages": MESSAGES, "max_tokens": 1, "n": 32}
+    out = await (await client.post("/v1/chat/completions", json=body)).json()
+    assert [c["index"] for c in out["choices"]] == list(range(32))
+    resp = await client.post("/v1/chat/completions", json=body | {"n": 129})
+    assert resp.status == 400 and (await resp.json())["error"]["param"] == "n"
+
+
 async def test_seeds_beyond_int64_are_refused_before_they_reach_the_engine(client: Any):
     """torch refused them on the engine thread, failing the whole batch with a 500."""
     body = {"prompt": [5, 6, 7], "max_tokens": 2, "n": 2}
