@@ -104,6 +104,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
     g = P.parse_common(body, name, chat=False)
     if body.get("echo"):
         raise P.ApiError("'echo' is not supported by the embedded engine", "echo")
+    if body.get("suffix") is not None:
+        # A 400 as vLLM's, so a fill-in-the-middle client falls back to prefix-only rather
+        # than take a plain continuation for an infill.
+        raise P.ApiError("'suffix' is not supported (nor by vLLM)", "suffix")
     prompts = P.parse_prompts(body, tokenizer)
     warn_ignored(request.app, body)
     gen = Generation(engine, prompts, g)

@@ -205,6 +205,14 @@ async def test_completions_without_max_tokens_stop_at_16_as_openai_and_vllm(clie
     assert out["usage"]["completion_tokens"] == 16
 
 
+async def test_a_completion_suffix_is_refused_as_vllm_refuses_it(client: Any):
+    """Answered without it, a fill-in-the-middle client took a continuation for an infill."""
+    for suffix in ("\n    return x", ""):
+        body = {"prompt": "def f(x):", "suffix": suffix, "max_tokens": 2}
+        resp = await client.post("/v1/completions", json=body)
+        assert resp.status == 400 and (await resp.json())["error"]["param"] == "suffix"
+
+
 async def test_stop_string_truncates_text_and_is_reported(client: Any):
     base = {"prompt": "the weather in paris is", "max_tokens": 24, "temperature": 0}
     base |= {"ignore_eos": True}
