@@ -190,6 +190,13 @@ class _Chunks:
             | extra
         )
 
+    def usage(self, c: Choice) -> dict[str, Any]:
+        """A chunk's ``usage`` of its choice so far, when the client asked for it on every one
+        (vLLM's ``continuous_usage_stats``)."""
+        if not self.g.continuous_usage:
+            return {}
+        return {"usage": P.usage(len(c.prompt_ids), len(c.events))}
+
     def piece(self, c: Choice, text: str) -> dict[str, Any]:
         """One choice's next text, with the log-probs and ids of the tokens not yet sent."""
         g = self.g
@@ -238,7 +245,7 @@ class _Chunks:
             last = self.piece(c, text[c.sent_chars :])
             last["finish_reason"] = ev.reason
         last["stop_reason"] = ev.stop_reason
-        return self.chunk([last])
+        return self.chunk([last], **self.usage(c))
 
 
 async def _stream(
@@ -285,13 +292,13 @@ async def _stream(
                         }
                         for x in gen.choices
                     ]
-                    await resp.write(out.chunk(first, **extra))
+                    await resp.write(out.chunk(first, **extra, **out.usage(c)))
             if isinstance(ev, TokenEvent):
                 text = texts[c.index].add(ev.token_id)
                 if text:
                     part = out.piece(c, text)
                     c.sent_chars += len(text)
-                    await resp.write(out.chunk([part]))
+                    await resp.write(out.chunk([part], **out.usage(c)))
             elif isinstance(ev, Finished):
                 if ev.reason == "abort":
                     if ev.stop_reason:  # an engine error, not a disconnect

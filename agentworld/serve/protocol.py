@@ -76,6 +76,7 @@ class GenerationRequest:
     n: int
     stream: bool
     include_usage: bool
+    continuous_usage: bool  # vLLM's stream_options.continuous_usage_stats: usage on every chunk
     return_token_ids: bool
     logprobs: bool
     tokens_as_ids: bool
@@ -141,6 +142,7 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
     if options is not None and not stream:
         raise ApiError("Stream options can only be defined when `stream=True`.", "stream_options")
     include_usage = bool((options or {}).get("include_usage", False))
+    continuous = include_usage and bool((options or {}).get("continuous_usage_stats", False))
     params = SamplingParams(
         max_tokens=max_tokens or 0,  # 0: fill in the rest of the context (set per prompt)
         temperature=temperature,
@@ -157,6 +159,7 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
         n=n,
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous,
         return_token_ids=_get(body, "return_token_ids", bool, False),
         logprobs=logprobs,
         tokens_as_ids=_get(body, "return_tokens_as_token_ids", bool, False),

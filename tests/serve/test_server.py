@@ -140,6 +140,23 @@ async def test_streaming_assembles_to_the_non_streamed_greedy_answer(client: Any
     assert body_chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+async def test_continuous_usage_stats_puts_usage_on_every_chunk(client: Any, route: str):
+    """vLLM's ``stream_options.continuous_usage_stats`` (its own benchmark sends it)."""
+    body = {"max_tokens": 5, "ignore_eos": True, "stream": True}
+    body |= {"messages": MESSAGES} if "chat" in route else {"prompt": "the weather is"}
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    resp = await client.post(route, json=body | {"stream_options": options})
+    chunks = (await read_sse(resp))[:-1]
+    final = chunks[-1]["usage"]
+    counts = [c["usage"]["completion_tokens"] for c in chunks[:-1]]
+    assert counts == sorted(counts) and counts[-1] == final["completion_tokens"] == 5
+    assert {c["usage"]["prompt_tokens"] for c in chunks} == {final["prompt_tokens"]}
+    resp = await client.post(route, json=body | {"stream_options": {"include_usage": True}})
+    chunks = (await read_sse(resp))[:-1]
+    assert all("usage" not in c for c in chunks[:-1]) and chunks[-1]["usage"] == final
+
+
 async def test_n_choices_and_seed(client: Any):
     body = {"messages": MESSAGES, "max_tokens": 10, "n": 3, "seed": 7, "return_token_ids": True}
     body |= {"ignore_eos": True}
