@@ -59,11 +59,14 @@ async def chat(request: web.Request) -> web.StreamResponse:
             "annotations": None,
             "audio": None,
             "function_call": None,
-            "tool_calls": parsed.tool_calls,
             "reasoning": parsed.reasoning,
             # Older vLLM (and many clients) read this name for the same text.
             "reasoning_content": parsed.reasoning,
         }
+        if parsed.tool_calls:
+            # Absent when there are none, as OpenAI and vLLM (#44104): an SDK loop
+            # `while message.tool_calls is not None` indexed an empty list.
+            message["tool_calls"] = parsed.tool_calls
         assert c.finished is not None
         choices.append(
             {
@@ -101,6 +104,10 @@ async def completions(request: web.Request) -> web.StreamResponse:
     g = P.parse_common(body, name, chat=False)
     if body.get("echo"):
         raise P.ApiError("'echo' is not supported by the embedded engine", "echo")
+    if body.get("suffix") is not None:
+        # A 400 as vLLM's, so a fill-in-the-middle client falls back to prefix-only rather
+        # than take a plain continuation for an infill.
+        raise P.ApiError("'suffix' is not supported (nor by vLLM)", "suffix")
     prompts = P.parse_prompts(body, tokenizer)
     warn_ignored(request.app, body)
     gen = Generation(engine, prompts, g)
@@ -183,6 +190,13 @@ class _Chunks:
             | extra
         )
 
+    def usage(self, c: Choice) -> dict[str, Any]:
+        """A chunk's ``usage`` of its choice so far, when the client asked for it on every one
+        (vLLM's ``continuous_usage_stats``)."""
+        if not self.g.continuous_usage:
+            return {}
+        return {"usage": P.usage(len(c.prompt_ids), len(c.events))}
+
     def piece(self, c: Choice, text: str) -> dict[str, Any]:
         """One choice's next text, with the log-probs and ids of the tokens not yet sent."""
         g = self.g
@@ -231,7 +245,7 @@ class _Chunks:
             last = self.piece(c, text[c.sent_chars :])
             last["finish_reason"] = ev.reason
         last["stop_reason"] = ev.stop_reason
-        return self.chunk([last])
+        return self.chunk([last], **self.usage(c))
 
 
 async def _stream(
@@ -278,13 +292,13 @@ async def _stream(
                         }
                         for x in gen.choices
                     ]
-                    await resp.write(out.chunk(first, **extra))
+                    await resp.write(out.chunk(first, **extra, **out.usage(c)))
             if isinstance(ev, TokenEvent):
                 text = texts[c.index].add(ev.token_id)
                 if text:
                     part = out.piece(c, text)
                     c.sent_chars += len(text)
-                    await resp.write(out.chunk([part]))
+                    await resp.write(out.chunk([part], **out.usage(c)))
             elif isinstance(ev, Finished):
                 if ev.reason == "abort":
                     if ev.stop_reason:  # an engine error, not a disconnect

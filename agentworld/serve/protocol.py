@@ -12,7 +12,10 @@ from agentworld.serve.chat import render_prompt
 from agentworld.serve.engine import SamplingParams, TokenEvent
 
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
-MAX_N = 16
+# OpenAI's bound (the proxy's too); vLLM sets none. Choices past a batch wait their turn.
+MAX_N = 128
+# OpenAI's and vLLM's default for the legacy /v1/completions (chat fills the context).
+COMPLETIONS_MAX_TOKENS = 16
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -73,6 +76,7 @@ class GenerationRequest:
     n: int
     stream: bool
     include_usage: bool
+    continuous_usage: bool  # vLLM's stream_options.continuous_usage_stats: usage on every chunk
     return_token_ids: bool
     logprobs: bool
     tokens_as_ids: bool
@@ -92,7 +96,7 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
     max_tokens = _get(body, "max_completion_tokens", int, None) if chat else None
     field = "max_completion_tokens" if max_tokens is not None else "max_tokens"
     if max_tokens is None:
-        max_tokens = _get(body, "max_tokens", int, None)
+        max_tokens = _get(body, "max_tokens", int, None if chat else COMPLETIONS_MAX_TOKENS)
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(f"'{field}' must be at least 1", field)
     temperature = float(_get(body, "temperature", (int, float), 1.0))
@@ -138,6 +142,7 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
     if options is not None and not stream:
         raise ApiError("Stream options can only be defined when `stream=True`.", "stream_options")
     include_usage = bool((options or {}).get("include_usage", False))
+    continuous = include_usage and bool((options or {}).get("continuous_usage_stats", False))
     params = SamplingParams(
         max_tokens=max_tokens or 0,  # 0: fill in the rest of the context (set per prompt)
         temperature=temperature,
@@ -154,6 +159,7 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
         n=n,
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous,
         return_token_ids=_get(body, "return_token_ids", bool, False),
         logprobs=logprobs,
         tokens_as_ids=_get(body, "return_tokens_as_token_ids", bool, False),
@@ -182,11 +188,31 @@ def parse_tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, bool
             fn = t.get("function") if isinstance(t, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                 raise ApiError(f"'tools[{i}].function.name' must be a string", "tools")
-    choice = body.get("tool_choice", "auto" if tools else "none")
+    choice = body.get("tool_choice")
+    if choice is None:
+        choice = "auto" if tools else "none"
     if not (choice in ("none", "auto", "required") or isinstance(choice, dict)):
         raise ApiError(
             "'tool_choice' must be none, auto, required or a named function", "tool_choice"
         )
+    # vLLM's checks: a choice other than none needs a 'tools' field (an empty list passes,
+    # as no tools), and a named function must be one of them.
+    if choice != "none" and tools is None:
+        what = repr(choice) if isinstance(choice, str) else "naming a function"
+        raise ApiError(f"'tool_choice' {what} needs 'tools'", "tool_choice")
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ApiError(
+                "'tool_choice.function.name' must be a string, as in "
+                '{"type": "function", "function": {"name": "my_function"}}',
+                "tool_choice",
+            )
+        if name not in (t["function"]["name"] for t in tools or ()):
+            raise ApiError(
+                f"'tool_choice' names {name!r}, which is not one of 'tools'", "tool_choice"
+            )
     if choice == "none" or not tools:
         # Like vLLM: with tool_choice none the tools stay out of the output parsing.
         return tools or None, False

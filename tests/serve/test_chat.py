@@ -125,6 +125,7 @@ async def test_openai_client_gets_tool_calls_end_to_end(served_toolcall_model: s
             temperature=0,
             max_tokens=60,
         )
-        assert not plain.choices[0].message.tool_calls
+        # None, not []: an SDK loop `while message.tool_calls is not None` must end here.
+        assert plain.choices[0].message.tool_calls is None
         assert '"get_weather"' in plain.choices[0].message.content
         assert plain.choices[0].finish_reason == "stop"

@@ -16,6 +16,11 @@ from agentworld.serve.server import POLICY_HEADER, make_app
 from .helpers import forward_logprobs, load_model
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "add 2 and 3"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
+
+
+def _named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
 
 
 async def read_sse(resp: Any) -> list[Any]:
@@ -77,6 +82,15 @@ async def test_without_return_token_ids_the_fields_are_null(client: Any):
     assert out["choices"][0]["logprobs"] is None
 
 
+async def test_an_answer_without_tool_calls_has_no_tool_calls_field(client: Any):
+    """As OpenAI and vLLM (#44104): an empty list reads as a tool-call turn to the SDK."""
+    for extra in ({}, {"tools": TOOLS}):
+        body = {"messages": MESSAGES, "max_tokens": 3} | extra
+        out = await (await client.post("/v1/chat/completions", json=body)).json()
+        message = out["choices"][0]["message"]
+        assert "tool_calls" not in message and message["role"] == "assistant"
+
+
 async def test_concurrent_requests_each_match_a_forward_pass(
     client: Any, engine: Engine, tiny_model_dir: Path
 ):
@@ -126,6 +140,23 @@ async def test_streaming_assembles_to_the_non_streamed_greedy_answer(client: Any
     assert body_chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+async def test_continuous_usage_stats_puts_usage_on_every_chunk(client: Any, route: str):
+    """vLLM's ``stream_options.continuous_usage_stats`` (its own benchmark sends it)."""
+    body = {"max_tokens": 5, "ignore_eos": True, "stream": True}
+    body |= {"messages": MESSAGES} if "chat" in route else {"prompt": "the weather is"}
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    resp = await client.post(route, json=body | {"stream_options": options})
+    chunks = (await read_sse(resp))[:-1]
+    final = chunks[-1]["usage"]
+    counts = [c["usage"]["completion_tokens"] for c in chunks[:-1]]
+    assert counts == sorted(counts) and counts[-1] == final["completion_tokens"] == 5
+    assert {c["usage"]["prompt_tokens"] for c in chunks} == {final["prompt_tokens"]}
+    resp = await client.post(route, json=body | {"stream_options": {"include_usage": True}})
+    chunks = (await read_sse(resp))[:-1]
+    assert all("usage" not in c for c in chunks[:-1]) and chunks[-1]["usage"] == final
+
+
 async def test_n_choices_and_seed(client: Any):
     body = {"messages": MESSAGES, "max_tokens": 10, "n": 3, "seed": 7, "return_token_ids": True}
     body |= {"ignore_eos": True}
@@ -135,6 +166,15 @@ async def test_n_choices_and_seed(client: Any):
     assert [c["token_ids"] for c in a["choices"]] == [c["token_ids"] for c in b["choices"]]
     assert len({tuple(c["token_ids"]) for c in a["choices"]}) > 1
     assert a["usage"]["completion_tokens"] == 30
+
+
+async def test_n_beyond_16_is_answered_up_to_openais_128(client: Any):
+    """A GRPO group sampled as one call (n=32) is answered, as vLLM answers it."""
+    body = {"messages": MESSAGES, "max_tokens": 1, "n": 32}
+    out = await (await client.post("/v1/chat/completions", json=body)).json()
+    assert [c["index"] for c in out["choices"]] == list(range(32))
+    resp = await client.post("/v1/chat/completions", json=body | {"n": 129})
+    assert resp.status == 400 and (await resp.json())["error"]["param"] == "n"
 
 
 async def test_seeds_beyond_int64_are_refused_before_they_reach_the_engine(client: Any):
@@ -171,6 +211,25 @@ async def test_completions_with_token_id_prompt(client: Any, engine: Engine):
     assert parts[-1]["finish_reason"] == "length"
 
 
+async def test_completions_without_max_tokens_stop_at_16_as_openai_and_vllm(client: Any):
+    """Legacy completions default to 16 tokens (OpenAI's and vLLM's ``max_tokens = 16``); a
+    chat without a limit may fill the context."""
+    body = {"prompt": "the weather in paris is", "ignore_eos": True}
+    out = await (await client.post("/v1/completions", json=body)).json()
+    assert out["usage"]["completion_tokens"] == 16
+    assert out["choices"][0]["finish_reason"] == "length"
+    out = await (await client.post("/v1/completions", json=body | {"max_tokens": None})).json()
+    assert out["usage"]["completion_tokens"] == 16
+
+
+async def test_a_completion_suffix_is_refused_as_vllm_refuses_it(client: Any):
+    """Answered without it, a fill-in-the-middle client took a continuation for an infill."""
+    for suffix in ("\n    return x", ""):
+        body = {"prompt": "def f(x):", "suffix": suffix, "max_tokens": 2}
+        resp = await client.post("/v1/completions", json=body)
+        assert resp.status == 400 and (await resp.json())["error"]["param"] == "suffix"
+
+
 async def test_stop_string_truncates_text_and_is_reported(client: Any):
     base = {"prompt": "the weather in paris is", "max_tokens": 24, "temperature": 0}
     base |= {"ignore_eos": True}
@@ -203,6 +262,14 @@ async def test_stop_string_truncates_text_and_is_reported(client: Any):
         ({"messages": MESSAGES, "top_logprobs": 2}, 400, "top_logprobs"),
         ({"messages": MESSAGES, "stop": 5}, 400, "stop"),
         ({"messages": MESSAGES, "tools": [{"type": "function"}]}, 400, "tools"),
+        # vLLM's (and OpenAI's) tool checks.
+        ({"messages": MESSAGES, "tool_choice": "required"}, 400, "tool_choice"),
+        ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": _named("nope")}, 400, "tool_choice"),
+        (
+            {"messages": MESSAGES, "tools": TOOLS, "tool_choice": {"function": {}}},
+            400,
+            "tool_choice",
+        ),
         ({"messages": MESSAGES, "stream_options": {"include_usage": True}}, 400, "stream_options"),
         ({"messages": MESSAGES, "model": "gpt-9"}, 404, "model"),
     ],
@@ -220,6 +287,20 @@ async def test_bad_chat_bodies_get_vllm_errors_naming_the_field(
     assert err["code"] == status
     assert err["type"] == {400: "BadRequestError", 404: "NotFoundError"}[status]
     assert POLICY_HEADER in resp.headers
+
+
+async def test_tool_choice_null_or_naming_a_tool_is_answered(client: Any):
+    """``tools: []`` is no tools, as vLLM's own test has it
+    (tests/tool_use/test_chat_completion_request_validations.py): agents send it."""
+    for extra in (
+        {"tool_choice": None},
+        {"tools": TOOLS, "tool_choice": _named("get_weather")},
+        {"tools": []},
+        {"tools": [], "tool_choice": "auto"},
+    ):
+        body = {"messages": MESSAGES, "max_tokens": 2} | extra
+        resp = await client.post("/v1/chat/completions", json=body)
+        assert resp.status == 200, await resp.text()
 
 
 async def test_bad_completion_prompt_and_too_big_body(aiohttp_client: Any, engine: Engine):
@@ -471,9 +552,12 @@ async def test_max_model_len_narrows_the_window_every_route_reports(
         body = {"prompt": [5] * 20, "max_tokens": 10}
         err = (await (await client.post("/v1/completions", json=body)).json())["error"]
         assert "maximum context length is 24 tokens" in err["message"]
-        body = {"prompt": [5] * 20, "temperature": 0, "ignore_eos": True}
-        out = await (await client.post("/v1/completions", json=body)).json()
-        assert out["usage"]["completion_tokens"] == 4  # the rest of the window, no more
+        body = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+        out = await (
+            await client.post("/v1/chat/completions", json=body | {"ignore_eos": True})
+        ).json()
+        # A chat without max_tokens fills the rest of the window, no more.
+        assert out["usage"]["completion_tokens"] == 24 - out["usage"]["prompt_tokens"]
         assert out["choices"][0]["finish_reason"] == "length"
     finally:
         eng.close()
