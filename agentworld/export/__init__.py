@@ -53,6 +53,30 @@ APPLIES = {
 }
 
 
+# Formats whose messages keep only the text of content parts (what chat templates and
+# their consumers take): images, audio and files are left out, and counted.
+TEXT_ONLY = ("trl", "hf", "verl", "atif")
+
+
+def _count_non_text(trajs: Iterable[Trajectory], counts: Counter[str]) -> Iterable[Trajectory]:
+    """``trajectories_with_non_text_content``: those with a content part that is not text."""
+    for t in trajs:
+        if any(_non_text(s) for s in t.steps):
+            counts["trajectories_with_non_text_content"] += 1
+        yield t
+
+
+def _non_text(step: dict[str, Any]) -> bool:
+    messages = list((step.get("request") or {}).get("messages") or ())
+    messages.append((step.get("response") or {}).get("message") or {})
+    return any(
+        isinstance(part, dict) and part.get("type") not in (None, "text")
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for part in m["content"]
+    )
+
+
 def options_for(fmt: str, **given: Any) -> ExportOptions:
     """The options of ``fmt`` from those a person gave (None: not given), refusing one
     that ``fmt`` does not take rather than writing the output as if it were not there."""
@@ -189,6 +213,8 @@ def export(
     extra: dict[str, Any] = {}  # format-specific manifest sections
     inputs = pool_inputs(pool)  # before reading, so the manifest never claims later shards
     trajs = iter_selected(pool, selection, progress=progress)
+    if fmt in TEXT_ONLY:
+        trajs = _count_non_text(trajs, counts)
     if fmt == "openai-jsonl":
         from agentworld.export import openai
 

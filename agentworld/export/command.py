@@ -83,6 +83,7 @@ def export(
     from agentworld.export import export as run_export
     from agentworld.export import options_for
     from agentworld.export.manifest import manifest_path
+    from agentworld.plural import plural
     from agentworld.pool import Selection
     from agentworld.pool.explain import explain_empty
     from agentworld.pool.opener import open_pool
@@ -132,6 +133,14 @@ def export(
             "ids (empty input_ids): TRL reads -f hf as pre-tokenized, trains nothing on them and "
             "fails on a batch of only such rows; -f trl renders them with the model's chat "
             "template",
+            err=True,
+        )
+    non_text = manifest["counts"].get("trajectories_with_non_text_content", 0)
+    if non_text:
+        typer.echo(
+            f"warning: {plural(non_text, 'trajectory')} {'holds' if non_text == 1 else 'hold'} "
+            f"content other than text (images, audio, files): -f {fmt} keeps only the text; "
+            "-f openai-jsonl and -f parquet keep the parts",
             err=True,
         )
     for reason, left in manifest["left_out"].items():

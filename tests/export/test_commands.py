@@ -373,3 +373,32 @@ def test_hf_export_warns_of_rows_without_engine_ids(pool: Pool, tmp_path: Path) 
     assert "-f trl renders them" in res.stderr
     trl = ["export", "-f", "trl", "-o", str(tmp_path / "trl"), "--pool", str(pool.root)]
     assert "warning" not in runner.invoke(app, trl).stderr
+
+
+def test_text_only_formats_say_they_left_images_out(pool: Pool, tmp_path: Path) -> None:
+    """-f trl, hf, verl and atif keep the text of content parts: an image in a prompt was
+    left out and nothing said so. The trajectories holding such parts are counted and
+    named on stderr; -f openai-jsonl keeps them and says nothing."""
+    recs = trajectory_records("tr_img", answer="6", reward=1.0, turns=1)
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    for rec in recs:
+        msgs = (rec.get("request") or {}).get("messages")
+        if msgs:
+            msgs[1]["content"] = [{"type": "text", "text": "What is shown?"}, image]
+    with pool.writer() as w:
+        for rec in recs:
+            w.append(rec)
+    fill(pool, [{"tid": "tr_txt", "answer": "6", "reward": 1.0}])
+    for fmt, out in (("trl", "trl"), ("atif", "atif"), ("openai-jsonl", "sft.jsonl")):
+        res = runner.invoke(
+            app, ["export", "-f", fmt, "-o", str(tmp_path / out), "--pool", str(pool.root)]
+        )
+        assert res.exit_code == 0, res.output
+        if fmt == "openai-jsonl":
+            assert "content other than text" not in res.stderr
+        else:
+            assert "trajectories_with_non_text_content 1" in res.stderr
+            assert (
+                "warning: 1 trajectory holds content other than text (images, audio, files): "
+                f"-f {fmt} keeps only the text"
+            ) in res.stderr
