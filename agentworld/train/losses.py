@@ -81,7 +81,10 @@ def sft_loss(
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token KL(policy || reference) estimate k3 = e^(ref-logp) - (ref-logp) - 1 (>= 0)."""
-    d = ref_logp - logp
+    # Bounded as the ratio is (verl's low_var_kl too): a sampled token ~90 nats below the
+    # reference overflowed e^d to inf, and the update to NaN. verl's further cap of k3 at 10
+    # is left out: it zeroes the KL's gradient from a gap of ~2.6 nats, where it is needed.
+    d = (ref_logp - logp).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     return torch.exp(d) - d - 1
 
 

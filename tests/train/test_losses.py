@@ -120,3 +120,23 @@ def test_kl_k3_by_hand_and_added_with_its_coefficient() -> None:
     )
     assert float(with_kl - base) == pytest.approx(0.1 * math.exp(-1))
     assert float(stats["kl"]) == pytest.approx(math.exp(-1))
+
+
+def test_one_runaway_reference_gap_does_not_make_the_update_nan() -> None:
+    """k3 = e^(ref - logp) - (ref - logp) - 1 overflowed to inf once the policy put a sampled
+    token ~90 nats below the reference (stale or replayed data at a low temperature): the
+    loss was inf and its gradient -inf, which gradient clipping turns into NaN weights. The
+    log-ratio is bounded at +-20 as for the policy ratio, as verl's ``low_var_kl`` bounds it."""
+    logp = torch.tensor([[-1.0, -95.0]], requires_grad=True)
+    ref = torch.tensor([[-2.0, -1.0]])
+    loss, stats = policy_loss(
+        logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 2), normaliser="dapo",
+        ref_logp=ref, kl_coef=0.1,
+    )  # fmt: skip
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    assert torch.isfinite(stats["kl"])
+    # The sane token's gradient is untouched: (-A + kl_coef * (1 - e^(ref - logp))) / 2 tokens.
+    assert float(logp.grad[0, 0]) == pytest.approx((-1 + 0.1 * (1 - math.exp(-1))) / 2)
+    # Within the bound k3 is exact; at the bound it is e^20 - 21, not inf.
+    assert float(kl_k3(torch.tensor(-95.0), torch.tensor(-1.0))) == pytest.approx(math.exp(20) - 21)
