@@ -147,6 +147,12 @@ class TrainConfig:
             value = getattr(self, key)
             if not math.isfinite(value) or (value <= 0 if low == "above 0" else value < 0):
                 raise ConfigError(f"train.{key}: must be {low}, got {value:g}")
+        if self.algo == "sft" and self.kl_coef > 0:
+            # SFT's loss has no KL term: the reference model was loaded and never used.
+            raise ConfigError(
+                f"train.kl_coef: --algo sft adds no KL term, got {self.kl_coef:g}; "
+                "set it to 0, or train with --algo grpo or ppo"
+            )
         if not 0 <= self.clip_low < 1:  # the ratio's floor, 1 - clip_low, must stay above 0
             raise ConfigError(f"train.clip_low: must be in [0, 1), got {self.clip_low:g}")
         if not (self.ratio_cap == 0 or self.ratio_cap > 1):  # dual clip: a bound above 1

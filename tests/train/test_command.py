@@ -122,9 +122,22 @@ def test_a_model_that_is_not_a_local_folder_is_refused_before_anything_is_writte
 def test_a_reference_model_is_checked_too(builder, tiny_model: Path, tmp_path: Path) -> None:
     args = ["train", "--model", str(tiny_model), "--pool", str(builder.pool.root)]
     args += ["-o", str(tmp_path / "out"), "--set", "kl_coef=0.1", "--set", "ref_model=Org/ref"]
-    result = CliRunner().invoke(make_app(), args)
+    result = CliRunner().invoke(make_app(), [*args, "--algo", "grpo"])
     assert isinstance(result.exception, ConfigError)
     assert str(result.exception).startswith("train.ref_model: 'Org/ref' is not a local model")
+
+
+def test_a_kl_coefficient_for_sft_is_refused(builder, tiny_model: Path, tmp_path: Path) -> None:
+    """SFT's loss has no KL term: kl_coef > 0 loaded the reference model and trained as if
+    it were 0, without a word."""
+    args = ["train", "--model", str(tiny_model), "--pool", str(builder.pool.root)]
+    args += ["-o", str(tmp_path / "out"), "--set", "kl_coef=0.1"]
+    result = CliRunner().invoke(make_app(), args)
+    assert isinstance(result.exception, ConfigError)
+    assert str(result.exception) == (
+        "train.kl_coef: --algo sft adds no KL term, got 0.1; "
+        "set it to 0, or train with --algo grpo or ppo"
+    )
 
 
 def test_no_model_trains_the_embedded_default_as_aw_serve_serves(
