@@ -133,6 +133,11 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
     dataset: PoolBatches | None = None
     online: OnlineUpdates | None = None
     if cfg.online:
+        if main and start.recommit and cursor is not None and resume_dir is not None:
+            # Killed between a checkpoint and its cursor commit, resumed from that checkpoint.
+            cursor.save(cursor_state)
+            held = plural(len(cursor_state.groups), "group")
+            console.print(f"resume: cursor {cfg.consumer!r} now names {resume_dir.name} ({held})")
         if main and resume_dir is not None and cursor_state.checkpoint:
             # Killed between its checkpoint and the reload: the server is a version behind.
             for line in catch_up(resume_dir, version, cfg.serve_url, cfg.proxy_url):
@@ -206,6 +211,8 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                 "rendered": s.rendered,
             },
             "data_state": data_state,
+            # Online: the groups these weights hold (what --resume of this folder consumed).
+            **({"groups": sorted(online.consumed)} if online is not None else {}),
             "fidelity": fidelity.__dict__ if fidelity else None,
             "mixed_precision": acc.mixed_precision,
             "created_at": time.time(),

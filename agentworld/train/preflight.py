@@ -73,6 +73,9 @@ class Start:
     version: int  # the policy version of the weights it starts with
     cursor: Cursor | None
     cursor_state: CursorState
+    # Online: the cursor on disk does not name the resumed checkpoint and its groups (a
+    # `--resume` of one saved before a kill cut its cursor commit): the run commits it first.
+    recommit: bool = False
 
 
 def find_start(cfg: TrainConfig, pool: Any, out_dir: Path) -> Start:
@@ -102,7 +105,13 @@ def find_start(cfg: TrainConfig, pool: Any, out_dir: Path) -> Start:
             else model_policy_version(cfg.model)
         )
         version = base_version
-    return Start(resume_dir, meta, step, base_version, version, cursor, cursor_state)
+    recommit = False
+    if cfg.online and resume_dir and isinstance(meta.get("groups"), list):
+        # The groups consumed are the ones the resumed weights hold, which its meta.json
+        # names: the cursor's would train again those of a checkpoint it had not committed.
+        held = CursorState(set(meta["groups"]), str(resume_dir.resolve()), version, step)
+        recommit, cursor_state = held != cursor_state, held
+    return Start(resume_dir, meta, step, base_version, version, cursor, cursor_state, recommit)
 
 
 @dataclass

@@ -203,6 +203,32 @@ def test_a_lost_cursor_commit_replays_from_the_checkpoint_it_names(
     assert [r["step"] for r in metrics_rows(out)] == [1, 2]
 
 
+def test_a_resume_of_a_checkpoint_whose_cursor_commit_was_lost_trains_no_group_twice(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    """`--resume latest` names the newest checkpoint, which a kill before its cursor commit
+    left uncommitted: its groups are in its weights, not in the cursor."""
+    url, calls = upstream
+    g1, g2, g3 = (builder.group([1.0, 0.0], turns=2)[0] for _ in range(3))
+    out = tmp_path / "run"
+    run_online(builder, tiny_model, out, url, max_steps=2)
+    # Killed after ckpt-000002 was written, before the cursor named it and the reload.
+    ckpt1 = str((out / "ckpt-000001").resolve())
+    Cursor(builder.pool.root, "train").save(CursorState({g1}, ckpt1, 1, 1))
+    post_json(url + "/aw/reload", {"path": ckpt1})
+    post_json(url + "/aw/policy", {"version": 1})
+    del calls[:]
+    log = Console(file=io.StringIO(), width=200)
+    s = run_online(builder, tiny_model, out, url, console=log, max_steps=5, resume="latest")
+    assert s["step"] == 3 and s["updates"] == 1
+    assert trained_groups(out) == [[g1], [g2], [g3]]  # g2 once, in ckpt-000002's weights
+    assert "resume: cursor 'train' now names ckpt-000002 (2 groups)" in log.file.getvalue()
+    ckpt2 = str((out / "ckpt-000002").resolve())
+    assert calls[:2] == [("/aw/reload", {"path": ckpt2}), ("/aw/policy", {"version": 2})]
+    cursor = Cursor(builder.pool.root, "train").load()
+    assert cursor == CursorState({g1, g2, g3}, str((out / "ckpt-000003").resolve()), 3, 3)
+
+
 def metrics_rows(out: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
