@@ -287,12 +287,14 @@ def read_meta(folder: Path) -> dict[str, Any]:
 
 
 def resolve_resume(resume: str, output_dir: Path) -> Path:
-    """`latest` -> the newest checkpoint under output_dir; anything else is a folder path."""
+    """`latest` -> the newest complete checkpoint under output_dir; anything else is a folder
+    path. The one ``latest`` names can lack its meta.json: a rewrite of it (a replay after a
+    lost cursor commit) that a full disk or a kill cut short."""
     if resume == LATEST:
-        marker = output_dir / LATEST
-        if not marker.exists():
+        found = latest_checkpoint(output_dir)
+        if found is None:
             raise ConfigError(f"train.resume: no checkpoint in {output_dir} to resume")
-        return output_dir / marker.read_text().strip()
+        return found
     folder = Path(resume)
     if not (folder / META).exists():
         raise ConfigError(f"train.resume: {folder} is not a checkpoint folder (no {META})")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import resource
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -227,6 +230,37 @@ def test_a_resume_of_a_checkpoint_whose_cursor_commit_was_lost_trains_no_group_t
     assert calls[:2] == [("/aw/reload", {"path": ckpt2}), ("/aw/policy", {"version": 2})]
     cursor = Cursor(builder.pool.root, "train").load()
     assert cursor == CursorState({g1, g2, g3}, str((out / "ckpt-000003").resolve()), 3, 3)
+
+
+@contextmanager
+def disk_full_past(size_bytes: int) -> Iterator[None]:
+    """Writes past ``size_bytes`` in one file fail (EFBIG: Python ignores SIGXFSZ), as on a
+    full disk."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size_bytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_resume_latest_passes_over_a_checkpoint_a_full_disk_left_half_rewritten(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    """A replay rewrites the uncommitted checkpoint in place (its meta.json unlinked first):
+    cut short, ``latest`` still names it, and the newest complete one is resumed instead."""
+    url, _ = upstream
+    g1, g2, g3 = (builder.group([1.0, 0.0], turns=2)[0] for _ in range(3))
+    out = tmp_path / "run"
+    run_online(builder, tiny_model, out, url, max_steps=2)
+    ckpt1 = str((out / "ckpt-000001").resolve())
+    Cursor(builder.pool.root, "train").save(CursorState({g1}, ckpt1, 1, 1))  # commit lost
+    with disk_full_past(200_000), pytest.raises(Exception, match="File too large"):
+        run_online(builder, tiny_model, out, url, max_steps=5)  # the replay's weights: 549 kB
+    assert not (out / "ckpt-000002" / "meta.json").exists()
+    assert (out / "latest").read_text().strip() == "ckpt-000002"
+    s = run_online(builder, tiny_model, out, url, max_steps=5, resume="latest")
+    assert s["step"] == 3 and trained_groups(out) == [[g1], [g2], [g3]]
 
 
 def metrics_rows(out: Path) -> list[dict[str, Any]]:
