@@ -231,11 +231,22 @@ def _call(method: str, url: str, body: dict[str, Any] | None, timeout_s: float) 
 
 
 def publish(checkpoint: Path, version: int, serve_url: str | None, proxy_url: str | None) -> None:
-    """Tell the server to load the new weights, then stamp new rollouts with their version."""
-    if serve_url:
-        post_json(serve_url.rstrip("/") + "/aw/reload", {"path": str(checkpoint.resolve())})
-    if proxy_url:
-        post_json(proxy_url.rstrip("/") + "/aw/policy", {"version": version})
+    """Tell the server to load the new weights, then stamp new rollouts with their version.
+
+    A server or proxy that cannot be told stops the run: its rollouts would come from a
+    policy the trainer has left. The error says nothing is lost (the checkpoint and the
+    cursor naming it are written first) and that a restart sends the reload again.
+    """
+    try:
+        if serve_url:
+            post_json(serve_url.rstrip("/") + "/aw/reload", {"path": str(checkpoint.resolve())})
+        if proxy_url:
+            post_json(proxy_url.rstrip("/") + "/aw/policy", {"version": version})
+    except UpstreamError as exc:
+        raise UpstreamError(
+            f"{exc}; {checkpoint.name} (policy version {version}) is saved and its groups "
+            "committed: restarting `aw train --online` brings the server and proxy to it"
+        ) from None
 
 
 def _version_at(url: str) -> int | None:

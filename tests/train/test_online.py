@@ -112,12 +112,10 @@ def run_online(
         reload_every=1,
         poll_interval_s=0.05,
         idle_exit_s=0.3,
-        serve_url=url,
-        proxy_url=url,
         lr=1e-3,
         batch_tokens=256,
         max_seq_len=128,
-        **{"progress": False, **kw},
+        **{"progress": False, "serve_url": url, "proxy_url": url, **kw},
     )
     return train(cfg, console=console or Console(file=open("/dev/null", "w")))
 
@@ -357,6 +355,26 @@ def test_a_resume_from_weights_without_optimizer_state_takes_the_newest_older_st
     # names the lag, not a template mismatch.
     fid = s["fidelity"]
     assert fid.trainer_version == 3 and fid.rollout_versions == (0,)
+
+
+def test_a_server_down_at_the_reload_stops_the_run_saying_nothing_is_lost(
+    builder, tiny_model: Path, tmp_path: Path, upstream
+) -> None:
+    url, calls = upstream
+    g1 = builder.group([1.0, 0.0], turns=2)[0]
+    out = tmp_path / "run"
+    with pytest.raises(UpstreamError) as err:
+        run_online(builder, tiny_model, out, url, max_steps=5, serve_url="http://127.0.0.1:9")
+    assert "127.0.0.1:9/aw/reload" in str(err.value)
+    assert (
+        "; ckpt-000001 (policy version 1) is saved and its groups committed: restarting "
+        "`aw train --online` brings the server and proxy to it" in str(err.value)
+    )
+    ckpt1 = str((out / "ckpt-000001").resolve())
+    assert Cursor(builder.pool.root, "train").load() == CursorState({g1}, ckpt1, 1, 1)
+    s = run_online(builder, tiny_model, out, url, max_steps=5)  # the server is back
+    assert s["updates"] == 0
+    assert calls == [("/aw/reload", {"path": ckpt1}), ("/aw/policy", {"version": 1})]
 
 
 def test_publish_failure_is_an_upstream_error(upstream) -> None:
