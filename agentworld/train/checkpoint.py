@@ -85,14 +85,19 @@ def save_checkpoint(
         if not with_state:
             shutil.rmtree(folder / STATE, ignore_errors=True)
     accelerator.wait_for_everyone()
+    from safetensors import SafetensorError
+
     state_dict = accelerator.get_state_dict(model)
-    accelerator.unwrap_model(model).save_pretrained(
-        str(folder),
-        is_main_process=accelerator.is_main_process,
-        save_function=accelerator.save,
-        state_dict=state_dict,
-        safe_serialization=True,
-    )
+    try:
+        accelerator.unwrap_model(model).save_pretrained(
+            str(folder),
+            is_main_process=accelerator.is_main_process,
+            save_function=accelerator.save,
+            state_dict=state_dict,
+            safe_serialization=True,
+        )
+    except SafetensorError as exc:  # its own type for the system's refusal (a full disk)
+        raise _os_error(exc, folder) from None
     if with_state:
         accelerator.save_state(str(folder / STATE))
     if accelerator.is_main_process:
@@ -284,6 +289,16 @@ def read_meta(folder: Path) -> dict[str, Any]:
         raise ConfigError(f"{folder}: not a complete checkpoint (no {META})") from None
     except ValueError as exc:
         raise ConfigError(f"{folder / META}: not valid JSON: {exc}") from None
+
+
+def _os_error(exc: Exception, folder: Path) -> OSError:
+    """safetensors' error for a failed write as the OSError it wraps ("I/O error: No space
+    left on device (os error 28)"), so `aw` says that of the folder, not a traceback."""
+    m = re.search(r"\(os error (\d+)\)|code: (\d+)", str(exc))
+    if m is None:
+        return OSError(f"writing the weights failed: {exc}: {folder}")
+    code = int(m.group(1) or m.group(2))
+    return OSError(code, os.strerror(code), str(folder))
 
 
 def resolve_resume(resume: str, output_dir: Path) -> Path:
