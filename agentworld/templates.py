@@ -37,7 +37,9 @@ AGENTS_TOML = """\
 # A multi-turn, tool-using math agent. `module:function` is called as
 # function(task, client, settings): `client` is an openai.AsyncOpenAI already
 # bound to the episode's trajectory (a plain `def` gets an openai.OpenAI);
-# `settings` has model, sampling, max_turns. It returns the answer text.
+# `settings` has model, sampling, max_turns. It returns the answer text. Your own
+# agent in my_agent.py beside this file is `function = "my_agent:solve"` (modules
+# are looked up in this file's folder first, then in the installed packages).
 [agents.math]
 kind = "python"
 description = "GSM8K-style solver with a calculator tool (OpenAI tool calls)"
@@ -104,6 +106,8 @@ DATASETS_TOML = """\
 #   "python"             source.function = "module:function", called as
 #                        function(split=NAME, **split_table) -> iterable of row dicts
 # Paths are relative to this file; "pkg:<package>/<path>" points inside an installed package.
+# A "module:function" is looked up in this file's folder first (my_scorer.py here is
+# "my_scorer:score"), then in the installed packages.
 #
 # scorer (a name, "module:function", or a table with `type`):
 #   "exact"     stripped answer == expected (ignore_case = true to fold case)
