@@ -35,8 +35,9 @@ AGENTS_TOML = """\
 # cores. On a GPU server raise max_tokens, max_turns and concurrency.
 #
 # A multi-turn, tool-using math agent. `module:function` is called as
-# function(task, client, settings): `client` is an openai.AsyncOpenAI already
-# bound to the episode's trajectory (a plain `def` gets an openai.OpenAI);
+# function(task, client, settings): `task` is an object (task.prompt, task.id,
+# task.metadata: the row's other columns), not a dict; `client` is an openai.AsyncOpenAI
+# already bound to the episode's trajectory (a plain `def` gets an openai.OpenAI);
 # `settings` has model, sampling, max_turns. It returns the answer text. Your own
 # agent in my_agent.py beside this file is `function = "my_agent:solve"` (modules
 # are looked up in this file's folder first, then in the installed packages).
@@ -115,7 +116,9 @@ DATASETS_TOML = """\
 #               or `relative_tolerance` of the expected number
 #   "regex"     `pattern` extracts the answer (group 1, else the whole match), then exact
 #   "verifier"  the task's own verifier (reasoning-gym's score_answer; partial credit)
-#   "python"    function = "module:function", called as function(answer, task) -> float
+#   "python"    function = "module:function", called as function(answer, task) -> float:
+#               `answer` is the agent's text (or None), task.answer the expected one,
+#               task.metadata the row's other columns (`task` is an object, not a dict)
 #
 # default_split: the split `aw run` uses without --split (default: the first listed).
 # success_threshold: a trajectory with reward >= this counts as a success (default 1.0).

@@ -123,6 +123,18 @@ def test_builtin_scorers():
     assert score_regex("nothing", "17", pattern=r"####\s*(\d+)") == 0.0
 
 
+def test_a_task_used_as_a_dict_says_which_attribute_to_use():
+    # A newcomer's agent or scorer wrote task["prompt"], as for the JSON a command agent
+    # reads, and got only "'Task' object is not subscriptable".
+    task = Task(id="x", prompt="p", answer="a", metadata={"solution": "a", "level": 2})
+    with pytest.raises(TypeError, match=r"a Task is not a dict: use task\.prompt"):
+        task["prompt"]
+    with pytest.raises(TypeError, match=r"use task\.metadata\['level'\]"):
+        task["level"]
+    with pytest.raises(TypeError, match=r"task\.id, task\.prompt, task\.answer, task\.metadata"):
+        task["gold"]
+
+
 async def test_python_scorer_sync_async_and_bad_return(tmp_path, test_agents):
     write(tmp_path / "t.jsonl", '{"prompt": "p", "answer": "a"}\n')
     task = Task(id="x", prompt="p", answer="a")
