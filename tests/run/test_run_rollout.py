@@ -485,6 +485,36 @@ def test_cli_prints_a_summary_table_or_json(tmp_path, fake_proxy):
         assert text in result.stdout
 
 
+def test_cli_warns_of_episodes_that_called_no_model_or_gave_no_answer(tmp_path, fake_proxy):
+    """A command agent that prints nothing, or calls its model server directly instead of
+    $OPENAI_BASE_URL, ended "done" with reward 0 and nothing recorded, without a word."""
+    silent = f'[agents.silent]\nkind = "command"\ncommand = ["{PYTHON}", "-c", "pass"]\n'
+    agents, datasets = _setup(
+        tmp_path,
+        silent + '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n',
+    )
+    args = [
+        "run", "--dataset", "arith", "--proxy", fake_proxy.url,
+        "--pool", str(tmp_path / "pool"), "--agents", str(agents), "--datasets", str(datasets),
+    ]  # fmt: skip
+    result = CliRunner().invoke(_cli(), [*args, "--agent", "silent", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["no_model_calls"], summary["empty_answers"]) == (3, 3)
+    assert (
+        "warning: 3 of 3 done episodes made no model call through the proxy: nothing of "
+        "them is recorded to train on"
+    ) in result.stderr
+    assert "$OPENAI_BASE_URL" in result.stderr
+    assert "warning: 3 of 3 done episodes gave an empty answer" in result.stderr
+    assert "prints its answer on stdout or writes it to $AW_ANSWER_FILE" in result.stderr
+
+    result = CliRunner().invoke(_cli(), [*args, "--agent", "b", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["no_model_calls"] == 0
+    assert "warning" not in result.stderr
+
+
 def test_cli_seed_opens_each_episode_with_its_own_seed(tmp_path, fake_proxy):
     """--seed S: each trajectory opens with derive(S, task, rollout) (the proxy seeds its
     calls from it), the end record's metadata names it; without --seed, none is sent."""
