@@ -79,6 +79,10 @@ def load_tasks(
             if limit is not None and len(tasks) >= limit:
                 break
             tasks.append(_task_of_row(dataset, sp, i, row))
+    if not tasks:  # else `aw run` runs "0 x n" episodes and exits 0 without a word
+        raise dataset.where.error(
+            f"splits.{sp.name}", f"no tasks in {sp.path or f'split {sp.name!r}'}"
+        )
     seen: set[str] = set()
     for t in tasks:
         if t.id in seen:

@@ -35,6 +35,16 @@ def test_jsonl_with_field_mapping_and_limit(tmp_path):
     assert tasks[0].public() == {"id": "q0", "prompt": "Q0", "dataset": "d", "split": "test"}
 
 
+def test_a_split_without_tasks_is_an_error(tmp_path):
+    # An empty (or all-blank) file ran "0 x 1" episodes and exited 0 without a word.
+    write(tmp_path / "t.jsonl", "\n\n")
+    d = _load(
+        tmp_path, '[datasets.d]\nsource = { type = "jsonl" }\nsplits = { test = "t.jsonl" }\n'
+    )
+    with pytest.raises(ConfigError, match=r"dataset 'd': splits\.test: no tasks in .*t\.jsonl"):
+        load_tasks(d, None)
+
+
 def test_jsonl_errors_name_the_row(tmp_path):
     write(tmp_path / "t.jsonl", '{"question": "ok"}\nnot json\n')
     d = _load(
