@@ -11,6 +11,7 @@ import importlib.util
 import inspect
 import re
 import shlex
+import sys
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -274,10 +275,25 @@ def resolve_path(value: str, base: Path) -> Path:
 
 
 def resolve_callable(spec: str, where: Where, key: str) -> Callable[..., Any]:
-    """Import ``module:function``; errors name the file, entry and key."""
+    """Import ``module:function``, looking in the config file's folder first, as Python
+    looks beside a script; errors name the file, entry and key.
+
+    The installed `aw` script does not put the current folder on sys.path (only
+    `python -m` does), so without this an ``agent.py`` beside agents.toml did not import.
+    """
     module_name, _, attr = spec.partition(":")
+    folder = str(where.path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        problem = f"cannot import module {module_name!r}: {exc}"
+        if exc.name is not None and f"{module_name}.".startswith(f"{exc.name}."):
+            problem += (
+                f"; looked in {folder} (the folder of {where.path.name}) and the installed packages"
+            )
+        raise where.error(key, problem) from None
     except Exception as exc:  # any import-time failure of user code is a config problem
         raise where.error(key, f"cannot import module {module_name!r}: {exc}") from None
     fn = getattr(module, attr, None)

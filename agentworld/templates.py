@@ -35,9 +35,12 @@ AGENTS_TOML = """\
 # cores. On a GPU server raise max_tokens, max_turns and concurrency.
 #
 # A multi-turn, tool-using math agent. `module:function` is called as
-# function(task, client, settings): `client` is an openai.AsyncOpenAI already
-# bound to the episode's trajectory (a plain `def` gets an openai.OpenAI);
-# `settings` has model, sampling, max_turns. It returns the answer text.
+# function(task, client, settings): `task` is an object (task.prompt, task.id,
+# task.metadata: the row's other columns), not a dict; `client` is an openai.AsyncOpenAI
+# already bound to the episode's trajectory (a plain `def` gets an openai.OpenAI);
+# `settings` has model, sampling, max_turns. It returns the answer text. Your own
+# agent in my_agent.py beside this file is `function = "my_agent:solve"` (modules
+# are looked up in this file's folder first, then in the installed packages).
 [agents.math]
 kind = "python"
 description = "GSM8K-style solver with a calculator tool (OpenAI tool calls)"
@@ -104,6 +107,8 @@ DATASETS_TOML = """\
 #   "python"             source.function = "module:function", called as
 #                        function(split=NAME, **split_table) -> iterable of row dicts
 # Paths are relative to this file; "pkg:<package>/<path>" points inside an installed package.
+# A "module:function" is looked up in this file's folder first (my_scorer.py here is
+# "my_scorer:score"), then in the installed packages.
 #
 # scorer (a name, "module:function", or a table with `type`):
 #   "exact"     stripped answer == expected (ignore_case = true to fold case)
@@ -111,7 +116,9 @@ DATASETS_TOML = """\
 #               or `relative_tolerance` of the expected number
 #   "regex"     `pattern` extracts the answer (group 1, else the whole match), then exact
 #   "verifier"  the task's own verifier (reasoning-gym's score_answer; partial credit)
-#   "python"    function = "module:function", called as function(answer, task) -> float
+#   "python"    function = "module:function", called as function(answer, task) -> float:
+#               `answer` is the agent's text (or None), task.answer the expected one,
+#               task.metadata the row's other columns (`task` is an object, not a dict)
 #
 # default_split: the split `aw run` uses without --split (default: the first listed).
 # success_threshold: a trajectory with reward >= this counts as a success (default 1.0).

@@ -70,7 +70,7 @@ def run(
     from agentworld.run.lifecycle import proxy_base
     from agentworld.run.progress import RunProgress
     from agentworld.run.session import RunOptions, run_session
-    from agentworld.run.summary import render
+    from agentworld.run.summary import render, warnings
 
     opts = RunOptions(
         agent=agent,
@@ -98,6 +98,8 @@ def run(
         typer.echo(json.dumps(summary, indent=2))
     else:
         Console().print(render(summary))
+    for warning in warnings(summary):
+        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
     if report.interrupted:
         err.print("interrupted: finished trajectories are in the pool", markup=False)
         raise typer.Exit(130)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from agentworld.errors import AgentWorldError
 from agentworld.records import new_id
 from agentworld.run.lifecycle import ProxyClient, ProxyHTTPError, TrajectoryHandle
-from agentworld.run.runners import Outcome
+from agentworld.run.runners import Outcome, raised_at
 from agentworld.run.scoring import Scorer
 from agentworld.run.tasks import Task, json_safe
 from agentworld.seeds import derive
@@ -180,7 +180,8 @@ async def _episode(
             result.reward = await scorer(outcome.answer, task)
         except Exception as exc:  # the scorer is user code too
             result.status = "failed"
-            result.error = {"type": "scorer", "message": f"{type(exc).__name__}: {exc}"}
+            message = f"{type(exc).__name__}: {exc}{raised_at(exc)}"
+            result.error = {"type": "scorer", "message": message}
     meta = _with_reference({**outcome.metadata, **tags}, task)
     if outcome.answer is not None:
         meta["answer"] = outcome.answer[:_MAX_ANSWER_CHARS]

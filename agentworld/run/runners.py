@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,22 @@ class Outcome:
 
 def _error(kind: str, message: str) -> dict[str, Any]:
     return {"type": kind, "message": message[-_MAX_ERROR_CHARS:]}
+
+
+_NOT_USER_CODE = (str(Path(__file__).resolve().parents[1]), sys.prefix, sys.base_prefix)
+
+
+def raised_at(exc: BaseException) -> str:
+    """`` (at my_agent.py:12)``: the innermost frame of the user's own code, or "".
+
+    The message alone ("'NoneType' object is not subscriptable") does not say which
+    line of an agent or scorer to fix; frames in AgentWorld, the standard library and
+    installed packages (the openai SDK raising for a call) are passed over.
+    """
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not frame.filename.startswith(_NOT_USER_CODE) and not frame.filename.startswith("<"):
+            return f" (at {frame.filename}:{frame.lineno})"
+    return ""
 
 
 def _answer_of(value: Any) -> tuple[str | None, dict[str, Any]]:
@@ -116,7 +133,8 @@ class PythonRunner:
         except TimeoutError:
             return Outcome("timeout", error=_error("timeout", f"agent ran past {timeout_s:g} s"))
         except Exception as exc:  # the agent's own bug: record it, keep running
-            return Outcome("failed", error=_error(type(exc).__name__, str(exc) or repr(exc)))
+            message = (str(exc) or repr(exc)) + raised_at(exc)
+            return Outcome("failed", error=_error(type(exc).__name__, message))
         answer, meta = _answer_of(value)
         return Outcome("done", answer=answer, metadata=meta)
 

@@ -138,6 +138,16 @@ def summarise(
         out["turns_mean"] = statistics.fmean(s.steps for s in known)
         out["prompt_tokens"] = sum(s.prompt_tokens for s in known)
         out["completion_tokens"] = sum(s.completion_tokens for s in known)
+    # A done episode without a model call or an answer is the agent's bug more often than
+    # not (it called its server directly, or printed to stderr), and scores 0 silently.
+    done = [r for r in results if r.status == "done"]
+    out["done"] = len(done)
+    out["empty_answers"] = sum(1 for r in done if not (r.answer or "").strip())
+    out["no_model_calls"] = (
+        sum(1 for r in done if r.trajectory in stats and stats[r.trajectory].steps == 0)
+        if stats
+        else None
+    )
     errors = Counter(
         (r.error or {}).get("type", "?")
         for r in results
@@ -154,6 +164,26 @@ def summarise(
             if r.status in ("failed", "timeout")
             and r.error
             and r.error.get("type", "?") == commonest
+        )
+    return out
+
+
+def warnings(summary: Mapping[str, Any]) -> list[str]:
+    """What looks wrong with the agent although its episodes ended "done", with what to do."""
+    out = []
+    done = summary.get("done") or 0
+    if summary.get("no_model_calls"):
+        out.append(
+            f"{summary['no_model_calls']} of {done} done episodes made no model call through "
+            "the proxy: nothing of them is recorded to train on. An agent sends its calls to "
+            "the base URL it is given: $OPENAI_BASE_URL or $ANTHROPIC_BASE_URL (a command "
+            "agent), the `client` it is called with (a python agent)"
+        )
+    if summary.get("empty_answers"):
+        out.append(
+            f"{summary['empty_answers']} of {done} done episodes gave an empty answer, "
+            "scored as such: a command agent prints its answer on stdout or writes it to "
+            "$AW_ANSWER_FILE (its stderr is kept only when it fails); a python agent returns it"
         )
     return out
 

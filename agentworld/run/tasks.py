@@ -33,6 +33,21 @@ class Task:
         default=None, compare=False, repr=False
     )
 
+    def __getitem__(self, key: object) -> Any:
+        # task["prompt"] is what a newcomer writes (a command agent reads a dict): say what
+        # to write instead of Python's bare "'Task' object is not subscriptable".
+        fields = ("id", "prompt", "answer", "metadata", "dataset", "split")
+        if key in fields:
+            hint = f"use task.{key}"
+        elif isinstance(key, str) and key in self.metadata:
+            hint = f"use task.metadata[{key!r}] (the row's other columns)"
+        else:
+            hint = (
+                "it has task.id, task.prompt, task.answer, task.metadata (the row's other "
+                "columns), task.dataset, task.split"
+            )
+        raise TypeError(f"a Task is not a dict: {hint}")
+
     def public(self) -> dict[str, Any]:
         """What a black-box agent receives: no answer, no metadata (both can leak it)."""
         return {"id": self.id, "prompt": self.prompt, "dataset": self.dataset, "split": self.split}
@@ -64,6 +79,10 @@ def load_tasks(
             if limit is not None and len(tasks) >= limit:
                 break
             tasks.append(_task_of_row(dataset, sp, i, row))
+    if not tasks:  # else `aw run` runs "0 x n" episodes and exits 0 without a word
+        raise dataset.where.error(
+            f"splits.{sp.name}", f"no tasks in {sp.path or f'split {sp.name!r}'}"
+        )
     seen: set[str] = set()
     for t in tasks:
         if t.id in seen:

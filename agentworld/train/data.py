@@ -375,13 +375,23 @@ def check_plan(
     live journals left out (a proxy still running holds its steps there)."""
     if not plan.advantages:
         why = (
-            f"{plan.matched} matched, {plan.zero_advantage} in groups with one reward, "
-            f"{plan.no_reward} without reward, {plan.infra_failures} infrastructure failures"
+            f"{plan.matched} matched, {plan.zero_advantage} with no advantage (every reward "
+            f"of their group equal), {plan.no_reward} without reward, "
+            f"{plan.infra_failures} infrastructure failures"
         )
         run = f"aw run --agent {cfg.agent or 'AGENT'} --dataset {cfg.dataset or 'DATASET'}"
+        if plan.zero_advantage:
+            # Rolling out again, as the generic hint says, gives the same flat groups.
+            what_to_do = (
+                f"{cfg.algo} learns from rewards that differ within a group, and none did: "
+                f"roll out more per task (`{run} -n 8`), score with partial credit, or train "
+                "with --algo sft (--set min_reward=1 keeps the successes)"
+            )
+        else:
+            what_to_do = f"`{run}` rolls out trajectories to train on"
         message = (
             f"{where}: nothing to train on for {wanted(cfg)}, status "
-            f"{', '.join(cfg.status) or 'any'} ({why}); `{run}` rolls out trajectories to train on"
+            f"{', '.join(cfg.status) or 'any'} ({why}); {what_to_do}"
         )
         if not plan.matched:
             message += f"; {_read_in_words(plan)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,32 @@ def test_bad_module_function_is_reported_when_resolved(tmp_path, test_agents):
         message = _error(make_runner, agent, base_env={})
         assert f"{path}: agent 'a': " in message
         assert expected in message
+
+
+def test_a_module_beside_the_config_file_resolves_from_any_folder(tmp_path, monkeypatch):
+    # The installed `aw` script does not put the current folder on sys.path (only
+    # `python -m` does): a newcomer's agent.py beside agents.toml did not import.
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    write(tmp_path / "mine_beside_agent.py", "def solve(task, client):\n    return '2'\n")
+    write(tmp_path / "mine_beside_score.py", "def score(answer, task):\n    return 1.0\n")
+    agents = _agents(
+        tmp_path,
+        '[agents.a]\nkind = "python"\nfunction = "mine_beside_agent:solve"\n'
+        '[agents.b]\nkind = "python"\nfunction = "mine_beside_nothing:solve"\n',
+    )
+    datasets = _datasets(
+        tmp_path,
+        '[datasets.d]\nsource = { type = "jsonl" }\nsplits = { test = "tasks.jsonl" }\n'
+        'scorer = "mine_beside_score:score"\n',
+    )
+    monkeypatch.chdir(REPO)
+    assert make_runner(load_agents(agents)["a"], base_env={}).fn.__name__ == "solve"
+    make_scorer(load_datasets(datasets)["d"])
+    message = _error(make_runner, load_agents(agents)["b"], base_env={})
+    assert "cannot import module 'mine_beside_nothing'" in message
+    assert f"looked in {tmp_path} (the folder of {agents.name}) and the installed packages" in (
+        message
+    )
 
 
 @pytest.mark.parametrize(

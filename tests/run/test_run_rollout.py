@@ -6,12 +6,13 @@ import asyncio
 import io
 import json
 import os
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import typer
-from aw_run_fakes import CLI_AGENT, PYTHON, FakeProxy, tasks_jsonl, write
+from aw_run_fakes import CLI_AGENT, HERE, PYTHON, FakeProxy, tasks_jsonl, write
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -200,11 +201,16 @@ async def test_crashing_and_hanging_agents_fail_their_own_trajectory_only(
         ("t2", "done"),
     ]
     failed = next(r for r in report.results if r.status == "failed")
-    assert failed.error == {"type": "ValueError", "message": "odd task"}
+    module = HERE / "aw_run_test_agents.py"
+    line_no = next(
+        n for n, text in enumerate(module.read_text().splitlines(), 1) if '"odd task"' in text
+    )
+    odd_task = f"odd task (at {module}:{line_no})"  # what, and where
+    assert failed.error == {"type": "ValueError", "message": odd_task}
     assert fake_proxy.completed[failed.trajectory]["status"] == "failed"
-    assert fake_proxy.completed[failed.trajectory]["error"]["message"] == "odd task"
+    assert fake_proxy.completed[failed.trajectory]["error"]["message"] == odd_task
     assert summary["errors"] == 1 and summary["error_types"] == {"ValueError": 1}
-    assert summary["error_example"] == "odd task"  # what went wrong, in words
+    assert summary["error_example"] == odd_task  # what went wrong, in words
     console = Console(width=120, record=True, file=io.StringIO())
     console.print(render(summary))
     (line,) = [line for line in console.export_text().splitlines() if "e.g." in line]
@@ -282,8 +288,20 @@ async def test_a_failing_scorer_fails_the_trajectory(tmp_path, fake_proxy, test_
     report, summary = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "b", limit=1))
     (r,) = report.results
     assert (r.status, r.reward, r.error["type"]) == ("failed", None, "scorer")
+    # Where in the user's own code it raised, not only what.
+    assert re.search(r"^KeyError: 'oops' \(at \S*aw_run_test_agents\.py:\d+\)$", r.error["message"])
     assert fake_proxy.completed[r.trajectory]["status"] == "failed"
     assert summary["reward_mean"] is None
+
+
+async def test_a_crashing_python_agent_names_where_it_raised(tmp_path, fake_proxy, test_agents):
+    agents, datasets = _setup(
+        tmp_path, '[agents.a]\nkind = "python"\nfunction = "TESTMOD:crash"\n', test_agents
+    )
+    report, _ = await run_session(_opts(tmp_path, fake_proxy, agents, datasets, "a", limit=1))
+    (r,) = report.results
+    assert (r.status, r.error["type"]) == ("failed", "RuntimeError")
+    assert re.search(r"^boom on \S+ \(at \S*aw_run_test_agents\.py:\d+\)$", r.error["message"])
 
 
 async def test_cancelling_the_run_keeps_finished_trajectories(tmp_path, fake_proxy, test_agents):
@@ -469,6 +487,36 @@ def test_cli_prints_a_summary_table_or_json(tmp_path, fake_proxy):
         "wall time",
     ):
         assert text in result.stdout
+
+
+def test_cli_warns_of_episodes_that_called_no_model_or_gave_no_answer(tmp_path, fake_proxy):
+    """A command agent that prints nothing, or calls its model server directly instead of
+    $OPENAI_BASE_URL, ended "done" with reward 0 and nothing recorded, without a word."""
+    silent = f'[agents.silent]\nkind = "command"\ncommand = ["{PYTHON}", "-c", "pass"]\n'
+    agents, datasets = _setup(
+        tmp_path,
+        silent + '[agents.b]\nkind = "python"\nfunction = "agentworld.run.agents.baseline:solve"\n',
+    )
+    args = [
+        "run", "--dataset", "arith", "--proxy", fake_proxy.url,
+        "--pool", str(tmp_path / "pool"), "--agents", str(agents), "--datasets", str(datasets),
+    ]  # fmt: skip
+    result = CliRunner().invoke(_cli(), [*args, "--agent", "silent", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["no_model_calls"], summary["empty_answers"]) == (3, 3)
+    assert (
+        "warning: 3 of 3 done episodes made no model call through the proxy: nothing of "
+        "them is recorded to train on"
+    ) in result.stderr
+    assert "$OPENAI_BASE_URL" in result.stderr
+    assert "warning: 3 of 3 done episodes gave an empty answer" in result.stderr
+    assert "prints its answer on stdout or writes it to $AW_ANSWER_FILE" in result.stderr
+
+    result = CliRunner().invoke(_cli(), [*args, "--agent", "b", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["no_model_calls"] == 0
+    assert "warning" not in result.stderr
 
 
 def test_cli_seed_opens_each_episode_with_its_own_seed(tmp_path, fake_proxy):

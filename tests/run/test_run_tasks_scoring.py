@@ -35,6 +35,16 @@ def test_jsonl_with_field_mapping_and_limit(tmp_path):
     assert tasks[0].public() == {"id": "q0", "prompt": "Q0", "dataset": "d", "split": "test"}
 
 
+def test_a_split_without_tasks_is_an_error(tmp_path):
+    # An empty (or all-blank) file ran "0 x 1" episodes and exited 0 without a word.
+    write(tmp_path / "t.jsonl", "\n\n")
+    d = _load(
+        tmp_path, '[datasets.d]\nsource = { type = "jsonl" }\nsplits = { test = "t.jsonl" }\n'
+    )
+    with pytest.raises(ConfigError, match=r"dataset 'd': splits\.test: no tasks in .*t\.jsonl"):
+        load_tasks(d, None)
+
+
 def test_jsonl_errors_name_the_row(tmp_path):
     write(tmp_path / "t.jsonl", '{"question": "ok"}\nnot json\n')
     d = _load(
@@ -121,6 +131,18 @@ def test_builtin_scorers():
     assert score_regex("#### 18", "17", pattern=r"####\s*(\d+)") == 0.0
     assert score_regex("DONE", None, pattern="done", ignore_case=True) == 1.0
     assert score_regex("nothing", "17", pattern=r"####\s*(\d+)") == 0.0
+
+
+def test_a_task_used_as_a_dict_says_which_attribute_to_use():
+    # A newcomer's agent or scorer wrote task["prompt"], as for the JSON a command agent
+    # reads, and got only "'Task' object is not subscriptable".
+    task = Task(id="x", prompt="p", answer="a", metadata={"solution": "a", "level": 2})
+    with pytest.raises(TypeError, match=r"a Task is not a dict: use task\.prompt"):
+        task["prompt"]
+    with pytest.raises(TypeError, match=r"use task\.metadata\['level'\]"):
+        task["level"]
+    with pytest.raises(TypeError, match=r"task\.id, task\.prompt, task\.answer, task\.metadata"):
+        task["gold"]
 
 
 async def test_python_scorer_sync_async_and_bad_return(tmp_path, test_agents):

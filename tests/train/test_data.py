@@ -62,6 +62,24 @@ def test_failed_stale_and_unlabelled_quality_are_filtered(builder) -> None:
         check_plan(plan, cfg, builder.pool.root)
 
 
+def test_nothing_to_train_on_because_every_group_was_flat_says_so(builder) -> None:
+    # A first run of a newcomer's agent: every rollout scored 0. The error said "6 in
+    # groups with one reward" and told them to run `aw run`, which they had just done.
+    builder.group([0.0, 0.0], agent="mine", dataset="qa")
+    builder.group([1.0, 1.0], agent="mine", dataset="qa")
+    plan, cfg = plan_for(builder, algo="grpo", agent="mine", dataset="qa")
+    with pytest.raises(PoolError) as err:
+        check_plan(plan, cfg, builder.pool.root)
+    message = str(err.value)
+    assert "4 with no advantage (every reward of their group equal)" in message
+    assert (
+        "grpo learns from rewards that differ within a group, and none did: roll out more "
+        "per task (`aw run --agent mine --dataset qa -n 8`), score with partial credit, or "
+        "train with --algo sft (--set min_reward=1 keeps the successes)"
+    ) in message
+    assert "rolls out trajectories to train on" not in message
+
+
 def test_label_snapshot_replays_labels_as_they_were(builder) -> None:
     _, (a, b) = builder.group([1.0, 0.0])
     builder.pool.labels.set([f"trajectory:{a}"], {"quality": "good"}, author="me")
