@@ -103,3 +103,12 @@ def run(
     if report.interrupted:
         err.print("interrupted: finished trajectories are in the pool", markup=False)
         raise typer.Exit(130)
+    if summary["trajectories"] and summary["errors"] == summary["trajectories"]:
+        # A script's `aw run ... && aw train ...` must not go on as if it had rollouts.
+        err.print(
+            f"aw: error: every episode failed ({summary['errors']} of "
+            f"{summary['trajectories']}): the summary's errors say why",
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)

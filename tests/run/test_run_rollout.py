@@ -519,6 +519,26 @@ def test_cli_warns_of_episodes_that_called_no_model_or_gave_no_answer(tmp_path, 
     assert "warning" not in result.stderr
 
 
+def test_cli_exits_1_when_every_episode_failed(tmp_path, fake_proxy):
+    """Every episode of a crashing agent failed and `aw run` exited 0, so a script's
+    `aw run ... && aw train ...` went on as if it had rollouts. One failure among
+    successes is still a run that worked."""
+    crash = (
+        f'[agents.crash]\nkind = "command"\ncommand = ["{PYTHON}", "-c", "raise SystemExit(3)"]\n'
+    )
+    agents, datasets = _setup(tmp_path, crash)
+    args = [
+        "run", "--agent", "crash", "--dataset", "arith", "--proxy", fake_proxy.url,
+        "--pool", str(tmp_path / "pool"), "--agents", str(agents), "--datasets", str(datasets),
+    ]  # fmt: skip
+    result = CliRunner().invoke(_cli(), args)
+    assert result.exit_code == 1, result.output
+    assert "aw: error: every episode failed (3 of 3): the summary's errors say why" in (
+        result.stderr
+    )
+    assert "errors" in result.stdout  # the summary is printed first
+
+
 def test_cli_seed_opens_each_episode_with_its_own_seed(tmp_path, fake_proxy):
     """--seed S: each trajectory opens with derive(S, task, rollout) (the proxy seeds its
     calls from it), the end record's metadata names it; without --seed, none is sent."""
