@@ -107,6 +107,9 @@ class TrainConfig:
     proxy_url: str | None = None
     poll_interval_s: float = 2.0
     idle_exit_s: float = 0.0  # 0: wait for new groups forever
+    # A server or proxy that refuses the reload's connection (restarting) is asked again
+    # for this long before the run stops.
+    reload_retry_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.algo not in ALGOS:
@@ -142,7 +145,7 @@ class TrainConfig:
         for key, low in (
             ("lr", "0 or more"), ("max_grad_norm", "above 0"), ("warmup_steps", "0 or more"),
             ("save_every", "0 (only at the end) or more"), ("weight_decay", "0 or more"),
-            ("kl_coef", "0 or more"), ("clip_high", "0 or more"),
+            ("kl_coef", "0 or more"), ("clip_high", "0 or more"), ("reload_retry_s", "0 or more"),
         ):  # fmt: skip
             value = getattr(self, key)
             if not math.isfinite(value) or (value <= 0 if low == "above 0" else value < 0):

@@ -198,14 +198,28 @@ class OnlineUpdates:
             yield [collate(p, self.pad_id) if p else None for p in parts]
 
 
-def post_json(url: str, body: dict[str, Any], timeout_s: float = 120.0) -> dict[str, Any]:
-    """POST JSON to `aw serve` / the proxy; failures become one clear UpstreamError."""
-    return _call("POST", url, body, timeout_s)
+def post_json(
+    url: str, body: dict[str, Any], timeout_s: float = 120.0, *, refused_retry_s: float = 0.0
+) -> dict[str, Any]:
+    """POST JSON to `aw serve` / the proxy; failures become one clear UpstreamError. A
+    refused connection (a server restarting) is tried again for ``refused_retry_s``."""
+    deadline = time.monotonic() + refused_retry_s
+    while True:
+        try:
+            return _call("POST", url, body, timeout_s)
+        except _Refused as exc:
+            if time.monotonic() >= deadline:
+                raise UpstreamError(str(exc)) from None
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
 def get_json(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """GET JSON from `aw serve` / the proxy; failures become one clear UpstreamError."""
     return _call("GET", url, None, timeout_s)
+
+
+class _Refused(UpstreamError):
+    """Nothing listens at the address (yet): a server that is starting or restarting."""
 
 
 def _call(method: str, url: str, body: dict[str, Any] | None, timeout_s: float) -> dict[str, Any]:
@@ -222,6 +236,8 @@ def _call(method: str, url: str, body: dict[str, Any] | None, timeout_s: float) 
         detail = exc.read()[:500].decode(errors="replace")
         raise UpstreamError(f"{method} {url}: HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
+        if isinstance(getattr(exc, "reason", exc), ConnectionRefusedError):
+            raise _Refused(f"{method} {url}: {exc}") from None
         raise UpstreamError(f"{method} {url}: {exc}") from None
     try:
         out = json.loads(data) if data else {}
@@ -230,18 +246,33 @@ def _call(method: str, url: str, body: dict[str, Any] | None, timeout_s: float) 
     return out if isinstance(out, dict) else {}
 
 
-def publish(checkpoint: Path, version: int, serve_url: str | None, proxy_url: str | None) -> None:
+def publish(
+    checkpoint: Path,
+    version: int,
+    serve_url: str | None,
+    proxy_url: str | None,
+    *,
+    refused_retry_s: float = 0.0,
+) -> None:
     """Tell the server to load the new weights, then stamp new rollouts with their version.
 
-    A server or proxy that cannot be told stops the run: its rollouts would come from a
-    policy the trainer has left. The error says nothing is lost (the checkpoint and the
+    A server or proxy that cannot be told (after ``refused_retry_s`` of refused connections:
+    a restart) stops the run: its rollouts would come from a policy the trainer has left. The error says nothing is lost (the checkpoint and the
     cursor naming it are written first) and that a restart sends the reload again.
     """
     try:
         if serve_url:
-            post_json(serve_url.rstrip("/") + "/aw/reload", {"path": str(checkpoint.resolve())})
+            post_json(
+                serve_url.rstrip("/") + "/aw/reload",
+                {"path": str(checkpoint.resolve())},
+                refused_retry_s=refused_retry_s,
+            )
         if proxy_url:
-            post_json(proxy_url.rstrip("/") + "/aw/policy", {"version": version})
+            post_json(
+                proxy_url.rstrip("/") + "/aw/policy",
+                {"version": version},
+                refused_retry_s=refused_retry_s,
+            )
     except UpstreamError as exc:
         raise UpstreamError(
             f"{exc}; {checkpoint.name} (policy version {version}) is saved and its groups "

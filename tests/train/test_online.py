@@ -366,7 +366,10 @@ def test_a_server_down_at_the_reload_stops_the_run_saying_nothing_is_lost(
     g1 = builder.group([1.0, 0.0], turns=2)[0]
     out = tmp_path / "run"
     with pytest.raises(UpstreamError) as err:
-        run_online(builder, tiny_model, out, url, max_steps=5, serve_url="http://127.0.0.1:9")
+        run_online(
+            builder, tiny_model, out, url, max_steps=5, serve_url="http://127.0.0.1:9",
+            reload_retry_s=0.3,
+        )  # fmt: skip
     assert "127.0.0.1:9/aw/reload" in str(err.value)
     assert (
         "; ckpt-000001 (policy version 1) is saved and its groups committed: restarting "
@@ -385,3 +388,43 @@ def test_publish_failure_is_an_upstream_error(upstream) -> None:
         post_json(url + "/broken/aw/reload", {"path": "x"})
     with pytest.raises(UpstreamError, match=r"127\.0\.0\.1:9"):
         post_json("http://127.0.0.1:9/aw/reload", {"path": "x"}, timeout_s=2)
+
+
+def test_a_reload_refused_while_the_server_restarts_is_sent_again() -> None:
+    """`aw serve` restarting at the moment of a reload refused the connection, and the
+    run stopped; the reload is tried again for ``reload_retry_s``, and arrives."""
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a free port, nothing listening on it yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    got: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(self.path)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    servers: list[ThreadingHTTPServer] = []
+
+    def start_late() -> None:
+        time.sleep(1.0)  # the restart
+        servers.append(ThreadingHTTPServer(("127.0.0.1", port), Handler))
+        servers[0].serve_forever()
+
+    threading.Thread(target=start_late, daemon=True).start()
+    try:
+        post_json(f"http://127.0.0.1:{port}/aw/reload", {"path": "x"}, refused_retry_s=20)
+    finally:
+        if servers:
+            servers[0].shutdown()
+            servers[0].server_close()
+    assert got == ["/aw/reload"]
+    with pytest.raises(UpstreamError, match="Connection refused"):  # a server that stays down
+        post_json(f"http://127.0.0.1:{port}/aw/reload", {"path": "x"}, refused_retry_s=0.2)
