@@ -55,7 +55,11 @@ def _error(kind: str, message: str) -> dict[str, Any]:
     return {"type": kind, "message": message[-_MAX_ERROR_CHARS:]}
 
 
-_NOT_USER_CODE = (str(Path(__file__).resolve().parents[1]), sys.prefix, sys.base_prefix)
+# AgentWorld's own files, the standard library's and installed packages' (each a folder).
+_NOT_USER_CODE = tuple(
+    os.path.join(p, "")
+    for p in (str(Path(__file__).resolve().parents[1]), sys.prefix, sys.base_prefix)
+)
 
 
 def raised_at(exc: BaseException) -> str:
