@@ -69,8 +69,8 @@ def _count_non_text(trajs: Iterable[Trajectory], counts: Counter[str]) -> Iterab
 def _non_text(step: dict[str, Any]) -> bool:
     messages = list((step.get("request") or {}).get("messages") or ())
     messages.append((step.get("response") or {}).get("message") or {})
-    return any(
-        isinstance(part, dict) and part.get("type") not in (None, "text")
+    return any(  # what conversation.content_text cannot keep: a part without text
+        isinstance(part, dict) and not isinstance(part.get("text"), str)
         for m in messages
         if isinstance(m.get("content"), list)
         for part in m["content"]
