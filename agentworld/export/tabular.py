@@ -19,7 +19,8 @@ null where absent; tool calls flat ``{id, name, arguments}``, arguments the
 model's JSON text; content parts as their JSON text), which analysis reads
 as recorded. ``-f hf`` rows turn them into the shape chat templates take
 (``json_messages``, content parts joined into text as ``-f trl`` does), which
-an Arrow struct cannot hold.
+an Arrow struct cannot hold. ``tools`` likewise: as recorded in Parquet, in
+OpenAI's function shape for ``-f hf``.
 """
 
 from __future__ import annotations
