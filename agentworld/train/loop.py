@@ -58,6 +58,7 @@ from agentworld.train.update_stats import (
     UpdateStats,
     across_processes,
     totals_across_processes,
+    version_range,
 )
 
 
@@ -322,6 +323,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
             advs: list[float] = []
             rewards: dict[str, float] = {}  # by trajectory: its rows may span micro-batches
             counts = torch.zeros(5, device=acc.device)  # tokens, padded, sampled, rows, micro
+            sampled_by: list[int] = []  # the policy versions that sampled this update's rows
             grad_norm = None
             for mb in micro:
                 b = to_device(mb, acc.device)
@@ -360,12 +362,14 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                     device=acc.device,
                 )
                 trained.update(m["trajectories"])
+                sampled_by += m["policy_versions"]
             # fp16's loss scaler skips the optimizer step whose gradients overflowed (the
             # first ones, while it finds its scale): the schedule waits for a real step.
             if not acc.optimizer_step_was_skipped:
                 scheduler.step()
             step += 1
             counts = acc.reduce(counts, "sum")
+            rollout_versions = version_range(acc, sampled_by)
             imp_sums = acc.reduce(torch.tensor(importance.to_list(), device=acc.device), "sum")
             importance = ImportanceStats.from_list(imp_sums.tolist())
             dt = time.perf_counter() - t0
@@ -404,6 +408,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                     lr=scheduler.get_last_lr()[0],
                     grad_norm=grad_norm,
                     policy_version=version,
+                    rollout_versions=rollout_versions,
                 )
                 if online is not None:
                     row["groups"] = online.current

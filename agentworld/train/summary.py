@@ -43,10 +43,12 @@ def update_row(
     lr: float,
     grad_norm: Any,
     policy_version: int,
+    rollout_versions: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """One update's metrics.jsonl row. ``counts``: its tokens, padded tokens, sampled tokens
     and rows over every process; ``seqs``: the run's sequence counts so far; ``grad_norm``:
-    a float or a 0-d tensor, None when the update clipped none."""
+    a float or a 0-d tensor, None when the update clipped none; ``rollout_versions``: the
+    lowest and highest policy version that sampled its rows (None: no row said)."""
     adv = advantage_stats(upd.advantages)
     adv_row = {
         "adv_mean": adv.mean,
@@ -84,6 +86,11 @@ def update_row(
         "rendered": seqs.rendered,
         "onpolicy_steps": seqs.no_logprobs,
         "policy_version": policy_version,
+        # The versions that sampled the update's rows, and how far the oldest is behind the
+        # trainer's weights (0: on-policy; online, a server that missed a reload shows here).
+        "rollout_version_min": rollout_versions[0] if rollout_versions else None,
+        "rollout_version_max": rollout_versions[1] if rollout_versions else None,
+        "policy_lag": policy_version - rollout_versions[0] if rollout_versions else None,
     }
 
 

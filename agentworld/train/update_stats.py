@@ -92,3 +92,13 @@ def totals_across_processes(
     local = [trajectories, *(getattr(stats, n) for n in names)]
     summed = acc.reduce(torch.tensor(local, dtype=torch.int64, device=acc.device), "sum").tolist()
     return int(summed[0]), SequenceStats(**dict(zip(names, map(int, summed[1:]), strict=True)))
+
+
+def version_range(acc: Any, versions: Iterable[int]) -> tuple[int, int] | None:
+    """The lowest and highest of ``versions`` over every process (each must call this, once
+    per update); None when no process has one."""
+    local = list(versions)
+    none = -(2**62)  # below any version: a process without rows does not move the max
+    peaks = torch.tensor([max(local, default=none), -min(local, default=-none)], dtype=torch.int64)
+    high, neg_low = acc.reduce(peaks.to(acc.device), "max").tolist()
+    return None if high == none else (int(-neg_low), int(high))

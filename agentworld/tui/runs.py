@@ -48,6 +48,7 @@ def latest_text(rows: list[dict[str, Any]]) -> Text:
     out.append(f"update {last.get('step')}", style="bold")
     for key in (
         "policy_version",
+        "policy_lag",
         "reward_mean",
         "loss",
         "kl",

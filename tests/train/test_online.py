@@ -357,6 +357,10 @@ def test_a_resume_from_weights_without_optimizer_state_takes_the_newest_older_st
     # names the lag, not a template mismatch.
     fid = s["fidelity"]
     assert fid.trainer_version == 3 and fid.rollout_versions == (0,)
+    # And every update's row says it: the versions that sampled its rows, and the lag.
+    last = metrics_rows(out)[-1]
+    assert (last["policy_version"], last["rollout_version_min"], last["policy_lag"]) == (3, 0, 3)
+    assert last["rollout_version_max"] == 0
 
 
 def test_a_server_down_at_the_reload_stops_the_run_saying_nothing_is_lost(
