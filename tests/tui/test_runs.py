@@ -107,3 +107,12 @@ def test_the_headline_shows_the_last_updates_entropy() -> None:
 
     text = latest_text([{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25, "entropy": 1.5}])
     assert text.plain == "update 2   loss=0.25   entropy=1.5"
+
+
+def test_the_headline_shows_how_far_the_rollouts_lag_the_trainer() -> None:
+    from agentworld.tui.runs import latest_text
+
+    row = {"step": 3, "policy_version": 3, "policy_lag": 2, "reward_mean": 0.5}
+    assert (
+        latest_text([row]).plain == "update 3   policy_version=3   policy_lag=2   reward_mean=0.5"
+    )
