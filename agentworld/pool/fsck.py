@@ -8,6 +8,7 @@ shards when an index exists.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sqlite3
 from collections.abc import Callable
@@ -80,7 +81,7 @@ class FsckReport:
 class _Where:
     path: str
     line: int  # 1-based line in the file as a person would count it
-    digest: int = 0  # hash of the record's bytes: tells a copy from a different record
+    digest: bytes = b""  # of the record's bytes: tells a copy from a different record
 
 
 @dataclass
@@ -133,7 +134,8 @@ class _Checker:
         if not live:
             return
         first = self.ids.get(rid)
-        digest = hash(raw)
+        # 128 bits: a different record under a copied id must never pass for the copy.
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
         if first is not None:
             if first.digest == digest and _is_shard(first.path) and _is_shard(rel):
                 pair = (first.path, rel)
