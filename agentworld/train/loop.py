@@ -437,13 +437,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
                         CursorState(set(online.consumed), str(last_ckpt.resolve()), version, step)
                     )
                     online.pending.clear()
-                    publish(
-                        last_ckpt,
-                        version,
-                        cfg.serve_url,
-                        cfg.proxy_url,
-                        refused_retry_s=cfg.reload_retry_s,
-                    )
+                    publish(last_ckpt, version, cfg)
                 saved(last_ckpt, upto=step)
                 acc.wait_for_everyone()
             elif online is None and cfg.save_every and step % cfg.save_every == 0:
@@ -473,13 +467,7 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         )
         if online is not None and main:
             cursor.save(CursorState(set(online.consumed), str(last_ckpt.resolve()), version, step))  # type: ignore[union-attr]
-            publish(
-                last_ckpt,
-                version,
-                cfg.serve_url,
-                cfg.proxy_url,
-                refused_retry_s=cfg.reload_retry_s,
-            )
+            publish(last_ckpt, version, cfg)
         saved(last_ckpt, upto=step)
     elif last_ckpt is not None and not has_state(last_ckpt):
         # An online run that went idle: its last checkpoint gets the optimizer state, so a

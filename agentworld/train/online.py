@@ -246,33 +246,20 @@ def _call(method: str, url: str, body: dict[str, Any] | None, timeout_s: float) 
     return out if isinstance(out, dict) else {}
 
 
-def publish(
-    checkpoint: Path,
-    version: int,
-    serve_url: str | None,
-    proxy_url: str | None,
-    *,
-    refused_retry_s: float = 0.0,
-) -> None:
+def publish(checkpoint: Path, version: int, cfg: TrainConfig) -> None:
     """Tell the server to load the new weights, then stamp new rollouts with their version.
 
-    A server or proxy that cannot be told (after ``refused_retry_s`` of refused connections:
-    a restart) stops the run: its rollouts would come from a policy the trainer has left. The error says nothing is lost (the checkpoint and the
+    A server or proxy that cannot be told (after ``cfg.reload_retry_s`` of refused
+    connections: a restart) stops the run: its rollouts would come from a policy the trainer has left. The error says nothing is lost (the checkpoint and the
     cursor naming it are written first) and that a restart sends the reload again.
     """
+    retry = cfg.reload_retry_s
     try:
-        if serve_url:
-            post_json(
-                serve_url.rstrip("/") + "/aw/reload",
-                {"path": str(checkpoint.resolve())},
-                refused_retry_s=refused_retry_s,
-            )
-        if proxy_url:
-            post_json(
-                proxy_url.rstrip("/") + "/aw/policy",
-                {"version": version},
-                refused_retry_s=refused_retry_s,
-            )
+        if cfg.serve_url:
+            body = {"path": str(checkpoint.resolve())}
+            post_json(cfg.serve_url + "/aw/reload", body, refused_retry_s=retry)
+        if cfg.proxy_url:
+            post_json(cfg.proxy_url + "/aw/policy", {"version": version}, refused_retry_s=retry)
     except UpstreamError as exc:
         raise UpstreamError(
             f"{exc}; {checkpoint.name} (policy version {version}) is saved and its groups "
