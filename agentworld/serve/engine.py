@@ -19,7 +19,11 @@ from agentworld.errors import ConfigError
 from agentworld.model_folder import hf_progress_bars
 from agentworld.serve.batch import Rows, mergeable
 from agentworld.serve.detokenize import StopStrings
-from agentworld.serve.sampling import SamplingParams, sample
+from agentworld.serve.sampling import MIN_LOGPROB, SamplingParams, sample
+
+# At most this many logits exist at once while a prompt is scored for its log-probs: 256
+# MiB in float32, some 440 prompt tokens a chunk at a 150k vocabulary.
+PROMPT_LOGITS_ELEMENTS = 2**26
 
 
 @dataclass
@@ -39,6 +43,26 @@ class TokenEvent:
 
 
 @dataclass
+class PromptToken:
+    """One prompt token's log-prob given the tokens before it, under the raw model (vLLM's
+    prompt log-probs: no temperature, top-k or top-p), its rank (1 = the model's best) and
+    the position's best ``prompt_logprobs`` alternatives as (id, log-prob)."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class PromptScored:
+    """A request's prompt log-probs, sent after prefill and before its first token; the
+    first position is None (nothing precedes the first token)."""
+
+    positions: list[PromptToken | None]
+
+
+@dataclass
 class Finished:
     """Last event: why generation stopped (vLLM's finish_reason / stop_reason)."""
 
@@ -46,7 +70,7 @@ class Finished:
     stop_reason: str | int | None = None
 
 
-Event = Admitted | TokenEvent | Finished
+Event = Admitted | PromptScored | TokenEvent | Finished
 
 
 class Request:
@@ -160,6 +184,7 @@ class Engine:
         self.max_batch_size = max_batch_size
         self.model_name = model_name or self.model_dir.name
         self.gather_window_s = gather_window_s
+        self.prompt_logits_elements = PROMPT_LOGITS_ELEMENTS
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
         with hf_progress_bars(sys.stderr.isatty()):  # a server's log file gets no bar
             self._model = self._load(self.model_dir)
@@ -335,6 +360,8 @@ class Engine:
         ids, mask = ids.to(self.device), mask.to(self.device)
         # Positions count real tokens only, so a padded row computes what it would alone.
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        if any(r.params.prompt_logprobs is not None for r in reqs):
+            return self._prefill_scored(model, reqs, ids, mask, positions)
         out = model(
             input_ids=ids,
             attention_mask=mask,
@@ -345,6 +372,74 @@ class Engine:
         return Rows(
             list(reqs), out.past_key_values, out.logits[:, -1, :], mask, positions[:, -1:] + 1
         )
+
+    def _prefill_scored(
+        self,
+        model: Any,
+        reqs: list[Request],
+        ids: torch.Tensor,  # (B, T) left-padded
+        mask: torch.Tensor,  # (B, T)
+        positions: torch.Tensor,  # (B, T)
+    ) -> Rows:
+        """Prefill that also scores the prompts of the requests asking for prompt log-probs.
+
+        The prompt runs through the model in column chunks over one KV cache (vLLM's
+        chunked prefill), each keeping all its logits, so at most about
+        ``prompt_logits_elements`` logits exist at once rather than (B, T, vocab). The
+        model's own forward makes every logit, head transforms (soft-capping, scaling)
+        included, so the scores are exactly what a plain ``model(ids).logits`` gives.
+        """
+        batch, width = ids.shape
+        vocab = int(model.get_output_embeddings().weight.shape[0])
+        step = max(1, self.prompt_logits_elements // (batch * vocab))
+        want = [i for i, r in enumerate(reqs) if r.params.prompt_logprobs is not None]
+        k_max = max(reqs[i].params.prompt_logprobs or 0 for i in want)
+        scored: dict[int, list[PromptToken | None]] = {i: [None] for i in want}
+        cache, last = None, None
+        for start in range(0, width, step):
+            end = min(start + step, width)
+            out = model(
+                input_ids=ids[:, start:end],
+                attention_mask=mask[:, :end],
+                position_ids=positions[:, start:end],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, last = out.past_key_values, out.logits[:, -1, :]
+            # Column j's logits score the token in column j + 1; the last column's are the
+            # next token's, sampled as usual.
+            n = min(end, width - 1) - start
+            if n <= 0:
+                continue
+            lp = torch.log_softmax(out.logits[want, :n].float(), dim=-1)  # (W, n, V)
+            target = ids[want, start + 1 : start + 1 + n]  # (W, n)
+            picked = lp.gather(-1, target[..., None])  # (W, n, 1)
+            # vLLM's rank: how many tokens score at least as well as this one.
+            columns = [picked, (lp >= picked).sum(-1, keepdim=True).to(lp.dtype)]
+            if k_max:
+                top_vals, top_ids = torch.topk(lp, k_max, dim=-1)  # (W, n, k_max) each
+                columns += [top_ids.to(lp.dtype), top_vals]
+            host = torch.cat(columns, dim=-1).double().tolist()  # (W, n, 2 + 2 * k_max)
+            for w, i in enumerate(want):
+                first = width - len(reqs[i].prompt_ids)  # the row's first real column
+                k = reqs[i].params.prompt_logprobs or 0
+                for j, row in enumerate(host[w]):
+                    col = start + 1 + j
+                    if col <= first:
+                        continue  # padding, or the prompt's first token (already None)
+                    top = zip(row[2 : 2 + k], row[2 + k_max : 2 + k_max + k], strict=True)
+                    scored[i].append(
+                        PromptToken(
+                            reqs[i].prompt_ids[col - first],
+                            max(row[0], MIN_LOGPROB),
+                            int(row[1]),
+                            [(int(t), max(v, MIN_LOGPROB)) for t, v in top],
+                        )
+                    )
+        for i in want:
+            reqs[i].emit(PromptScored(scored[i]))
+        assert last is not None
+        return Rows(list(reqs), cache, last, mask, positions[:, -1:] + 1)
 
     def _join_waiting(self, model: Any, version: int, rows: Rows) -> None:
         """Continuous batching: requests that arrived while a batch runs join it at the next

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from agentworld.serve import protocol as P
 from agentworld.serve.chat import parse_assistant_text
-from agentworld.serve.engine import Finished, TokenEvent
+from agentworld.serve.engine import Finished, PromptToken, TokenEvent
 from agentworld.serve.generation import (
     Choice,
     Generation,
@@ -102,8 +102,6 @@ async def completions(request: web.Request) -> web.StreamResponse:
     tokenizer = engine.tokenizer
     body = await read_body(request)
     g = P.parse_common(body, name, chat=False)
-    if body.get("echo"):
-        raise P.ApiError("'echo' is not supported by the embedded engine", "echo")
     if body.get("suffix") is not None:
         # A 400 as vLLM's, so a fill-in-the-middle client falls back to prefix-only rather
         # than take a plain continuation for an infill.
@@ -111,24 +109,35 @@ async def completions(request: web.Request) -> web.StreamResponse:
     prompts = P.parse_prompts(body, tokenizer)
     warn_ignored(request.app, body)
     gen = Generation(engine, prompts, g)
+    if g.echo:
+        texts = P.echo_texts(body, prompts, tokenizer)
+        for c in gen.choices:
+            c.echo_text = texts[c.index // g.n]
     if g.stream:
         return await _stream(request, gen, g, chat=False, parse_tools=False)
     await _collect(request, gen)
     choices = []
     for c in gen.choices:
         assert c.finished is not None
-        text = final_text(tokenizer, c)
+        # vLLM: with echo the prompt's text and tokens come first; `max_tokens: 0` keeps
+        # only them (the one token generated is dropped from the text and log-probs).
+        events = [] if g.echo_only else c.events
+        text = c.echo_text + ("" if g.echo_only else final_text(tokenizer, c))
         choices.append(
             {
                 "index": c.index,
                 "text": text,
-                "logprobs": P.completion_logprobs(tokenizer, c.events, g.tokens_as_ids)
+                "logprobs": P.completion_logprobs(
+                    tokenizer, events, g.tokens_as_ids, prompt=_echoed(c, g)
+                )
                 if g.logprobs
                 else None,
                 "finish_reason": c.finished.reason,
                 "stop_reason": c.finished.stop_reason,
                 "token_ids": c.output_ids if g.return_token_ids else None,
-                "prompt_logprobs": None,
+                "prompt_logprobs": P.prompt_logprobs(tokenizer, c.prompt_logprobs)
+                if c.prompt_logprobs is not None
+                else None,
                 "prompt_token_ids": c.prompt_ids if g.return_token_ids else None,
             }
         )
@@ -145,6 +154,16 @@ async def completions(request: web.Request) -> web.StreamResponse:
         "kv_transfer_params": None,
     }
     return json_response(body_out, version=gen.policy_version)
+
+
+def _echoed(
+    c: Choice, g: P.GenerationRequest
+) -> tuple[list[int], list[PromptToken | None], int] | None:
+    """The prompt part of an echoed choice's log-probs (see ``P.completion_logprobs``)."""
+    # Echo with logprobs always scores the prompt; None only if aborted before prefill.
+    if not (g.echo and g.logprobs) or c.prompt_logprobs is None:
+        return None
+    return c.prompt_ids, c.prompt_logprobs, g.params.top_logprobs
 
 
 async def _collect(request: web.Request, gen: Generation) -> None:
@@ -209,9 +228,19 @@ class _Chunks:
                 P.chat_logprobs(self.tokenizer, new_events, g.tokens_as_ids) if g.logprobs else None
             )
         else:
-            out["text"] = text
+            # vLLM's echo: the first chunk carries the prompt's text (and log-probs) before
+            # the answer's; offsets count the echoed text.
+            echo = g.echo and c.first_chunk
+            offset = 0 if echo else len(c.echo_text) + c.sent_chars
+            out["text"] = c.echo_text + text if echo else text
             out["logprobs"] = (
-                P.completion_logprobs(self.tokenizer, new_events, g.tokens_as_ids, c.sent_chars)
+                P.completion_logprobs(
+                    self.tokenizer,
+                    [] if g.echo_only else new_events,
+                    g.tokens_as_ids,
+                    offset,
+                    prompt=_echoed(c, g) if echo else None,
+                )
                 if g.logprobs
                 else None
             )
@@ -242,7 +271,7 @@ class _Chunks:
                 ]
             last["finish_reason"] = "tool_calls" if parsed.tool_calls else ev.reason
         else:
-            last = self.piece(c, text[c.sent_chars :])
+            last = self.piece(c, "" if self.g.echo_only else text[c.sent_chars :])
             last["finish_reason"] = ev.reason
         last["stop_reason"] = ev.stop_reason
         return self.chunk([last], **self.usage(c))
@@ -294,6 +323,8 @@ async def _stream(
                     ]
                     await resp.write(out.chunk(first, **extra, **out.usage(c)))
             if isinstance(ev, TokenEvent):
+                if g.echo_only:
+                    continue  # the one token generated is not part of the answer
                 text = texts[c.index].add(ev.token_id)
                 if text:
                     part = out.piece(c, text)

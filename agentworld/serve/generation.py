@@ -11,7 +11,15 @@ from aiohttp import web
 
 from agentworld.serve import protocol as P
 from agentworld.serve.detokenize import IncrementalDetokenizer, decode_text
-from agentworld.serve.engine import Admitted, Engine, Finished, Request, TokenEvent
+from agentworld.serve.engine import (
+    Admitted,
+    Engine,
+    Finished,
+    PromptScored,
+    PromptToken,
+    Request,
+    TokenEvent,
+)
 
 
 @dataclass
@@ -23,6 +31,8 @@ class Choice:
     request: Request
     events: list[TokenEvent] = field(default_factory=list)
     finished: Finished | None = None
+    prompt_logprobs: list[PromptToken | None] | None = None  # when the request asked
+    echo_text: str = ""  # what `echo` puts before the answer's text
     sent_chars: int = 0
     sent_tokens: int = 0
     first_chunk: bool = True
@@ -92,6 +102,8 @@ class Generation:
             if isinstance(ev, Admitted):
                 if self.policy_version is None:
                     self.policy_version = ev.policy_version
+            elif isinstance(ev, PromptScored):
+                choice.prompt_logprobs = ev.positions
             elif isinstance(ev, TokenEvent):
                 choice.events.append(ev)
             elif isinstance(ev, Finished):

@@ -9,7 +9,7 @@ from http import HTTPStatus
 from typing import Any
 
 from agentworld.serve.chat import render_prompt
-from agentworld.serve.engine import SamplingParams, TokenEvent
+from agentworld.serve.engine import PromptToken, SamplingParams, TokenEvent
 
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 # OpenAI's bound (the proxy's too); vLLM sets none. Choices past a batch wait their turn.
@@ -80,6 +80,10 @@ class GenerationRequest:
     return_token_ids: bool
     logprobs: bool
     tokens_as_ids: bool
+    echo: bool = False  # completions: the prompt is prepended to each choice's text
+    # ``max_tokens: 0`` with echo: the answer is the prompt alone. One token is still
+    # generated (and counted in usage, its id in ``token_ids``), as vLLM does.
+    echo_only: bool = False
 
 
 # Like vLLM's `--served-model-name NAME default`: configs (agents.toml) can say
@@ -97,8 +101,13 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
     field = "max_completion_tokens" if max_tokens is not None else "max_tokens"
     if max_tokens is None:
         max_tokens = _get(body, "max_tokens", int, None if chat else COMPLETIONS_MAX_TOKENS)
+    echo = not chat and _get(body, "echo", bool, False)
+    echo_only = echo and max_tokens == 0
+    if echo_only:
+        max_tokens = 1  # vLLM's too: scored at prefill, then one token it drops
     if max_tokens is not None and max_tokens < 1:
-        raise ApiError(f"'{field}' must be at least 1", field)
+        but = " (0 only with 'echo')" if not chat else ""
+        raise ApiError(f"'{field}' must be at least 1{but}", field)
     temperature = float(_get(body, "temperature", (int, float), 1.0))
     if temperature < 0:
         raise ApiError("'temperature' must be non-negative", "temperature")
@@ -138,6 +147,10 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
         raise ApiError(f"'{top_field}' must be between 0 and {MAX_TOP_LOGPROBS}", top_field)
 
     stream = _get(body, "stream", bool, False)
+    prompt_top = None if chat else _parse_prompt_logprobs(body, stream)
+    if prompt_top is None and echo and logprobs:
+        # vLLM scores an echoed prompt at the request's ``logprobs``.
+        prompt_top = top
     options = _get(body, "stream_options", dict, None)
     if options is not None and not stream:
         raise ApiError("Stream options can only be defined when `stream=True`.", "stream_options")
@@ -153,6 +166,7 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
         stop_token_ids=tuple(stop_token_ids),
         ignore_eos=_get(body, "ignore_eos", bool, False),
         top_logprobs=top,
+        prompt_logprobs=prompt_top,
     )
     return GenerationRequest(
         params=params,
@@ -163,7 +177,29 @@ def parse_common(body: dict[str, Any], model_name: str, *, chat: bool) -> Genera
         return_token_ids=_get(body, "return_token_ids", bool, False),
         logprobs=logprobs,
         tokens_as_ids=_get(body, "return_tokens_as_token_ids", bool, False),
+        echo=echo,
+        echo_only=echo_only,
     )
+
+
+def _parse_prompt_logprobs(body: dict[str, Any], stream: bool) -> int | None:
+    """vLLM's ``prompt_logprobs`` of a completion, with its checks and words."""
+    k = _get(body, "prompt_logprobs", int, None)
+    if k is None:
+        return None
+    if stream and (k > 0 or k == -1):
+        raise ApiError("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+    if k < 0 and k != -1:
+        raise ApiError("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
+    if k == -1 or k > MAX_TOP_LOGPROBS:
+        # -1 is the whole vocabulary, which vLLM's default --max-logprobs refuses too.
+        shown = "the whole vocabulary (-1)" if k == -1 else str(k)
+        raise ApiError(
+            f"Requested prompt logprobs of {shown}, which is greater than max allowed: "
+            f"{MAX_TOP_LOGPROBS}",
+            "prompt_logprobs",
+        )
+    return k
 
 
 def parse_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -298,6 +334,19 @@ def parse_prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
     )
 
 
+def echo_texts(body: dict[str, Any], prompts: list[list[int]], tokenizer: Any) -> list[str]:
+    """The text ``echo`` puts before each prompt's answers: a text prompt as sent, token ids
+    decoded. Empty with ``return_token_ids`` (vLLM's behaviour: the client has the ids)."""
+    if body.get("return_token_ids"):
+        return ["" for _ in prompts]
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        return list(prompt)
+    return [tokenizer.decode(ids) for ids in prompts]
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -347,15 +396,56 @@ def chat_logprobs(tokenizer: Any, events: list[TokenEvent], as_ids: bool) -> dic
 
 
 def completion_logprobs(
-    tokenizer: Any, events: list[TokenEvent], as_ids: bool, offset: int = 0
+    tokenizer: Any,
+    events: list[TokenEvent],
+    as_ids: bool,
+    offset: int = 0,
+    prompt: tuple[list[int], list[PromptToken | None], int] | None = None,
 ) -> dict[str, Any]:
-    """`choices[i].logprobs` of a legacy completion: parallel lists."""
-    tokens, lps, tops, offsets = [], [], [], []
+    """`choices[i].logprobs` of a legacy completion: parallel lists.
+
+    ``prompt`` (echo): the prompt's ids, their scores and the ``logprobs`` asked, listed
+    before the generated tokens as vLLM lists them: the first token's log-prob is null,
+    and each position's top holds the prompt token and then the best ``logprobs``.
+    """
+    rows: list[tuple[str, float | None, dict[str, float] | None]] = []
+    if prompt is not None:
+        ids, scored, k = prompt
+        for tid, pos in zip(ids, scored, strict=True):
+            tok = token_str(tokenizer, tid, as_ids)
+            if pos is None:
+                rows.append((tok, None, None))
+                continue
+            top = {tok: _lp(pos.logprob)}
+            top.update((token_str(tokenizer, t, as_ids), _lp(lp)) for t, lp in pos.top[:k])
+            rows.append((tok, _lp(pos.logprob), top))
     for ev in events:
-        tok = token_str(tokenizer, ev.token_id, as_ids)
+        top = {token_str(tokenizer, t, as_ids): _lp(lp) for t, lp in ev.top}
+        rows.append((token_str(tokenizer, ev.token_id, as_ids), _lp(ev.logprob), top or None))
+    tokens, lps, tops, offsets = [], [], [], []
+    for tok, lp, top in rows:
         offsets.append(offset)
         offset += len(tok)
         tokens.append(tok)
-        lps.append(_lp(ev.logprob))
-        tops.append({token_str(tokenizer, t, as_ids): _lp(lp) for t, lp in ev.top} or None)
+        lps.append(lp)
+        tops.append(top)
     return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
+
+
+def prompt_logprobs(tokenizer: Any, scored: list[PromptToken | None]) -> list[Any]:
+    """vLLM's ``choices[i].prompt_logprobs``: None for the first token, then per position
+    {token id: {logprob, rank, decoded_token}}, the prompt token first, then the best."""
+    out: list[Any] = []
+    for pos in scored:
+        if pos is None:
+            out.append(None)
+            continue
+        entries = [(pos.token_id, pos.logprob, pos.rank)]
+        entries += [(t, lp, r) for r, (t, lp) in enumerate(pos.top, start=1)]
+        out.append(
+            {
+                str(t): {"logprob": _lp(lp), "rank": r, "decoded_token": tokenizer.decode([t])}
+                for t, lp, r in entries
+            }
+        )
+    return out

@@ -26,6 +26,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     top_logprobs: int = 0
+    # vLLM's ``prompt_logprobs``: each prompt token's log-prob and this many best at its
+    # position, scored at prefill; None (the default) scores nothing and costs nothing.
+    prompt_logprobs: int | None = None
 
 
 @dataclass
