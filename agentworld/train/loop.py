@@ -507,8 +507,12 @@ def _train(cfg: TrainConfig, acc: Any, console: Console) -> dict[str, Any]:
         console.print(summary_table(summary))
     # Every process tears the process group down together: a worker that went ahead while
     # the main process was still writing its summary once hung in teardown past the end
-    # of a two-process run (gloo, tests/train/test_multiprocess.py).
+    # of a two-process run (gloo, tests/train/test_multiprocess.py). The DDP wrapper and
+    # the optimizer hold the group: released first, so it is gone before the interpreter
+    # exits (a worker once aborted there, "terminate called without an active exception").
     acc.wait_for_everyone()
+    del model, ref, optimizer, scheduler
+    acc.free_memory()
     acc.end_training()
     pool.close()
     return summary
