@@ -406,7 +406,8 @@ def completion_logprobs(
 
     ``prompt`` (echo): the prompt's ids, their scores and the ``logprobs`` asked, listed
     before the generated tokens as vLLM lists them: the first token's log-prob is null,
-    and each position's top holds the prompt token and then the best ``logprobs``.
+    and each position's top holds the prompt token and then the best ``logprobs``, as a
+    generated position's holds the sampled token and then the best.
     """
     rows: list[tuple[str, float | None, dict[str, float] | None]] = []
     if prompt is not None:
@@ -420,8 +421,12 @@ def completion_logprobs(
             top.update((token_str(tokenizer, t, as_ids), _lp(lp)) for t, lp in pos.top[:k])
             rows.append((tok, _lp(pos.logprob), top))
     for ev in events:
-        top = {token_str(tokenizer, t, as_ids): _lp(lp) for t, lp in ev.top}
-        rows.append((token_str(tokenizer, ev.token_id, as_ids), _lp(ev.logprob), top or None))
+        # OpenAI's and vLLM's: the sampled token always, then the best ``logprobs`` (up to
+        # logprobs + 1 entries; `logprobs: 0` gives the sampled token's alone).
+        tok = token_str(tokenizer, ev.token_id, as_ids)
+        top = {tok: _lp(ev.logprob)}
+        top.update((token_str(tokenizer, t, as_ids), _lp(lp)) for t, lp in ev.top)
+        rows.append((tok, _lp(ev.logprob), top))
     tokens, lps, tops, offsets = [], [], [], []
     for tok, lp, top in rows:
         offsets.append(offset)

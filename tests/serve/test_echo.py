@@ -212,3 +212,31 @@ def test_chunked_scoring_of_a_padded_batch_matches_a_forward_pass(fresh_engine: 
             assert [t for t, _ in scored[i].top] == torch.topk(ref[i - 1], 3).indices.tolist()
         unscored, _ = fresh_engine.generate(p, SamplingParams(max_tokens=3, temperature=0))
         assert req.output_ids == unscored.output_ids
+
+
+async def test_a_generated_tokens_top_logprobs_hold_the_sampled_token_first(client: Any):
+    """OpenAI's legacy completions (and vLLM's): each position's ``top_logprobs`` holds the
+    sampled token and then the best ``logprobs`` (up to logprobs + 1 entries); with
+    `logprobs: 0` the sampled token's alone. Ours held the best alone (null for 0), so a
+    token sampled outside them had no entry of its own. (Ids as tokens: two byte tokens
+    both decode to "\ufffd".)"""
+    body = {
+        "prompt": PROMPT,
+        "max_tokens": 8,
+        "temperature": 1.5,
+        "seed": 3,
+        "ignore_eos": True,
+        "return_tokens_as_token_ids": True,
+    }
+    for k in (0, 2):
+        lp = (await post(client, body | {"logprobs": k}))["choices"][0]["logprobs"]
+        rows = zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True)
+        outside = 0
+        for tok, own, top in rows:
+            assert next(iter(top.items())) == (tok, own)  # the sampled token, first
+            assert k <= len(top) <= k + 1
+            outside += len(top) == k + 1
+            others = list(top.values())[1:]
+            assert others == sorted(others, reverse=True)  # then the best, best first
+        if k == 0:
+            assert outside == len(lp["tokens"])  # {sampled: its log-prob} each
