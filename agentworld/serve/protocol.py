@@ -410,23 +410,24 @@ def completion_logprobs(
     generated position's holds the sampled token and then the best.
     """
     rows: list[tuple[str, float | None, dict[str, float] | None]] = []
+
+    def row(tid: int, logprob: float, best: list[tuple[int, float]]) -> None:
+        # OpenAI's and vLLM's top: the position's own token always, then the best (up to
+        # logprobs + 1 entries; `logprobs: 0` gives the token's alone).
+        tok = token_str(tokenizer, tid, as_ids)
+        top = {tok: _lp(logprob)}
+        top.update((token_str(tokenizer, t, as_ids), _lp(lp)) for t, lp in best)
+        rows.append((tok, _lp(logprob), top))
+
     if prompt is not None:
         ids, scored, k = prompt
         for tid, pos in zip(ids, scored, strict=True):
-            tok = token_str(tokenizer, tid, as_ids)
             if pos is None:
-                rows.append((tok, None, None))
-                continue
-            top = {tok: _lp(pos.logprob)}
-            top.update((token_str(tokenizer, t, as_ids), _lp(lp)) for t, lp in pos.top[:k])
-            rows.append((tok, _lp(pos.logprob), top))
+                rows.append((token_str(tokenizer, tid, as_ids), None, None))
+            else:
+                row(tid, pos.logprob, pos.top[:k])
     for ev in events:
-        # OpenAI's and vLLM's: the sampled token always, then the best ``logprobs`` (up to
-        # logprobs + 1 entries; `logprobs: 0` gives the sampled token's alone).
-        tok = token_str(tokenizer, ev.token_id, as_ids)
-        top = {tok: _lp(ev.logprob)}
-        top.update((token_str(tokenizer, t, as_ids), _lp(lp)) for t, lp in ev.top)
-        rows.append((tok, _lp(ev.logprob), top))
+        row(ev.token_id, ev.logprob, ev.top)
     tokens, lps, tops, offsets = [], [], [], []
     for tok, lp, top in rows:
         offsets.append(offset)
