@@ -63,6 +63,10 @@ def _get(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], defaul
     if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
         raise ApiError(f"'{name}' must be a number, got a boolean", name)
     if not isinstance(value, kinds):
+        wanted = kinds if isinstance(kinds, tuple) else (kinds,)
+        if int in wanted and isinstance(value, float) and abs(value) >= 2**63:
+            # The JSON parser reads an integer past 64 bits as a float: say what is wrong.
+            raise ApiError(f"'{name}' must be an integer within 64 bits, got {value:.0f}", name)
         want = kinds.__name__ if isinstance(kinds, type) else "/".join(k.__name__ for k in kinds)
         raise ApiError(f"'{name}' must be {want}, got {type(value).__name__}", name)
     return value

@@ -189,6 +189,16 @@ async def test_seeds_beyond_int64_are_refused_before_they_reach_the_engine(clien
         assert resp.status == 200, seed
 
 
+async def test_a_seed_past_64_bits_is_named_as_too_large_not_as_a_float(client: Any):
+    """The JSON parser reads an integer past 64 bits as a float; the error said "got float"."""
+    body = {"prompt": [5, 6, 7], "max_tokens": 2, "seed": 2**70}
+    resp = await client.post("/v1/completions", json=body)
+    assert resp.status == 400
+    err = (await resp.json())["error"]
+    assert err["param"] == "seed"
+    assert "within 64 bits" in err["message"] and "float" not in err["message"], err
+
+
 async def test_completions_with_token_id_prompt(client: Any, engine: Engine):
     body = {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "return_token_ids": True}
     body |= {"logprobs": 2, "ignore_eos": True}
