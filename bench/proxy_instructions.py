@@ -26,7 +26,9 @@ beside ``--baseline``).
   (monkeypatched at start-up), to tell what that part costs a call:
   ``novalidate`` (record validation), ``norecord`` (the pool writer's whole work:
   encoding, journal, compression), ``nocompress`` (compression only),
-  ``noredact`` (redaction), ``nostats`` (counters).
+  ``noredact`` (redaction), ``nostats`` (counters), ``noparse`` (a chat stream's
+  events relayed unread, the answer recorded the first stream's: the floor of any
+  relay that reads them, compiled or not).
 
 What it leaves out: system calls and the kernel's network work (the same count
 for both hops, the proxy's per call no higher: ``strace -c`` shows it), and how
@@ -75,6 +77,27 @@ ABLATIONS = {
     "noredact": (
         "from agentworld.proxy import recorder\n"
         "recorder.redact_record = lambda record, keys: None\n"
+    ),
+    # The floor of a relay that reads its events (what a compiled one would approach): the
+    # events go as they came, and the answer recorded is the first stream's, parsed once.
+    "noparse": (
+        "from agentworld.proxy.adapters import openai_stream as s\n"
+        "_feed, _partial, _seen = s.OpenAIRelay.feed, s.OpenAIRelay.partial, {}\n"
+        "def feed(self, events, parts):\n"
+        "    if 'answer' not in _seen:\n"
+        "        return _feed(self, events, parts)\n"
+        "    for ev in events:\n"
+        "        if ev == b'data: [DONE]':\n"
+        "            self.done = True\n"
+        "        else:\n"
+        "            parts.append(ev + b'\\n\\n')\n"
+        "        self.asm.chunks += 1\n"
+        "def partial(self):\n"
+        "    if 'answer' not in _seen:\n"
+        "        _seen['answer'] = _partial(self)\n"
+        "    a = _seen['answer']\n"
+        "    return {**a, 'choices': [{**c, 'message': dict(c['message'])} for c in a['choices']]}\n"
+        "s.OpenAIRelay.feed, s.OpenAIRelay.partial = feed, partial\n"
     ),
     "nostats": (
         "from agentworld.proxy import stats\n"
