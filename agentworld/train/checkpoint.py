@@ -19,21 +19,52 @@ from pathlib import Path
 from typing import Any
 
 from agentworld.errors import ConfigError
+from agentworld.pool.layout import fsync_dir
 
 META = "meta.json"
 STATE = "train_state"  # Accelerate's save_state: optimizer, scheduler, RNG (for --resume)
 LATEST = "latest"
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON so readers see the old file or the new one, never half of one."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` so readers see the old file or the new one, never half of one, even
+    after a power loss: the data is on disk before the rename, the rename before return."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON so readers see the old file or the new one, never half of one."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True))
+
+
+def fsync_tree(folder: Path) -> None:
+    """Put every file under ``folder``, and the folders' entries for them, on disk.
+
+    A checkpoint's meta.json says "complete": without this, a power loss after it landed
+    could leave it beside weights the page cache never wrote (empty or cut short), which
+    ``--resume`` and a reloading engine would load. An fsync of a file already on disk
+    costs next to nothing, so a tree fsynced before is cheap to fsync again. Measured on
+    ext4 with the 0.6 MB test model: a save takes 12 ms instead of 8.
+    """
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
 
 
 def checkpoint_dir(output_dir: Path, step: int) -> Path:
@@ -74,8 +105,10 @@ def save_checkpoint(
     with_state: bool = True,
 ) -> Path:
     """Weights + tokenizer (+ training state when ``with_state``) + meta.json; meta.json
-    last, so its presence means the folder is complete. Every process must call this
-    (sharded states gather)."""
+    last, so its presence means the folder is complete, then ``latest`` names it. Each lands
+    only once everything before it is on disk (a power loss leaves the old checkpoint named,
+    never a "complete" one with cut weights). Every process must call this (sharded states
+    gather)."""
     folder.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -84,6 +117,7 @@ def save_checkpoint(
         (folder / META).unlink(missing_ok=True)
         if not with_state:
             shutil.rmtree(folder / STATE, ignore_errors=True)
+        fsync_dir(folder)  # the unlink on disk before the weights are rewritten in place
     accelerator.wait_for_everyone()
     from safetensors import SafetensorError
 
@@ -100,10 +134,12 @@ def save_checkpoint(
         raise _os_error(exc, folder) from None
     if with_state:
         accelerator.save_state(str(folder / STATE))
+        accelerator.wait_for_everyone()  # every rank's RNG file written before the fsync
     if accelerator.is_main_process:
         tokenizer.save_pretrained(str(folder))
+        fsync_tree(folder)
         write_json_atomic(folder / META, {**meta, "train_state": with_state})
-        (folder.parent / LATEST).write_text(folder.name + "\n")
+        write_text_atomic(folder.parent / LATEST, folder.name + "\n")
     accelerator.wait_for_everyone()
     return folder
 
@@ -112,7 +148,9 @@ def add_state(accelerator: Any, folder: Path) -> None:
     """Give a checkpoint saved without ``train_state/`` one (the last of an online run, so a
     restart resumes it exactly). Every process must call this."""
     accelerator.save_state(str(folder / STATE))
+    accelerator.wait_for_everyone()  # every rank's RNG file written before the fsync
     if accelerator.is_main_process:
+        fsync_tree(folder)
         write_json_atomic(folder / META, {**read_meta(folder), "train_state": True})
     accelerator.wait_for_everyone()
 
@@ -160,8 +198,11 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     when ``run_dir`` holds no checkpoint (it is no run folder)."""
     marker = run_dir / LATEST
     if marker.is_file():
-        named = run_dir / marker.read_text().strip()
-        if (named / META).exists():
+        # Written atomically now; one an older version tore (a crash mid-write: empty,
+        # cut short, zeros or stray bytes) names no checkpoint and is passed over.
+        name = marker.read_bytes().decode("ascii", "replace").strip()
+        named = run_dir / name
+        if _CKPT.fullmatch(name) and (named / META).exists():
             return named
     complete = [p for _, p in checkpoints_in(run_dir) if (p / META).exists()]
     return complete[-1] if complete else None
