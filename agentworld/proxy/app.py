@@ -23,6 +23,7 @@ from agentworld.proxy.middlewares import (
     errors_middleware,
 )
 from agentworld.proxy.pipeline.handler import route
+from agentworld.proxy.policy_store import PolicyKeeper
 from agentworld.proxy.redact import KnownKeys
 from agentworld.proxy.registry import Registry
 from agentworld.proxy.state import CHAINS, GENERATION, STATE, State
@@ -51,7 +52,12 @@ ROUTE_PREFIXES = (
 def make_app(
     config: ProxyConfig, pool: Pool, *, writer: StepWriter | None = None
 ) -> web.Application:
-    """The proxy app over an open Pool; creates (and closes) its own writer unless given one."""
+    """The proxy app over an open Pool; creates (and closes) its own writer unless given one.
+
+    The policy version is ``config.policy_version`` when set, else the one this proxy kept
+    in the pool before a restart (``policy_store``; a damaged file is an error naming it).
+    """
+    policy = PolicyKeeper.start(pool.root, config.instance, config.policy_version)
     stats = ProxyStats()
     middlewares: list[Any] = [errors_middleware]
     if config.log_requests:
@@ -71,7 +77,8 @@ def make_app(
         registry=Registry(max_open=config.max_open_trajectories),
         writer=writer,
         own_writer=writer is None,
-        policy_version=config.policy_version,
+        policy_version=policy.version,
+        policy=policy,
         known_keys=KnownKeys([config.auth_token, *config.api_keys.values()]),
     )
     app[CHAINS] = ResponseChains()

@@ -467,18 +467,23 @@ def _claim(t: Trajectory, index: int, choice: int | None, step_id: str) -> None:
 
 
 async def set_policy(request: web.Request) -> web.Response:
-    """POST /aw/policy {version}: the version stamped on every step from now on."""
+    """POST /aw/policy {version}: the version stamped on every step from now on, and after a
+    restart. ``saved`` false: it holds, but the pool could not keep it (the log says why)."""
     st = request.app[STATE]
     body = await _body(request)
     v = body.get("version")
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise BadRequest("'version' must be an integer >= 0", "version")
-    st.set_policy(v)
-    return _json({"policy_version": v})
+    saved = await st.set_policy(v)
+    return _json({"policy_version": v, "saved": saved})
 
 
 async def get_policy(request: web.Request) -> web.Response:
-    return _json({"policy_version": request.app[STATE].policy_version})
+    """GET /aw/policy: the version stamped now, how this proxy came by it (``source``:
+    default, restored, --policy-version, POST /aw/policy or X-AW-Policy-Version) and the
+    file in the pool that keeps it across restarts (``restored``: what start-up read)."""
+    st = request.app[STATE]
+    return _json({"policy_version": st.policy_version, **st.policy.as_json()})
 
 
 async def seal(request: web.Request) -> web.Response:

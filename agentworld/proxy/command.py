@@ -82,7 +82,12 @@ def proxy(
         "--max-open-trajectories",
         help="Beyond this many, the longest idle are closed as 'timeout'.",
     ),
-    policy_version: int = typer.Option(0, "--policy-version", help="Initial policy version stamp."),
+    policy_version: int | None = typer.Option(
+        None,
+        "--policy-version",
+        help="Policy version stamped on steps from the start (default: the one this proxy had"
+        " before it stopped, kept in POOL/state/policy/, else 0).",
+    ),
     instance: str | None = typer.Option(
         None,
         "--instance",
@@ -108,6 +113,7 @@ def proxy(
     from agentworld.proxy.config import ProxyConfig, UpstreamConfig, load_agents, resolve_keys
     from agentworld.proxy.front import site as front_site
     from agentworld.proxy.gc_pauses import GcPauses
+    from agentworld.proxy.state import STATE
 
     if engine not in ("vllm", "openai"):
         raise ConfigError(f"--engine: 'vllm' or 'openai', got {engine!r}")
@@ -162,6 +168,7 @@ def proxy(
         + (f"; uploading shards to {uploader.pusher.store.name}" if uploader else ""),
         err=True,
     )
+    typer.echo(f"aw proxy: {app[STATE].policy.describe()}", err=True)
     GcPauses().install()  # short collector pauses (gc_pauses.py)
     _raise_open_files_limit()
     front_site.run(

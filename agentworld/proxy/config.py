@@ -193,7 +193,9 @@ class ProxyConfig:
     # lateness counts that program's work too (the agents, an engine), so the log says so,
     # once a process, rather than send its operator to add proxies.
     in_process: bool = False
-    policy_version: int = 0
+    # The version stamped from the start; None: the one this proxy kept in the pool before
+    # a restart (policy_store.py), else 0.
+    policy_version: int | None = None
     restore: bool = True  # rebuild open trajectories from the pool index on start
     # Proxies sharing one pool each take a name: steps carry it (metadata.proxy), and a
     # restarted proxy takes back only the open trajectories whose last step it served.
@@ -227,6 +229,12 @@ class ProxyConfig:
                 f"--instance: 1-128 printable characters without surrounding spaces,"
                 f" got {self.instance!r}"
             )
+        if self.policy_version is not None and (
+            isinstance(self.policy_version, bool)
+            or not isinstance(self.policy_version, int)
+            or self.policy_version < 0
+        ):
+            raise ConfigError(f"--policy-version: an integer >= 0, got {self.policy_version!r}")
         if self.max_body_bytes < 1024:
             raise ConfigError("--max-body-bytes: must be at least 1024")
         if self.auth_token is not None and not self.auth_token:

@@ -1,4 +1,5 @@
-"""The app's life (its cleanup_ctx): upstream session, pool writer, restored trajectories, idle sweeper."""
+"""The app's life (its cleanup_ctx): upstream session, pool writer, kept policy version, restored
+trajectories, idle sweeper."""
 
 from __future__ import annotations
 
@@ -179,6 +180,8 @@ async def lifespan(app: web.Application) -> AsyncIterator[None]:
         instance=st.config.instance,
         known_keys=st.known_keys,
     )
+    log.info("%s", st.policy.describe())
+    await st.policy.save()  # --policy-version: kept for the next start without it
     if st.config.restore:
         try:
             n = await asyncio.to_thread(restore, st.registry, st.pool, instance=st.config.instance)
@@ -209,6 +212,7 @@ async def lifespan(app: web.Application) -> AsyncIterator[None]:
             except asyncio.CancelledError:
                 pass
         await st.recorder.drain()
+        await st.policy.close()  # a version an answer moved last is kept
         await st.session.close()
         await st.upstream.close()
         if st.own_writer:

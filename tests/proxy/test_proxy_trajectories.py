@@ -561,7 +561,7 @@ async def test_policy_version_from_endpoint_and_upstream_header(make_proxy, pool
     c = client(proxy.base_url)
     await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "v0"}])
     status, body = await post(proxy.url + "/aw/policy", {"version": 4})
-    assert status == 200 and body == {"policy_version": 4}
+    assert status == 200 and body == {"policy_version": 4, "saved": True}
     await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "v4"}])
     fake[0].policy_version = 9
     await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "v9"}])
@@ -574,7 +574,7 @@ async def test_policy_version_from_endpoint_and_upstream_header(make_proxy, pool
     fake[0].policy_version = 8
     await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "late"}])
     _, body = await get(proxy.url + "/aw/policy")
-    assert body == {"policy_version": 9}
+    assert body["policy_version"] == 9 and body["source"] == "X-AW-Policy-Version"
     status, body = await post(proxy.url + "/aw/policy", {"version": 3})  # explicit: it wins
     assert status == 200 and proxy.state.policy_version == 3
     await c.close()
