@@ -21,6 +21,8 @@ _GITIGNORE = """\
 journals/
 objects/tmp/
 state/locks/
+# What a proxy on this machine stamps (another clone's engine is on other weights).
+state/policy/
 """
 
 FILTERS_FILE = "filters.toml"

@@ -202,3 +202,16 @@ def test_merge_from_a_clone_that_never_fetched_names_what_it_could_not_copy(
     fetch = run_pool_command(kept, "fetch", "--from", str(origin.root))
     assert fetch.exit_code == 0, fetch.output
     assert fsck(Pool.open(kept.root)).ok and kept.layout.shard_paths()
+
+
+def test_a_proxys_kept_policy_version_stays_out_of_git(tmp_path: Path) -> None:
+    """Another clone's proxy fronts an engine on other weights: it must not restore this
+    host's version from a checkout."""
+    from agentworld.proxy.policy_store import policy_path
+
+    a, _ = two_hosts(tmp_path)
+    for instance in (None, "w1"):
+        path = policy_path(a / "pool", instance)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"policy_version": 7}')
+    assert "state/" not in git(a, "status", "--porcelain", "--untracked-files=all")
