@@ -2,7 +2,11 @@
 
 Shards are named by their hash, so a shard already present is never copied
 twice, and every copied shard is checked on the way in as ``fsck`` would: its
-bytes against its name, then every line as a record.
+bytes against its name, then every line as a record. Before anything is copied,
+their records are checked against this pool's (merge_check.py): a trajectory
+one pool holds as an `aw pool import` of the other's is already here (theirs
+left out, named), and two different records under one id otherwise stop the
+merge before it writes anything.
 Label files (and superseded.txt) merge as a union of lines, exactly what
 git's ``merge=union`` does, so merging by hand and merging clones with
 ``git merge`` give the same pool; a label line that is not valid is named and
@@ -24,10 +28,16 @@ from pathlib import Path
 import orjson
 
 from agentworld.errors import CorruptDataError, PoolError, RecordError
-from agentworld.pool.labels import append_label_lines, parse_label_line
+from agentworld.plural import plural
+from agentworld.pool.index import Index
+from agentworld.pool.labels import Labels, append_label_lines, parse_label_line
 from agentworld.pool.layout import Layout, check_version
 from agentworld.pool.manifest import check_manifest, manifest_file
-from agentworld.pool.shards import copy_shard
+from agentworld.pool.merge_check import MergePlan, plan_merge
+from agentworld.pool.shards import copy_shard, iter_shard_lines, write_shard
+
+MAX_CLASHES_SHOWN = 20  # clashing records named in the error; the rest counted
+MAX_ALREADY_HERE_KEPT = 20  # trajectories already here named in the report
 
 _SAVED = re.compile(rb"^\s*[A-Za-z0-9_-]{1,64}\s*=")  # one saved filter's line (filters.toml)
 
@@ -51,6 +61,14 @@ class MergeReport:
     filters_added: int = 0  # saved filters (`aw tui`) of names new here
     # shards that failed fsck's checks there ("path: why"): not copied, the rest merged
     shards_refused: list[str] = field(default_factory=list)
+    # trajectories both pools hold, one of them as an `aw pool import` of the other's (this
+    # pool exported, the file imported there): already here, so this pool's copy is kept
+    # and their ``records_left_out`` are not merged; ``already_here`` names the first few
+    trajectories_already_here: int = 0
+    records_left_out: int = 0
+    already_here: list[str] = field(default_factory=list)
+    # shards there that held some of those: the rest of their records, written as a new shard
+    shards_rewritten: int = 0
 
 
 def union_lines(src: Path, dst: Path) -> int:
@@ -106,12 +124,17 @@ def union_label_lines(src: Path, dst: Path, refused: list[str], name: str) -> in
     return len(missing)
 
 
-def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
+def merge_pools(
+    dst: Layout, src_root: Path, *, index: Index | None = None, check_records: bool = True
+) -> MergeReport:
     """Bring every sealed shard and label line of the pool at ``src_root`` into ``dst``.
 
     The other pool is only read (its dead writers are not recovered); records
     still in its journals (unsealed: live writers, or dead ones not yet recovered) are
-    reported, not merged: seal them there first.
+    reported, not merged: seal them there first. Their records are first checked
+    against ``dst``'s through ``index`` (``dst``'s; opened here when not given): PoolError
+    names the records that clash, and nothing is written. ``check_records`` False copies
+    shards unchecked, for a caller whose records cannot share an id with ``dst``'s.
     """
     src = Layout(Path(src_root))
     check_version(src)
@@ -124,9 +147,27 @@ def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
             report.shards_unfetched = len(check_manifest(src, verify=False).missing)
         except CorruptDataError as exc:
             raise PoolError(f"{exc}; nothing was merged") from None
+    plan = _plan(dst, src, index) if check_records else MergePlan()
+    if plan.clashes:
+        raise _clash_error(src, plan.clashes)
+    report.trajectories_already_here = len(plan.left_out)
+    report.records_left_out = sum(plan.left_out.values())
+    report.already_here = sorted(plan.left_out)[:MAX_ALREADY_HERE_KEPT]
     for path in src.shard_paths():
+        if path in plan.skip:
+            continue
+        if path in plan.drop:
+            try:
+                kept = _kept_lines(path, plan.drop[path])
+            except CorruptDataError as exc:  # refused whole, as copy_shard refuses it
+                report.shards_refused.append(str(exc))
+                continue
+            if kept:
+                write_shard(dst, kept)
+                report.shards_rewritten += 1
+            continue
         try:
-            n = copy_shard(path, dst)
+            n = copy_shard(path, dst, lines_checked=path in plan.checked)
         except CorruptDataError as exc:  # refused, named; the good shards still come
             report.shards_refused.append(str(exc))
             continue
@@ -151,6 +192,37 @@ def merge_pools(dst: Layout, src_root: Path) -> MergeReport:
     if src.filters.exists():
         report.filters_added = _merge_filters(src.filters, dst.filters)
     return report
+
+
+def _kept_lines(path: Path, drop: set[int]) -> list[bytes]:
+    """The lines of shard ``path`` (checked by the plan) but those numbered in ``drop``."""
+    try:
+        return [line for n, line in enumerate(iter_shard_lines(path), 1) if n not in drop]
+    except CorruptDataError as exc:  # changed since the plan read it
+        raise CorruptDataError(exc.path, f"{exc.problem}; not copied") from None
+
+
+def _plan(dst: Layout, src: Layout, index: Index | None) -> MergePlan:
+    if index is not None:
+        index.refresh(log_corrupt=False)  # fsck names this pool's corrupt shards
+        return plan_merge(dst, src, index)
+    own = Index(dst, Labels(dst))
+    try:
+        own.refresh(log_corrupt=False)
+        return plan_merge(dst, src, own)
+    finally:
+        own.close()
+
+
+def _clash_error(src: Layout, clashes: list[str]) -> PoolError:
+    shown = clashes[:MAX_CLASHES_SHOWN]
+    more = len(clashes) - len(shown)
+    return PoolError(
+        f"{src.root}: {plural(len(clashes), 'record')} there clash with this pool's, and "
+        "neither pool holds them as an `aw pool import` of the other's, so neither copy "
+        "can be kept for you; nothing was merged (`aw pool show ID`, here and with --pool "
+        "there, shows both):\n  " + "\n  ".join(shown) + (f"\n  … and {more} more" if more else "")
+    )
 
 
 def _merge_filters(src: Path, dst: Path) -> int:

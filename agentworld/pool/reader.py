@@ -285,7 +285,11 @@ class RecordFetcher:
         return out
 
     def get(self, source: str, line: int) -> dict[str, Any]:
+        return orjson.loads(self.raw(source, line))
+
+    def raw(self, source: str, line: int) -> bytes:
+        """The stored bytes of the record at ``line`` (an index row's) of ``source``."""
         lines = self._lines(source)
         if line >= len(lines) or not lines[line]:
             raise CorruptDataError(source, f"no record at line {line}")
-        return orjson.loads(lines[line])
+        return lines[line]

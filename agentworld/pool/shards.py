@@ -266,7 +266,9 @@ def verify_shard(path: Path) -> str | None:
     return None
 
 
-def copy_shard(src: Path, dst_layout: Layout, *, replace: bool = False) -> int:
+def copy_shard(
+    src: Path, dst_layout: Layout, *, replace: bool = False, lines_checked: bool = False
+) -> int:
     """Copy one shard into a pool once it passes what ``fsck`` checks; returns bytes copied
     (0 when present).
 
@@ -274,6 +276,8 @@ def copy_shard(src: Path, dst_layout: Layout, *, replace: bool = False) -> int:
     readers would have to skip is refused (CorruptDataError names it and the
     first bad line), never spread to another pool. ``replace``: copy even over a
     file of that name (a damaged one), which is swapped only once the copy passed.
+    ``lines_checked``: the caller read every line through ``shard_records`` already
+    (merge's check of ids); the hash, checked again, proves these are those bytes.
     """
     digest = shard_digest(src)
     final = dst_layout.shard_path(digest)
@@ -281,8 +285,9 @@ def copy_shard(src: Path, dst_layout: Layout, *, replace: bool = False) -> int:
         return 0
     try:
         data = read_verified(src)
-        for _ in shard_records(src, data):
-            pass
+        if not lines_checked:
+            for _ in shard_records(src, data):
+                pass
     except CorruptDataError as exc:
         raise CorruptDataError(
             exc.path, f"{exc.problem}; not copied (`aw pool fsck` there lists every problem)"

@@ -28,13 +28,20 @@ def merge(
     from agentworld.pool.opener import open_pool
 
     pool = open_pool(pool_path)
-    report = merge_pools(pool.layout, other)
+    report = merge_pools(pool.layout, other, index=pool.index(refresh=False))
     if as_json:
         sys.stdout.write(json.dumps(asdict(report), indent=2) + "\n")
     typer.echo(
         f"merged {other}: {plural(report.shards_copied, 'shard')} copied "
         f"({report.bytes_copied:,} bytes), "
-        f"{report.shards_present} already here, {report.label_lines_added} label lines added"
+        f"{report.shards_present} already here, "
+        + (
+            f"{plural(report.shards_rewritten, 'shard')} written anew without records "
+            "already here, "
+            if report.shards_rewritten
+            else ""
+        )
+        + f"{report.label_lines_added} label lines added"
         + (
             f", {plural(report.filters_added, 'saved filter')} added"
             if report.filters_added
@@ -42,6 +49,16 @@ def merge(
         ),
         err=True,
     )
+    if report.trajectories_already_here:
+        n = report.trajectories_already_here
+        named = ", ".join(report.already_here) + (", …" if n > len(report.already_here) else "")
+        typer.echo(
+            f"{plural(n, 'trajectory')} there {'is' if n == 1 else 'are'} already here, one "
+            f"pool holding {'it' if n == 1 else 'them'} as an `aw pool import` of the other's "
+            f"({named}): this pool's copy kept, their "
+            f"{plural(report.records_left_out, 'record')} not merged",
+            err=True,
+        )
     if report.shards_unfetched:
         from agentworld.pool.manifest import manifest_file
 

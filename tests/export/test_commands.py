@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from agentworld.errors import ConfigError, RecordError
 from agentworld.export.command import export, pool_import
 from agentworld.pool import Pool
+from agentworld.pool.fsck import fsck
 from agentworld.pool.sync_command import diff, fetch, manifest, merge
 from tests.export.trajectories import fill, trajectory_records
 from tests.terminal import Stderr
@@ -402,3 +403,24 @@ def test_text_only_formats_say_they_left_images_out(pool: Pool, tmp_path: Path) 
                 "warning: 1 trajectory holds content other than text (images, audio, files): "
                 f"-f {fmt} keeps only the text"
             ) in res.stderr
+
+
+def test_an_atif_export_imported_elsewhere_merges_back_as_already_here(
+    filled: Pool, tmp_path: Path
+) -> None:
+    """The reported round trip, command by command: the merge copied the import's shard
+    (a second record under every id) and `aw pool fsck` then failed on 16 records."""
+    out, other = tmp_path / "trajs", Pool.create(tmp_path / "other")
+    res = runner.invoke(app, ["export", "-f", "atif", "-o", str(out), "--pool", str(filled.root)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["pool", "import", str(out), "-f", "atif", "--pool", str(other.root)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["pool", "merge", str(other.root), "--pool", str(filled.root)])
+    assert res.exit_code == 0, res.output
+    assert (
+        "4 trajectories there are already here, one pool holding them as an `aw pool import` "
+        "of the other's (tr_a1, tr_a2, tr_b1, tr_b2): this pool's copy kept, their 16 records "
+        "not merged"
+    ) in res.stderr
+    report = fsck(filled)
+    assert report.ok and report.records == 16, report.problems
