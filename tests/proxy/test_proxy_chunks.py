@@ -134,9 +134,10 @@ def feed(payloads: list[bytes], injected: Injected, *, typed: bool) -> dict:
         partial = raw_ids.dumps(logprob_values_only(relay.partial()))
     except MALFORMED as exc:
         partial = repr(exc)
+    # The events as the agent reads them (the relay may join a read's events in one part).
     sent = [
-        p if not injected.any or not p.startswith(b"data: {") else orjson.loads(p[6:])
-        for p in parts
+        e if not injected.any or not e.startswith(b"data: {") else orjson.loads(e[6:])
+        for e in b"".join(parts).split(b"\n\n")
     ]
     return {
         "fault": fault and (fault.status, fault.type, fault.message),

@@ -5,11 +5,14 @@ or log-probs the agent did not (then it is re-encoded without them), while the
 assembler rebuilds the whole answer for the record. ``[DONE]`` is held back: the
 pipeline sends it once the step is registered (and durable, in strict mode).
 
-This is the proxy's hottest loop (every token of every streamed call), so it
-parses the usual one-line ``data: `` event inline, and a chat event into typed
-structs (``openai_chunks``: no dicts, and of the log-probs only their values)
-wherever those read it exactly; the general way (orjson, ``StreamAssembler.add``)
-takes what they do not.
+This is the proxy's hottest loop (every token of every streamed call), so a
+chat stream's events go first to the compiled reader (``fast_chunks``, where the
+C extension is built: one call a read, up to the first event it does not take
+with certainty); the rest, and every event without it, are read in Python: the
+usual one-line ``data: `` event inline, and a chat event into typed structs
+(``openai_chunks``: no dicts, and of the log-probs only their values) wherever
+those read it exactly; the general way (orjson, ``StreamAssembler.add``) takes
+what they do not.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentworld import raw_ids
-from agentworld.proxy.adapters import openai_chunks
+from agentworld.proxy.adapters import fast_chunks, openai_chunks
 from agentworld.proxy.adapters.base import Answer
 from agentworld.proxy.recorder import ok_steps
 from agentworld.proxy.sse import LF, MALFORMED, StreamAssembler, encode_event, event_data
@@ -51,6 +54,16 @@ class OpenAIRelay:
             self._typed = openai_chunks.READ
         elif adapter.chat and injected.logprobs:
             self._typed = openai_chunks.REWRITE
+        # The compiled reading of what the typed one reads (where built). It stops where
+        # the typed reading does, for the rest of the stream: see ``feed``.
+        self._fast: fast_chunks.Read | None = None
+        if self._typed is not None:
+            self._fast = fast_chunks.reader(
+                self.asm,
+                rewrite=self._typed is openai_chunks.REWRITE,
+                strip_ids=injected.token_ids,
+                max_payload=answer_json.MIN_RAW_BYTES,
+            )
 
     @property
     def error(self) -> dict[str, Any] | None:
@@ -63,6 +76,28 @@ class OpenAIRelay:
         return data.find(b"data: [DONE]") >= 0  # not ``in``: see sse.py
 
     def feed(self, events: list[bytes], parts: list[bytes]) -> Fault | None:
+        """Relay ``events`` (to ``parts``) and add them to the assembler; a fault ends the stream."""
+        fast = self._fast
+        if fast is None or self._typed is None:
+            return self._feed(events, parts)
+        i, n = 0, len(events)
+        while True:
+            i, done = fast(events, i, parts)
+            if done:
+                self.done = True
+            if i == n:
+                return None
+            # An event the C reader does not take: the Python way, which may end the typed
+            # reading for the rest of the stream (then the C one too: it reads a subset).
+            fault = self._feed(events[i : i + 1], parts)
+            i += 1
+            if fault is not None or i == n:
+                return fault
+            if self._typed is None:
+                return self._feed(events[i:], parts)
+
+    def _feed(self, events: list[bytes], parts: list[bytes]) -> Fault | None:
+        """``feed`` in Python: the definition the C reader is held to."""
         call = self._x.call
         strip = call.injected.any
         adapter = self._adapter
