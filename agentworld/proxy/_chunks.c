@@ -52,7 +52,7 @@ enum { OK = 0, DECLINE = 1, ERROR = -1 };
 /* Attribute and key names, interned once. */
 static PyObject *s_top, *s_choices, *s_chunks, *s_prompt_token_ids, *s_content, *s_saw_content,
     *s_role, *s_logprobs, *s_token_ids, *s_finish_reason, *s_stop_reason, *s_logprob, *s_id,
-    *s_model, *s_created, *s_system_fingerprint, *s_append;
+    *s_model, *s_created, *s_system_fingerprint, *s_append, *s_usage;
 
 /* ------------------------------------------------------------------ the reader's state */
 
@@ -131,7 +131,8 @@ typedef struct {
     const uchar *base; /* the payload: edits are offsets into it */
     const uchar *p;
     const uchar *end;
-    PyObject *id, *model, *created, *fingerprint, *prompt_ids;
+    int top_empty; /* the assembler's top is empty: keep id, model, created */
+    PyObject *id, *model, *created, *fingerprint, *prompt_ids, *usage;
     int nedits;
     Edit edits[MAX_EDITS];
 } Parser;
@@ -144,13 +145,16 @@ parser_clear(Parser *P)
     Py_CLEAR(P->created);
     Py_CLEAR(P->fingerprint);
     Py_CLEAR(P->prompt_ids);
+    Py_CLEAR(P->usage);
 }
 
 /* ------------------------------------------------------------------ JSON scanning */
 
 /* Byte classes. An event is a bytes object, whose bytes CPython ends with a NUL that is
  * in no class: the scanning loops stop there (or at a NUL inside, which no JSON holds)
- * without a bounds check, and P->p never passes P->end, where that NUL is. */
+ * without a bounds check, and P->p never passes P->end, where that NUL is. A newline,
+ * JSON's whitespace but the end of an SSE line, is in none either: an event with one is
+ * left to Python (one `data:` line is all this reads). */
 #define B_WS 1
 #define B_PLAIN 2 /* a string's byte that needs no attention: 0x20-0x7F but " and \ */
 static uchar CLS[256];
@@ -439,7 +443,7 @@ make_str(const uchar *s, Py_ssize_t n, int flags, PyObject **out)
 }
 
 /* A string, or null (*out stays NULL). */
-static int
+static inline int
 str_or_null(Parser *P, PyObject **out)
 {
     const uchar *s;
@@ -451,6 +455,21 @@ str_or_null(Parser *P, PyObject **out)
     if (*P->p != '"' || scan_string(P, &s, &n, &flags))
         return DECLINE;
     return make_str(s, n, flags, out);
+}
+
+/* A string or null, checked, not kept. */
+static inline int
+check_str_or_null(Parser *P)
+{
+    const uchar *s;
+    Py_ssize_t n;
+    int flags;
+    int nul = is_null(P);
+    if (nul)
+        return nul > 0 ? OK : DECLINE;
+    if (*P->p != '"' || scan_string(P, &s, &n, &flags))
+        return DECLINE;
+    return OK;
 }
 
 typedef struct {
@@ -524,8 +543,8 @@ scan_number(Parser *P, Number *num)
     return OK;
 }
 
-static inline int
-scan_int(Parser *P, int64_t *v)
+static int
+scan_int_slow(Parser *P, int64_t *v)
 {
     Number num;
     if (scan_number(P, &num) || !num.isint || !num.fits)
@@ -534,36 +553,119 @@ scan_int(Parser *P, int64_t *v)
     return OK;
 }
 
+/* An integer within int64 (token ids, an index: most are short and not negative). */
+static inline int
+scan_int(Parser *P, int64_t *v)
+{
+    const uchar *p = P->p;
+    if (DIGIT(*p)) {
+        uint64_t m = *p++ - '0';
+        if (m) {
+            while (DIGIT(*p) && m < 100000000000000000u) /* to 18 digits: no overflow */
+                m = m * 10 + (*p++ - '0');
+        }
+        if (!DIGIT(*p) && *p != '.' && *p != 'e' && *p != 'E') {
+            *v = (int64_t)m;
+            P->p = p;
+            return OK;
+        }
+    }
+    return scan_int_slow(P, v);
+}
+
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+#define FAST_DECIMAL 1
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                               1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+#else
+#define FAST_DECIMAL 0
+#endif
+
 /* A number as msgspec's `Any` reads it: an int (within 64 bits), or a float correctly
- * rounded (CPython's own dtoa, as float() uses); overflow and underflow go to Python. */
+ * rounded; overflow and underflow go to Python. In one pass: the digits (to 19) make m,
+ * the value m * 10^scale. Where m <= 2^53 and |scale| <= 22 that is one product or
+ * quotient of two doubles, which IEEE arithmetic rounds correctly (Clinger's fast
+ * path); elsewhere CPython's own dtoa converts it, as float() does. */
 static int
 scan_value(Parser *P, Value *v)
 {
-    Number num;
-    if (scan_number(P, &num))
+    const uchar *p = P->p, *start = p;
+    uint64_t m = 0;
+    int digits = 0, scale = 0, nonzero = 0, isint = 1, neg = *p == '-';
+    p += neg;
+    if (*p == '0') {
+        p++;
+    }
+    else if (DIGIT(*p)) {
+        for (; DIGIT(*p); p++) {
+            if (++digits <= 19)
+                m = m * 10 + (*p - '0');
+        }
+        nonzero = 1;
+    }
+    else {
         return DECLINE;
-    if (num.isint) {
-        if (!num.fits)
+    }
+    if (*p == '.') {
+        isint = 0;
+        if (!DIGIT(*++p))
+            return DECLINE;
+        for (; DIGIT(*p); p++) {
+            nonzero |= *p != '0';
+            if ((m || *p != '0') && ++digits > 19)
+                continue;
+            m = m * 10 + (*p - '0');
+            scale--;
+        }
+    }
+    if (*p == 'e' || *p == 'E') {
+        int sign = 1, e = 0;
+        isint = 0;
+        p++;
+        if (*p == '+' || *p == '-')
+            sign = *p++ == '-' ? -1 : 1;
+        if (!DIGIT(*p))
+            return DECLINE;
+        for (; DIGIT(*p); p++)
+            if (e < 100000)
+                e = e * 10 + (*p - '0');
+        scale += sign * e;
+    }
+    P->p = p;
+    if (isint) {
+        if (digits > 19 || (digits == 19 && m > (uint64_t)INT64_MAX + neg))
             return DECLINE;
         v->kind = V_INT;
-        v->i = num.value;
+        v->i = neg ? (int64_t)(0 - m) : (int64_t)m;
         return OK;
     }
+    v->kind = V_FLOAT;
+#if FAST_DECIMAL
+    if (m == 0 && !nonzero) {
+        v->d = neg ? -0.0 : 0.0;
+        return OK;
+    }
+    if (digits <= 19 && m <= (UINT64_C(1) << 53) && scale >= -22 && scale <= 22) {
+        double d = scale < 0 ? (double)m / POW10[-scale] : (double)m * POW10[scale];
+        v->d = neg ? -d : d;
+        return OK;
+    }
+#endif
     char *stop;
     /* The payload ends in the bytes object's NUL, and what follows a JSON number is no
      * part of one: the conversion ends where the grammar did (checked). */
-    double d = PyOS_string_to_double((const char *)num.start, &stop, NULL);
+    double d = PyOS_string_to_double((const char *)start, &stop, NULL);
     if (d == -1.0 && PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_ValueError))
             return ERROR;
         PyErr_Clear();
         return DECLINE;
     }
-    if ((const uchar *)stop != P->p || !isfinite(d))
+    if ((const uchar *)stop != p || !isfinite(d))
         return DECLINE;
-    if (d == 0.0 ? num.nonzero : fabs(d) < DBL_MIN)
+    if (d == 0.0 ? nonzero : fabs(d) < DBL_MIN)
         return DECLINE; /* underflow, or a subnormal */
-    v->kind = V_FLOAT;
     v->d = d;
     return OK;
 }
@@ -634,6 +736,160 @@ skip_value(Parser *P, int depth)
         }
     default:
         return scan_number(P, &num);
+    }
+}
+
+/* skip_value, inline for what log-prob entries hold: a short string, [], [int, ...]. */
+static inline int
+skip(Parser *P, int depth)
+{
+    const uchar *p = P->p, *q;
+    if (*p == '"') {
+        for (q = p + 1; CLS[*q] & B_PLAIN; q++)
+            ;
+        if (*q == '"') {
+            P->p = q + 1;
+            return OK;
+        }
+    }
+    else if (*p == '[') {
+        if (p[1] == ']') {
+            P->p = p + 2;
+            return OK;
+        }
+        for (q = p + 1;;) { /* compact non-negative ints; anything else the long way */
+            if (!DIGIT(*q) || (*q == '0' && DIGIT(q[1])))
+                break;
+            while (DIGIT(*q))
+                q++;
+            if (*q == ',') {
+                q++;
+                continue;
+            }
+            if (*q == ']') {
+                P->p = q + 1;
+                return OK;
+            }
+            break;
+        }
+    }
+    return skip_value(P, depth);
+}
+
+/* Any JSON value as msgspec's `Any` reads it (a usage object): dicts, lists, str, int
+ * (64-bit), float, bool, None. A key twice in an object goes to Python. */
+static int
+make_any(Parser *P, int depth, PyObject **out)
+{
+    const uchar *s;
+    Py_ssize_t n;
+    int flags, rc, c;
+    Value v;
+    PyObject *obj, *key, *item;
+    if (depth > MAX_DEPTH)
+        return DECLINE;
+    switch (*P->p) {
+    case '"':
+        if (scan_string(P, &s, &n, &flags))
+            return DECLINE;
+        return make_str(s, n, flags, out);
+    case 't':
+        if (literal(P, "true", 4))
+            return DECLINE;
+        *out = Py_NewRef(Py_True);
+        return OK;
+    case 'f':
+        if (literal(P, "false", 5))
+            return DECLINE;
+        *out = Py_NewRef(Py_False);
+        return OK;
+    case 'n':
+        if (literal(P, "null", 4))
+            return DECLINE;
+        *out = Py_NewRef(Py_None);
+        return OK;
+    case '[':
+        if ((obj = PyList_New(0)) == NULL)
+            return ERROR;
+        P->p++;
+        ws(P);
+        if (*P->p == ']') {
+            P->p++;
+            *out = obj;
+            return OK;
+        }
+        for (;;) {
+            item = NULL;
+            if ((rc = make_any(P, depth + 1, &item)) ||
+                (rc = PyList_Append(obj, item) < 0 ? ERROR : OK))
+                break;
+            Py_CLEAR(item);
+            ws(P);
+            c = *P->p;
+            if (c != ',' && c != ']') {
+                rc = DECLINE;
+                break;
+            }
+            P->p++;
+            if (c == ']') {
+                *out = obj;
+                return OK;
+            }
+            ws(P);
+        }
+        Py_XDECREF(item);
+        Py_DECREF(obj);
+        return rc;
+    case '{':
+        if ((obj = PyDict_New()) == NULL)
+            return ERROR;
+        P->p++;
+        ws(P);
+        if (*P->p == '}') {
+            P->p++;
+            *out = obj;
+            return OK;
+        }
+        for (;;) {
+            key = item = NULL;
+            rc = DECLINE;
+            if (*P->p != '"' || scan_string(P, &s, &n, &flags) ||
+                (rc = make_str(s, n, flags, &key)))
+                break;
+            ws(P);
+            if (*P->p != ':' || (rc = PyDict_Contains(obj, key)) != 0) {
+                rc = rc < 0 ? ERROR : DECLINE;
+                break;
+            }
+            P->p++;
+            ws(P);
+            if ((rc = make_any(P, depth + 1, &item)) ||
+                (rc = PyDict_SetItem(obj, key, item) < 0 ? ERROR : OK))
+                break;
+            Py_CLEAR(key);
+            Py_CLEAR(item);
+            ws(P);
+            c = *P->p;
+            if (c != ',' && c != '}') {
+                rc = DECLINE;
+                break;
+            }
+            P->p++;
+            if (c == '}') {
+                *out = obj;
+                return OK;
+            }
+            ws(P);
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(item);
+        Py_DECREF(obj);
+        return rc;
+    default:
+        if ((rc = scan_value(P, &v)))
+            return rc;
+        *out = v.kind == V_INT ? PyLong_FromLongLong(v.i) : PyFloat_FromDouble(v.d);
+        return *out ? OK : ERROR;
     }
 }
 
@@ -762,6 +1018,30 @@ read_key(Parser *P, const uchar **s, Py_ssize_t *n)
     return OK;
 }
 
+/* At a key: 1 if it is `lit` (quoted), and P->p past its colon and the whitespace after;
+ * 0 (P->p unmoved) if not. A constant `lit` makes the memcmp a compare or two. */
+#define KEY(lit) key_is(P, "\"" lit "\"", sizeof(lit) + 1)
+/* The first letter of the key at P->p (or 0): which KEYs to try. */
+#define FIRST (*P->p == '"' ? P->p[1] : 0)
+
+static inline int
+key_is(Parser *P, const char *lit, Py_ssize_t n)
+{
+    const uchar *p = P->p;
+    if (P->end - p <= n || memcmp(p, lit, n))
+        return 0;
+    p += n;
+    while (CLS[*p] & B_WS)
+        p++;
+    if (*p != ':')
+        return 0;
+    p++;
+    while (CLS[*p] & B_WS)
+        p++;
+    P->p = p;
+    return 1;
+}
+
 /* The key s[0:n] is `lit` (a constant: the compiler makes the memcmp a compare or two). */
 #define IS(lit) (n == sizeof(lit) - 1 && !memcmp(s, lit, sizeof(lit) - 1))
 
@@ -797,6 +1077,58 @@ open_object(Parser *P)
     return 1;
 }
 
+/* Matches the literal `lit` at p (within the payload), and moves past it. */
+#define LIT(lit) (P->end - p >= (Py_ssize_t)sizeof(lit) - 1 && !memcmp(p, lit, sizeof(lit) - 1) \
+                  ? (p += sizeof(lit) - 1, 1) : 0)
+
+/* vLLM's entry as it writes it, {"token":"…","logprob":…,"bytes":[…],"top_logprobs":[]},
+ * read straight through: 1 if it was one (its value in *v), 0 if not (P->p unmoved: the
+ * general reading takes it, and any error it meets). */
+static inline int
+entry_fast(Parser *P, Value *v)
+{
+    const uchar *start = P->p, *p = start;
+    if (!LIT("{\"token\":\""))
+        return 0;
+    while (CLS[*p] & B_PLAIN)
+        p++;
+    if (*p != '"')
+        return 0;
+    p++;
+    if (!LIT(",\"logprob\":") || *p == 'n')
+        return 0;
+    P->p = p;
+    if (scan_value(P, v) != OK) {
+        PyErr_Clear(); /* (a MemoryError, if any, again in the general reading) */
+        P->p = start;
+        return 0;
+    }
+    p = P->p;
+    if (!LIT(",\"bytes\":["))
+        goto no;
+    if (*p != ']') {
+        for (;;) {
+            if (!DIGIT(*p) || (*p == '0' && DIGIT(p[1])))
+                goto no;
+            while (DIGIT(*p))
+                p++;
+            if (*p != ',')
+                break;
+            p++;
+        }
+        if (*p != ']')
+            goto no;
+    }
+    p++;
+    if (!LIT(",\"top_logprobs\":[]}"))
+        goto no;
+    P->p = p;
+    return 1;
+no:
+    P->p = start;
+    return 0;
+}
+
 /* A log-prob entry: its `logprob` (a number or null; absent: null, as msgspec's Entry),
  * the rest checked and skipped. */
 static int
@@ -806,25 +1138,45 @@ parse_entry(Parser *P)
     Value v = {V_NONE, 0, 0.0};
     const uchar *s;
     Py_ssize_t n;
-    int rc, seen = 0, more;
+    int rc, seen = 0, more, k;
+    if (entry_fast(P, &v))
+        goto done;
     if (*P->p != '{')
         return DECLINE;
     for (more = open_object(P); more; more = after_member(P)) {
-        if ((rc = read_key(P, &s, &n)))
-            return rc;
-        if (IS("logprob")) {
+        switch (FIRST) {
+        case 'l':
+            k = KEY("logprob");
+            break;
+        case 't':
+            k = KEY("token") || KEY("top_logprobs") ? 2 : 0;
+            break;
+        case 'b':
+            k = KEY("bytes") ? 2 : 0;
+            break;
+        default:
+            k = 0;
+        }
+        if (k == 1) {
             int nul = is_null(P);
             if (seen++ || nul < 0)
                 return DECLINE;
             if (!nul && (rc = scan_value(P, &v)))
                 return rc;
+            continue;
         }
-        else if ((rc = skip_value(P, 3))) {
+        if (!k) {
+            if ((rc = read_key(P, &s, &n)))
+                return rc;
+            if (IS("logprob"))
+                return DECLINE;
+        }
+        if ((rc = skip(P, 3)))
             return rc;
-        }
     }
     if (more < 0)
         return DECLINE;
+done:
     if (R->nlps == R->cap_lps &&
         grow((void **)&R->lps, &R->cap_lps, R->nlps + 1, sizeof *R->lps) < 0)
         return ERROR;
@@ -843,10 +1195,12 @@ parse_logprobs(Parser *P, Choice *c)
     if (*P->p != '{')
         return DECLINE;
     for (more = open_object(P); more; more = after_member(P)) {
-        if ((rc = read_key(P, &s, &n)))
-            return rc;
-        if (!IS("content")) {
-            if ((rc = skip_value(P, 3)))
+        if (!KEY("content")) {
+            if ((rc = read_key(P, &s, &n)))
+                return rc;
+            if (IS("content"))
+                return DECLINE;
+            if ((rc = skip(P, 3)))
                 return rc;
             continue;
         }
@@ -889,10 +1243,26 @@ parse_delta(Parser *P, Choice *c, int strict)
     Py_ssize_t n;
     int rc, seen = 0, more, k;
     for (more = open_object(P); more; more = after_member(P)) {
-        if ((rc = read_key(P, &s, &n)))
-            return rc;
-        k = IS("content") ? 1 : IS("role") ? 2 : IS("reasoning") ? 4
-            : IS("reasoning_content") ? 8 : IS("tool_calls") ? 16 : 0;
+        switch (FIRST) {
+        case 'c':
+            k = KEY("content") ? 1 : 0;
+            break;
+        case 'r':
+            k = KEY("role") ? 2 : KEY("reasoning") ? 4 : KEY("reasoning_content") ? 8 : 0;
+            break;
+        case 't':
+            k = KEY("tool_calls") ? 16 : 0;
+            break;
+        default:
+            k = 0;
+        }
+        if (!k) {
+            if ((rc = read_key(P, &s, &n)))
+                return rc;
+            if (IS("content") || IS("role") || IS("reasoning") || IS("reasoning_content") ||
+                IS("tool_calls"))
+                return DECLINE;
+        }
         if (seen & k)
             return DECLINE;
         seen |= k;
@@ -930,11 +1300,35 @@ parse_choice(Parser *P, Choice *c)
         return DECLINE;
     for (more = open_object(P); more; more = after_member(P)) {
         key = P->p;
-        if ((rc = read_key(P, &s, &n)))
-            return rc;
-        k = IS("index") ? C_INDEX : IS("delta") ? C_DELTA : IS("logprobs") ? C_LOGPROBS
-            : IS("finish_reason") ? C_FINISH : IS("stop_reason") ? C_STOP
-            : IS("token_ids") ? C_TOKEN_IDS : 0;
+        switch (FIRST) {
+        case 'i':
+            k = KEY("index") ? C_INDEX : 0;
+            break;
+        case 'd':
+            k = KEY("delta") ? C_DELTA : 0;
+            break;
+        case 'l':
+            k = KEY("logprobs") ? C_LOGPROBS : 0;
+            break;
+        case 'f':
+            k = KEY("finish_reason") ? C_FINISH : 0;
+            break;
+        case 's':
+            k = KEY("stop_reason") ? C_STOP : 0;
+            break;
+        case 't':
+            k = KEY("token_ids") ? C_TOKEN_IDS : 0;
+            break;
+        default:
+            k = 0;
+        }
+        if (!k) {
+            if ((rc = read_key(P, &s, &n)))
+                return rc;
+            if (IS("index") || IS("delta") || IS("logprobs") || IS("finish_reason") ||
+                IS("stop_reason") || IS("token_ids"))
+                return DECLINE;
+        }
         if (seen & k)
             return DECLINE;
         seen |= k;
@@ -1044,31 +1438,57 @@ parse_event(Parser *P)
     Reader *R = P->R;
     const uchar *s, *key, *vend, *kept_end = NULL;
     Py_ssize_t n, start;
-    int rc, seen = 0, more, k, flags;
+    int rc, seen = 0, more, k;
     ws(P);
     if (*P->p != '{')
         return DECLINE;
     for (more = open_object(P); more; more = after_member(P)) {
         key = P->p;
-        if ((rc = read_key(P, &s, &n)))
-            return rc;
-        k = IS("id") ? T_ID : IS("object") ? T_OBJECT : IS("created") ? T_CREATED
-            : IS("model") ? T_MODEL : IS("choices") ? T_CHOICES
-            : IS("system_fingerprint") ? T_FINGERPRINT : IS("prompt_token_ids") ? T_PROMPT_IDS
-            : IS("usage") ? T_USAGE : IS("error") ? T_ERROR : 0;
+        switch (FIRST) {
+        case 'i':
+            k = KEY("id") ? T_ID : 0;
+            break;
+        case 'o':
+            k = KEY("object") ? T_OBJECT : 0;
+            break;
+        case 'c':
+            k = KEY("choices") ? T_CHOICES : KEY("created") ? T_CREATED : 0;
+            break;
+        case 'm':
+            k = KEY("model") ? T_MODEL : 0;
+            break;
+        case 's':
+            k = KEY("system_fingerprint") ? T_FINGERPRINT : 0;
+            break;
+        case 'p':
+            k = KEY("prompt_token_ids") ? T_PROMPT_IDS : 0;
+            break;
+        case 'u':
+            k = KEY("usage") ? T_USAGE : 0;
+            break;
+        case 'e':
+            k = KEY("error") ? T_ERROR : 0;
+            break;
+        default:
+            k = 0;
+        }
+        if (!k) {
+            if ((rc = read_key(P, &s, &n)))
+                return rc;
+            if (IS("id") || IS("object") || IS("created") || IS("model") || IS("choices") ||
+                IS("system_fingerprint") || IS("prompt_token_ids") || IS("usage") ||
+                IS("error"))
+                return DECLINE;
+        }
         if (seen & k)
             return DECLINE;
         seen |= k;
         switch (k) {
-        case T_ID:
-            rc = str_or_null(P, &P->id);
+        case T_ID: /* id, model, created: kept for the first event only (an empty top) */
+            rc = P->top_empty ? str_or_null(P, &P->id) : check_str_or_null(P);
             break;
         case T_OBJECT: /* checked, not kept */
-            rc = is_null(P);
-            if (rc)
-                rc = rc > 0 ? OK : DECLINE;
-            else
-                rc = *P->p == '"' ? scan_string(P, &s, &n, &flags) : DECLINE;
+            rc = check_str_or_null(P);
             break;
         case T_CREATED:
             rc = is_null(P);
@@ -1078,12 +1498,12 @@ parse_event(Parser *P)
             else {
                 int64_t i;
                 rc = scan_int(P, &i);
-                if (!rc && (P->created = PyLong_FromLongLong(i)) == NULL)
+                if (!rc && P->top_empty && (P->created = PyLong_FromLongLong(i)) == NULL)
                     rc = ERROR;
             }
             break;
         case T_MODEL:
-            rc = str_or_null(P, &P->model);
+            rc = P->top_empty ? str_or_null(P, &P->model) : check_str_or_null(P);
             break;
         case T_FINGERPRINT:
             rc = str_or_null(P, &P->fingerprint);
@@ -1103,8 +1523,12 @@ parse_event(Parser *P)
         case T_CHOICES:
             rc = parse_choices(P);
             break;
-        case T_USAGE: /* a usage object is read by Python; null changes nothing */
-            rc = is_null(P) > 0 ? OK : DECLINE;
+        case T_USAGE: /* an object, or null (which changes nothing) */
+            rc = is_null(P);
+            if (rc)
+                rc = rc > 0 ? OK : DECLINE;
+            else
+                rc = *P->p == '{' ? make_any(P, 1, &P->usage) : DECLINE;
             break;
         case T_ERROR:
             rc = DECLINE;
@@ -1142,12 +1566,7 @@ typedef struct {
 static int
 apply_top(Reader *R, State *st, Parser *P)
 {
-    if (st->top == NULL && (st->top = PyObject_GetAttr(R->asm_, s_top)) == NULL)
-        return -1;
-    int empty = PyObject_Not(st->top);
-    if (empty < 0)
-        return -1;
-    if (empty) { /* the first event's id, model and created, when not null */
+    if (P->top_empty) { /* the first event's id, model and created, when not null */
         PyObject *fresh = PyDict_New();
         if (fresh == NULL)
             return -1;
@@ -1160,6 +1579,8 @@ apply_top(Reader *R, State *st, Parser *P)
         }
         Py_SETREF(st->top, fresh);
     }
+    if (P->usage && PyDict_CheckExact(P->usage) && PyObject_SetAttr(R->asm_, s_usage, P->usage) < 0)
+        return -1;
     if (P->prompt_ids && PyObject_SetAttr(R->asm_, s_prompt_token_ids, P->prompt_ids) < 0)
         return -1;
     if (P->fingerprint && PyObject_SetItem(st->top, s_system_fingerprint, P->fingerprint) < 0)
@@ -1514,8 +1935,8 @@ Reader_read(Reader *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         const uchar *e = (const uchar *)PyBytes_AS_STRING(ev);
         Py_ssize_t len = PyBytes_GET_SIZE(ev);
-        if (len < 6 || memcmp(e, "data: ", 6) || memchr(e, '\n', len))
-            break;
+        if (len < 6 || memcmp(e, "data: ", 6))
+            break; /* (a newline inside: parse_event declines it) */
         if (len == 12 && !memcmp(e + 6, "[DONE]", 6)) {
             done = 1; /* released by the pipeline once the step is registered */
             continue;
@@ -1527,6 +1948,16 @@ Reader_read(Reader *self, PyObject *const *args, Py_ssize_t nargs)
         P.base = P.p = e + 6;
         P.end = e + len;
         P.nedits = 0;
+        if (st.top == NULL && (st.top = PyObject_GetAttr(self->asm_, s_top)) == NULL) {
+            Py_DECREF(ev);
+            rc = ERROR;
+            break;
+        }
+        if ((P.top_empty = PyObject_Not(st.top)) < 0) {
+            Py_DECREF(ev);
+            rc = ERROR;
+            break;
+        }
         rc = parse_event(&P);
         if (rc == OK && (out_event(&out, events, i, e, len, &P) < 0 || apply_top(self, &st, &P) < 0))
             rc = ERROR;
@@ -1630,6 +2061,7 @@ PyInit__chunks(void)
         {&s_created, "created"},
         {&s_system_fingerprint, "system_fingerprint"},
         {&s_append, "append"},
+        {&s_usage, "usage"},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         if (*names[k].slot == NULL &&
@@ -1639,7 +2071,7 @@ PyInit__chunks(void)
     for (int c = 0x20; c < 0x80; c++)
         CLS[c] = c == '"' || c == '\\' ? 0 : B_PLAIN;
     CLS[' '] |= B_WS;
-    CLS['\t'] = CLS['\n'] = CLS['\r'] = B_WS;
+    CLS['\t'] = CLS['\r'] = B_WS;
     if (PyType_Ready(&ReaderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
