@@ -71,8 +71,10 @@ class Import:
 
 
 def _modules() -> dict[str, Path]:
+    """Every module by name: the Python ones, and the C extensions (each built from the
+    one ``.c`` file of its name; they import no agentworld module)."""
     mods = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c")]:
         parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -99,6 +101,8 @@ def _is_type_checking(node: ast.If) -> bool:
 
 def _imports_of(module: str) -> Iterator[Import]:
     path = MODULES[module]
+    if path.suffix == ".c":
+        return
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
 
     def walk(node: ast.AST, module_level: bool, type_checking: bool) -> Iterator[Import]:

@@ -20,10 +20,16 @@
  * whether `data: [DONE]` came); the caller reads that one the Python way, which
  * stays the definition, and calls again for the rest. What it takes is a subset
  * of what the typed Python reading (adapters/openai_chunks.py) takes, read the
- * same: one `data: ` line holding a JSON object with only the fields vLLM and
- * OpenAI send for a token (no usage, error, tool calls or reasoning), valid
- * UTF-8, no duplicate keys, integers within 64 bits. Anything else, or anything
- * it cannot read with certainty, is left to Python (never an exception).
+ * same: one `data: ` line holding a JSON object with the fields vLLM sends for a
+ * token and its usage (the fields OpenAI adds too, where nothing is stripped),
+ * valid UTF-8, no duplicate keys, integers within 64 bits; not errors, tool
+ * calls or reasoning. Anything else, or anything it cannot read with certainty,
+ * is left to Python (never an exception).
+ *
+ * Measured (bench/proxy_instructions.py --modes stream, a 14-event vLLM answer
+ * with ids and log-probs): reading the events took ~505k instructions of a
+ * 1.59M-instruction call in Python, and takes ~75k here, ~15k of it making the
+ * `{"logprob": v}` dicts the assembled answer holds.
  *
  * Each event is parsed whole before anything is changed, so an event left to
  * Python has changed nothing. The choices' parts wait in the reader (their token

@@ -48,8 +48,8 @@ def reader(
     do not name goes to Python; each choice's ``logprobs`` is written null, and with
     ``strip_ids`` the token ids are cut). The agent's copy is the upstream's bytes
     with those cuts, where the Python path writes msgspec's encoding of the structs:
-    the same JSON, key order and spacing aside. Longer events than ``max_payload``
-    go to Python (``answer_json`` keeps long prompt ids as bytes).
+    the same JSON, key order and spacing aside. An event of ``max_payload`` bytes or
+    more goes to Python (``answer_json`` keeps long prompt ids as bytes).
     """
     if Reader is None:
         return None
