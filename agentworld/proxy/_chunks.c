@@ -1966,7 +1966,8 @@ Reader_read(Reader *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         rc = parse_event(&P);
-        if (rc == OK && (out_event(&out, events, i, e, len, &P) < 0 || apply_top(self, &st, &P) < 0))
+        if (rc == OK &&
+            (out_event(&out, events, i, e, len, &P) < 0 || apply_top(self, &st, &P) < 0))
             rc = ERROR;
         parser_clear(&P);
         Py_DECREF(ev);
