@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -237,3 +238,21 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a reader (a restart after a crash) sees the old
+    file or the new one, whole, and the new one once this returns (data and rename fsynced).
+    The temporary name is unique per process and thread: writers may share ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)

@@ -32,8 +32,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,7 +41,7 @@ from urllib.parse import quote
 import orjson
 
 from agentworld.errors import CorruptDataError
-from agentworld.pool.layout import fsync_dir
+from agentworld.pool.layout import write_atomic
 
 log = logging.getLogger("agentworld.proxy")
 
@@ -117,24 +115,6 @@ def read_policy(path: Path, instance: str | None) -> StoredPolicy | None:
         raise CorruptDataError(str(path), problem + _WAYS_OUT)
     set_by, set_at = str(raw.get("set_by") or "?"), str(raw.get("set_at") or "?")
     return StoredPolicy(v, set_by, set_at, instance)
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: a reader (a restart after a crash) sees the old
-    version or the new one, whole, and the new one once this returns."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Unique per writer: two unnamed proxies (processes, or servers in one) share the file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
 
 
 def _now() -> str:
@@ -222,7 +202,7 @@ class PolicyKeeper:
                 return True
             stored = StoredPolicy(self.version, self.source, self.set_at, self.instance)
             try:
-                await asyncio.to_thread(_write, self.path, orjson.dumps(stored.as_json()))
+                await asyncio.to_thread(write_atomic, self.path, orjson.dumps(stored.as_json()))
             except OSError as exc:
                 error = f"{self.path}: {exc.strerror or exc}"
                 if error != self.save_error:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agentworld.errors import ConfigError
-from agentworld.pool.layout import fsync_dir
+from agentworld.pool.layout import fsync_dir, write_atomic
 
 META = "meta.json"
 STATE = "train_state"  # Accelerate's save_state: optimizer, scheduler, RNG (for --resume)
@@ -29,18 +29,7 @@ LATEST = "latest"
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` so readers see the old file or the new one, never half of one, even
     after a power loss: the data is on disk before the rename, the rename before return."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    write_atomic(path, text.encode())
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

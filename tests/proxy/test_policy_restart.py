@@ -166,18 +166,18 @@ async def test_a_version_the_pool_cannot_keep_still_holds(make_proxy, pool, monk
     in memory, the answer and GET /aw/policy say it is not kept, and the log says why."""
     caplog.set_level(logging.ERROR, logger="agentworld.proxy")
     proxy = await make_proxy()
-    real_write = policy_store._write
+    real_write = policy_store.write_atomic
 
     def full(path: Any, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(policy_store, "_write", full)
+    monkeypatch.setattr(policy_store, "write_atomic", full)
     assert await set_version(proxy, 4) == {"policy_version": 4, "saved": False}
     await ask(proxy, "at 4")
     got = await policy_of(proxy)
     assert got["policy_version"] == 4 and "No space left" in got["save_error"]
     assert any("cannot keep policy version 4" in r.getMessage() for r in caplog.records)
-    monkeypatch.setattr(policy_store, "_write", real_write)
+    monkeypatch.setattr(policy_store, "write_atomic", real_write)
     assert await set_version(proxy, 5) == {"policy_version": 5, "saved": True}
     assert (await policy_of(proxy))["save_error"] is None
     await proxy.stop()
