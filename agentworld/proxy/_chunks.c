@@ -677,13 +677,46 @@ scan_value(Parser *P, Value *v)
     return OK;
 }
 
+/* Past a container's opening byte and the whitespace after: 1 if it holds items, 0 (and
+ * past `close`) if it is empty. */
+static inline int
+open_items(Parser *P, int close)
+{
+    P->p++;
+    ws(P);
+    if (*P->p == close) {
+        P->p++;
+        return 0;
+    }
+    return 1;
+}
+
+/* After an item's value: on to the next item (1), past the container's `close` (0), or
+ * not JSON (-1). */
+static inline int
+after_item(Parser *P, int close)
+{
+    ws(P);
+    int c = *P->p;
+    if (c == ',') {
+        P->p++;
+        ws(P);
+        return 1;
+    }
+    if (c == close) {
+        P->p++;
+        return 0;
+    }
+    return -1;
+}
+
 /* Any JSON value, checked and skipped. */
 static int
 skip_value(Parser *P, int depth)
 {
     const uchar *s;
     Py_ssize_t n;
-    int flags, c;
+    int flags, more;
     Number num;
     if (depth > MAX_DEPTH)
         return DECLINE;
@@ -697,32 +730,12 @@ skip_value(Parser *P, int depth)
     case 'n':
         return literal(P, "null", 4);
     case '[':
-        P->p++;
-        ws(P);
-        if (*P->p == ']') {
-            P->p++;
-            return OK;
-        }
-        for (;;) {
+        for (more = open_items(P, ']'); more > 0; more = after_item(P, ']'))
             if (skip_value(P, depth + 1))
                 return DECLINE;
-            ws(P);
-            c = *P->p;
-            if (c != ',' && c != ']')
-                return DECLINE;
-            P->p++;
-            if (c == ']')
-                return OK;
-            ws(P);
-        }
+        return more < 0 ? DECLINE : OK;
     case '{':
-        P->p++;
-        ws(P);
-        if (*P->p == '}') {
-            P->p++;
-            return OK;
-        }
-        for (;;) {
+        for (more = open_items(P, '}'); more > 0; more = after_item(P, '}')) {
             if (*P->p != '"' || scan_string(P, &s, &n, &flags))
                 return DECLINE;
             ws(P);
@@ -732,15 +745,8 @@ skip_value(Parser *P, int depth)
             ws(P);
             if (skip_value(P, depth + 1))
                 return DECLINE;
-            ws(P);
-            c = *P->p;
-            if (c != ',' && c != '}')
-                return DECLINE;
-            P->p++;
-            if (c == '}')
-                return OK;
-            ws(P);
         }
+        return more < 0 ? DECLINE : OK;
     default:
         return scan_number(P, &num);
     }
@@ -790,7 +796,7 @@ make_any(Parser *P, int depth, PyObject **out)
 {
     const uchar *s;
     Py_ssize_t n;
-    int flags, rc, c;
+    int flags, rc, more;
     Value v;
     PyObject *obj, *key, *item;
     if (depth > MAX_DEPTH)
@@ -818,31 +824,19 @@ make_any(Parser *P, int depth, PyObject **out)
     case '[':
         if ((obj = PyList_New(0)) == NULL)
             return ERROR;
-        P->p++;
-        ws(P);
-        if (*P->p == ']') {
-            P->p++;
-            *out = obj;
-            return OK;
-        }
-        for (;;) {
-            item = NULL;
+        item = NULL;
+        rc = OK;
+        for (more = open_items(P, ']'); more > 0; more = after_item(P, ']')) {
             if ((rc = make_any(P, depth + 1, &item)) ||
                 (rc = PyList_Append(obj, item) < 0 ? ERROR : OK))
                 break;
             Py_CLEAR(item);
-            ws(P);
-            c = *P->p;
-            if (c != ',' && c != ']') {
-                rc = DECLINE;
-                break;
-            }
-            P->p++;
-            if (c == ']') {
-                *out = obj;
-                return OK;
-            }
-            ws(P);
+        }
+        if (!rc && more < 0)
+            rc = DECLINE;
+        if (!rc) {
+            *out = obj;
+            return OK;
         }
         Py_XDECREF(item);
         Py_DECREF(obj);
@@ -850,15 +844,9 @@ make_any(Parser *P, int depth, PyObject **out)
     case '{':
         if ((obj = PyDict_New()) == NULL)
             return ERROR;
-        P->p++;
-        ws(P);
-        if (*P->p == '}') {
-            P->p++;
-            *out = obj;
-            return OK;
-        }
-        for (;;) {
-            key = item = NULL;
+        key = item = NULL;
+        rc = OK;
+        for (more = open_items(P, '}'); more > 0; more = after_item(P, '}')) {
             rc = DECLINE;
             if (*P->p != '"' || scan_string(P, &s, &n, &flags) ||
                 (rc = make_str(s, n, flags, &key)))
@@ -875,18 +863,12 @@ make_any(Parser *P, int depth, PyObject **out)
                 break;
             Py_CLEAR(key);
             Py_CLEAR(item);
-            ws(P);
-            c = *P->p;
-            if (c != ',' && c != '}') {
-                rc = DECLINE;
-                break;
-            }
-            P->p++;
-            if (c == '}') {
-                *out = obj;
-                return OK;
-            }
-            ws(P);
+        }
+        if (!rc && more < 0)
+            rc = DECLINE;
+        if (!rc) {
+            *out = obj;
+            return OK;
         }
         Py_XDECREF(key);
         Py_XDECREF(item);
@@ -906,32 +888,19 @@ scan_ints(Parser *P, Py_ssize_t *start)
 {
     Reader *R = P->R;
     int64_t v;
-    int c;
+    int more;
     if (*P->p != '[')
         return DECLINE;
     *start = R->nids;
-    P->p++;
-    ws(P);
-    if (*P->p == ']') {
-        P->p++;
-        return OK;
-    }
-    for (;;) {
+    for (more = open_items(P, ']'); more > 0; more = after_item(P, ']')) {
         if (scan_int(P, &v))
             return DECLINE;
         if (R->nids == R->cap_ids &&
             grow((void **)&R->ids, &R->cap_ids, R->nids + 1, sizeof *R->ids) < 0)
             return ERROR;
         R->ids[R->nids++] = v;
-        ws(P);
-        c = *P->p;
-        if (c != ',' && c != ']')
-            return DECLINE;
-        P->p++;
-        if (c == ']')
-            return OK;
-        ws(P);
     }
+    return more < 0 ? DECLINE : OK;
 }
 
 static PyObject *
@@ -1052,37 +1021,9 @@ key_is(Parser *P, const char *lit, Py_ssize_t n)
 /* The key s[0:n] is `lit` (a constant: the compiler makes the memcmp a compare or two). */
 #define IS(lit) (n == sizeof(lit) - 1 && !memcmp(s, lit, sizeof(lit) - 1))
 
-/* After a member's value: on to the next member (1), the end of the object (0), or not
- * JSON (-1). */
-static inline int
-after_member(Parser *P)
-{
-    ws(P);
-    int c = *P->p;
-    if (c == ',') {
-        P->p++;
-        ws(P);
-        return 1;
-    }
-    if (c == '}') {
-        P->p++;
-        return 0;
-    }
-    return -1;
-}
-
-/* Past an object's '{' and whitespace: 1 if it has members, 0 (and past it) if empty. */
-static inline int
-open_object(Parser *P)
-{
-    P->p++;
-    ws(P);
-    if (*P->p == '}') {
-        P->p++;
-        return 0;
-    }
-    return 1;
-}
+/* An object's members: the helpers above with its `}`. */
+#define open_object(P) open_items(P, '}')
+#define after_member(P) after_item(P, '}')
 
 /* Matches the literal `lit` at p (within the payload), and moves past it. */
 #define LIT(lit) (P->end - p >= (Py_ssize_t)sizeof(lit) - 1 && !memcmp(p, lit, sizeof(lit) - 1) \
@@ -1150,7 +1091,7 @@ parse_entry(Parser *P)
         goto done;
     if (*P->p != '{')
         return DECLINE;
-    for (more = open_object(P); more; more = after_member(P)) {
+    for (more = open_object(P); more > 0; more = after_member(P)) {
         switch (FIRST) {
         case 'l':
             k = KEY("logprob");
@@ -1198,10 +1139,10 @@ parse_logprobs(Parser *P, Choice *c)
 {
     const uchar *s;
     Py_ssize_t n;
-    int rc, seen = 0, more, ch;
+    int rc, seen = 0, more, items;
     if (*P->p != '{')
         return DECLINE;
-    for (more = open_object(P); more; more = after_member(P)) {
+    for (more = open_object(P); more > 0; more = after_member(P)) {
         if (!KEY("content")) {
             if ((rc = read_key(P, &s, &n)))
                 return rc;
@@ -1219,25 +1160,11 @@ parse_logprobs(Parser *P, Choice *c)
         if (*P->p != '[')
             return DECLINE;
         c->lp_start = P->R->nlps;
-        P->p++;
-        ws(P);
-        if (*P->p == ']') {
-            P->p++;
-        }
-        else {
-            for (;;) {
-                if ((rc = parse_entry(P)))
-                    return rc;
-                ws(P);
-                ch = *P->p;
-                if (ch != ',' && ch != ']')
-                    return DECLINE;
-                P->p++;
-                if (ch == ']')
-                    break;
-                ws(P);
-            }
-        }
+        for (items = open_items(P, ']'); items > 0; items = after_item(P, ']'))
+            if ((rc = parse_entry(P)))
+                return rc;
+        if (items < 0)
+            return DECLINE;
         c->lp_end = P->R->nlps;
     }
     return more < 0 ? DECLINE : OK;
@@ -1249,7 +1176,7 @@ parse_delta(Parser *P, Choice *c, int strict)
     const uchar *s;
     Py_ssize_t n;
     int rc, seen = 0, more, k;
-    for (more = open_object(P); more; more = after_member(P)) {
+    for (more = open_object(P); more > 0; more = after_member(P)) {
         switch (FIRST) {
         case 'c':
             k = KEY("content") ? 1 : 0;
@@ -1305,7 +1232,7 @@ parse_choice(Parser *P, Choice *c)
     int rc, seen = 0, more, k, nul;
     if (*P->p != '{')
         return DECLINE;
-    for (more = open_object(P); more; more = after_member(P)) {
+    for (more = open_object(P); more > 0; more = after_member(P)) {
         key = P->p;
         switch (FIRST) {
         case 'i':
@@ -1403,18 +1330,12 @@ static int
 parse_choices(Parser *P)
 {
     Reader *R = P->R;
-    int rc, c, nul = is_null(P);
+    int rc, more, nul = is_null(P);
     if (nul)
         return nul > 0 ? OK : DECLINE;
     if (*P->p != '[')
         return DECLINE;
-    P->p++;
-    ws(P);
-    if (*P->p == ']') {
-        P->p++;
-        return OK;
-    }
-    for (;;) {
+    for (more = open_items(P, ']'); more > 0; more = after_item(P, ']')) {
         if (R->nrecs == R->cap_recs &&
             grow((void **)&R->recs, &R->cap_recs, R->nrecs + 1, sizeof *R->recs) < 0)
             return ERROR;
@@ -1423,15 +1344,8 @@ parse_choices(Parser *P)
         rec->lp_start = rec->ids_start = -1;
         if ((rc = parse_choice(P, rec)))
             return rc;
-        ws(P);
-        c = *P->p;
-        if (c != ',' && c != ']')
-            return DECLINE;
-        P->p++;
-        if (c == ']')
-            return OK;
-        ws(P);
     }
+    return more < 0 ? DECLINE : OK;
 }
 
 enum { T_ID = 1, T_OBJECT = 2, T_CREATED = 4, T_MODEL = 8, T_FINGERPRINT = 16,
@@ -1449,7 +1363,7 @@ parse_event(Parser *P)
     ws(P);
     if (*P->p != '{')
         return DECLINE;
-    for (more = open_object(P); more; more = after_member(P)) {
+    for (more = open_object(P); more > 0; more = after_member(P)) {
         key = P->p;
         switch (FIRST) {
         case 'i':
