@@ -101,17 +101,31 @@ class Dates:
 
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
+# Status lines by (status, reason) as handlers give them: nearly all are a known status
+# with its standard phrase (or none), written once here rather than formatted each time.
+_STATUS_LINES = {
+    (s.value, r): f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode("latin-1")
+    for s in HTTPStatus
+    for r in (None, s.phrase)
+}
 
 
 def status_line(status: int, reason: str | None = None) -> bytes:
+    line = _STATUS_LINES.get((status, reason))
+    if line is not None:
+        return line
     phrase = reason or _REASONS.get(status, "")
     return f"HTTP/1.1 {status} {phrase}\r\n".encode("latin-1")
 
 
 def header_lines(headers: object) -> bytes:
     """``Name: value`` CRLF lines of a (multi)dict's items, latin-1 as aiohttp writes them."""
-    items = list(headers.items())  # type: ignore[attr-defined]
-    text = "".join(f"{k}: {v}\r\n" for k, v in items)
-    if text.count("\n") != len(items) or text.count("\r") != len(items):
+    items = headers.items()  # type: ignore[attr-defined]
+    try:  # the usual str names and values: joined in C, not formatted a line at a time
+        text = "\r\n".join(map(": ".join, items)) + "\r\n" if items else ""
+    except TypeError:
+        text = "".join([f"{k}: {v}\r\n" for k, v in items])
+    n = len(items)
+    if text.count("\n") != n or text.count("\r") != n:
         raise ValueError("a newline or carriage return in a response header")  # as aiohttp
     return text.encode("latin-1")

@@ -140,7 +140,7 @@ class FrontRequest:
 
     def _head(self, resp: web.StreamResponse, framing: bytes) -> bytes:
         headers = resp.headers
-        if any(k.lower() in _OWN for k in headers):
+        if not _OWN.isdisjoint(map(str.lower, headers.keys())):
             headers = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _OWN)
         if "Content-Type" not in headers:
             headers = CIMultiDict(headers)
