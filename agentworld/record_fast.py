@@ -442,23 +442,42 @@ _RULES: dict[str, Callable[[Any, Any, dict[int, int]], bool]] = {
 }
 
 
+# The simple rules written inline in the compiled check (a call per field cost more than
+# most fields' checks): each the same test as its function in ``_RULES``, on ``v`` and
+# the field's argument ``{a}``.
+_INLINE = {
+    "schema": "v == {version} and type(v) is int",
+    "ident": "(type(v) is str and v in _GOOD_IDS) or _ident(v)",
+    "count": "type(v) is int and 0 <= v <= {int64_max}",
+    "enum": "type(v) is str and v in {a}",
+    "text": "(type(v) is str and v.isascii() and len(v) <= {a}) or _text(v, {a})",
+}
+
+
 def _compile(kind: str, fields: dict[str, Field]) -> Callable[[dict[str, Any]], str | None]:
     """The table's checks as one straight-line function, as ``dataclasses`` writes an
     ``__init__``: a loop over the table (tuple unpacking, a call per field) cost ~10% of
     a step's check. Each field: absent (None) is fine unless required; present, its rule
-    must pass; the first that does not is named."""
-    namespace: dict[str, Any] = {"_RULES": _RULES}
+    must pass (the simple rules inline, ``_INLINE``); the first that does not is named."""
+    namespace: dict[str, Any] = {"_RULES": _RULES, "_GOOD_IDS": _GOOD_IDS, "_ident": _ident}
+    namespace["_text"] = _text
     lines = [f"def _doubt_{kind}(r):", "    seen = {}"]
     for i, (key, f) in enumerate(fields.items()):
         if f.rule == "kind":
             continue
         namespace[f"_arg{i}"] = f.arg
         namespace[f"_check{i}"] = _RULES[f.rule]
+        inline = _INLINE.get(f.rule)
+        if inline is None:
+            test = f"_check{i}(v, _arg{i}, seen)"
+        else:
+            test = inline.format(a=f"_arg{i}", version=SCHEMA_VERSION, int64_max=INT64_MAX)
+            test = f"({test})"
         lines += [
             f"    v = r.get({key!r})",
             "    if v is None:",
             f"        {f'return {key!r}' if f.required else 'pass'}",
-            f"    elif not _check{i}(v, _arg{i}, seen):",
+            f"    elif not {test}:",
             f"        return {key!r}",
         ]
     if kind == STEP:
@@ -466,8 +485,11 @@ def _compile(kind: str, fields: dict[str, Field]) -> Callable[[dict[str, Any]], 
         for when, key in STEP_REQUIRED_BY_STATUS:
             lines.append(f"    if status == {when!r} and r.get({key!r}) is None: return {key!r}")
     lines.append("    return None")
-    exec("\n".join(lines), namespace)  # the source is built above from the schema alone
-    return namespace[f"_doubt_{kind}"]
+    source = "\n".join(lines)
+    exec(source, namespace)  # the source is built above from the schema alone
+    fn = namespace[f"_doubt_{kind}"]
+    fn.source = source  # what runs, for a reader: print(_PLANS["step"][1].source)
+    return fn
 
 
 _PLANS: dict[str, tuple[frozenset[str], Callable[[dict[str, Any]], str | None]]] = {
