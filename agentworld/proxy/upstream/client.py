@@ -353,6 +353,32 @@ def _header_block(headers: Mapping[str, str]) -> bytes:
     return text.encode("utf-8") + b"\r\n"
 
 
+def parse_response_head(block: bytes) -> tuple[int, str, bytes, CIMultiDict[str] | None]:
+    """The status line and header lines of a response head (``block``: its bytes up to,
+    not including, the blank line): ``(status, reason, version, headers)``, ``headers``
+    None for an interim (1xx) response, whose header lines are not read; an
+    ``UpstreamProtocolError`` for a head that is no HTTP response."""
+    lines = block.split(b"\r\n")
+    status_line = lines[0].split(None, 2)
+    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):
+        raise UpstreamProtocolError(f"not an HTTP response: {lines[0][:80]!r}")
+    try:
+        status = int(status_line[1])
+    except ValueError:
+        raise UpstreamProtocolError(f"bad status line {lines[0][:80]!r}") from None
+    reason = status_line[2].decode("latin-1") if len(status_line) > 2 else ""
+    version = status_line[0]
+    if 100 <= status < 200:
+        return status, reason, version, None
+    headers: CIMultiDict[str] = CIMultiDict()
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise UpstreamProtocolError(f"bad header line {line[:80]!r}")
+        headers.add(name.strip().decode("latin-1"), value.strip().decode("latin-1"))
+    return status, reason, version, headers
+
+
 class UpstreamClient:
     """Keep-alive connections per upstream host; ``post`` sends one generation call."""
 
@@ -420,26 +446,12 @@ class UpstreamClient:
                 if len(buf) > MAX_HEAD_BYTES:
                     raise UpstreamProtocolError("the response headers are too large")
                 await conn.wait(timeout_s)
-            lines = bytes(buf[:end]).split(b"\r\n")
+            block = bytes(buf[:end])
             del buf[: end + 4]
-            status_line = lines[0].split(None, 2)
-            if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):
-                raise UpstreamProtocolError(f"not an HTTP response: {lines[0][:80]!r}")
-            try:
-                status = int(status_line[1])
-            except ValueError:
-                raise UpstreamProtocolError(f"bad status line {lines[0][:80]!r}") from None
-            if 100 <= status < 200:
-                continue  # an interim response (100 Continue, 103 Early Hints)
-            break
-        headers: CIMultiDict[str] = CIMultiDict()
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                raise UpstreamProtocolError(f"bad header line {line[:80]!r}")
-            headers.add(name.strip().decode("latin-1"), value.strip().decode("latin-1"))
-        reason = status_line[2].decode("latin-1") if len(status_line) > 2 else ""
-        version = status_line[0]
+            status, reason, version, headers = parse_response_head(block)
+            if headers is not None:
+                break
+            # else an interim response (100 Continue, 103 Early Hints): the next head
         connection = headers.get("Connection", "").lower()
         keep_alive = (
             "close" not in connection if version != b"HTTP/1.0" else "keep-alive" in connection
