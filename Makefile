@@ -9,9 +9,9 @@ TORCH  ?= torch==2.13.0
 
 .PHONY: venv install install-base browser demo test lint bench screenshots clean
 
-# The editable install also builds the proxy's optional C reader in place
-# (agentworld/proxy/_chunks.c, see setup.py): a change to it installs again.
-$(VENV)/.installed: pyproject.toml setup.py agentworld/proxy/_chunks.c
+# The editable install also builds the proxy's optional C readers in place
+# (agentworld/proxy/_chunks.c and _heads.c, see setup.py): a change to one installs again.
+$(VENV)/.installed: pyproject.toml setup.py agentworld/proxy/_chunks.c agentworld/proxy/_heads.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
@@ -51,4 +51,4 @@ bench: install
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build agentworld/proxy/_chunks.*.so
+	rm -rf $(VENV) .pytest_cache .ruff_cache build agentworld/proxy/_chunks.*.so agentworld/proxy/_heads.*.so

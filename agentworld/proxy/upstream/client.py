@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from multidict import CIMultiDict
 
+from agentworld.proxy import fast_heads
+
 MAX_HEAD_BYTES = 64 * 1024
 _HIGH_WATER = 4 * 1024 * 1024  # pause reading beyond this much unread body
 # Idle connections older than this are closed instead of reused: under uvicorn's
@@ -353,11 +355,29 @@ def _header_block(headers: Mapping[str, str]) -> bytes:
     return text.encode("utf-8") + b"\r\n"
 
 
+_parse_response = fast_heads.parse_response
+
+
 def parse_response_head(block: bytes) -> tuple[int, str, bytes, CIMultiDict[str] | None]:
     """The status line and header lines of a response head (``block``: its bytes up to,
     not including, the blank line): ``(status, reason, version, headers)``, ``headers``
     None for an interim (1xx) response, whose header lines are not read; an
-    ``UpstreamProtocolError`` for a head that is no HTTP response."""
+    ``UpstreamProtocolError`` for a head that is no HTTP response. An ordinary head is
+    read in C where the extension is built (``fast_heads``: 13k instructions for vLLM's
+    head, 28k in Python), anything else by ``parse_response_head_python``, the
+    definition."""
+    if _parse_response is not None:
+        got = _parse_response(block)
+        if got is not None:
+            status, reason, version, pairs = got
+            return status, reason, version, None if pairs is None else CIMultiDict(pairs)
+    return parse_response_head_python(block)
+
+
+def parse_response_head_python(
+    block: bytes,
+) -> tuple[int, str, bytes, CIMultiDict[str] | None]:
+    """What ``parse_response_head`` returns, read in Python: the definition."""
     lines = block.split(b"\r\n")
     status_line = lines[0].split(None, 2)
     if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/"):
