@@ -27,10 +27,12 @@
  * is left to Python (never an exception).
  *
  * Measured (bench/proxy_instructions.py --modes stream --ablate noparse, a
- * 14-event vLLM answer with ids and log-probs): the call takes 1.18M
- * instructions beside 1.59M reading its events in Python and 1.10M not reading
- * them at all; of the ~80k, ~15k make and free the `{"logprob": v}` dicts the
- * assembled answer holds.
+ * 14-event vLLM answer with ids and log-probs): the call takes ~1.16M
+ * instructions beside ~1.56M reading its events in Python and 1.10M not reading
+ * them at all. Of a log-prob entry the assembled answer keeps the value alone
+ * (all a record keeps of it): the number object, appended to the choice's
+ * `LogprobValues`; the `{"logprob": v}` dict it made of each entry before cost
+ * ~27k instructions a call (the call then: ~1.19M).
  *
  * Each event is parsed whole before anything is changed, so an event left to
  * Python has changed nothing. The choices' parts wait in the reader (their token
@@ -58,8 +60,8 @@ enum { OK = 0, DECLINE = 1, ERROR = -1 };
 
 /* Attribute and key names, interned once. */
 static PyObject *s_top, *s_choices, *s_chunks, *s_prompt_token_ids, *s_content, *s_saw_content,
-    *s_role, *s_logprobs, *s_token_ids, *s_finish_reason, *s_stop_reason, *s_logprob, *s_id,
-    *s_model, *s_created, *s_system_fingerprint, *s_append, *s_usage;
+    *s_role, *s_logprobs, *s_token_ids, *s_finish_reason, *s_stop_reason, *s_id, *s_model,
+    *s_created, *s_system_fingerprint, *s_append, *s_usage;
 
 /* ------------------------------------------------------------------ the reader's state */
 
@@ -83,6 +85,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *asm_;       /* the StreamAssembler */
     PyObject *choice_cls; /* its _Choice */
+    PyObject *values_cls; /* LogprobValues: a _Choice's `logprobs` */
     int strict;           /* a field the structs do not name sends the event to Python */
     int strip_ids;        /* cut `token_ids` and `prompt_token_ids` from the agent's copy */
     int null_logprobs;    /* each choice's `logprobs` written `null` there */
@@ -1509,18 +1512,22 @@ apply_top(Reader *R, State *st, Parser *P)
     return 0;
 }
 
-/* `ch.name` (a list, or None) extended by `items` (a new list), as `+=` does. */
+/* `ch.name` (a list, or None) extended by `items` (a new list), as `+=` does; None
+ * becomes `items` itself (`= []; += items`: a list of its own), or with `cls` (a list
+ * subclass keeping list's `+=`), `cls(items)` (`= cls(); += items`). */
 static int
-extend_attr(PyObject *ch, PyObject *name, PyObject *items)
+extend_attr(PyObject *ch, PyObject *name, PyObject *items, PyObject *cls)
 {
     PyObject *cur = PyObject_GetAttr(ch, name);
     if (cur == NULL)
         return -1;
     int rc;
     if (cur == Py_None) {
-        rc = PyObject_SetAttr(ch, name, items); /* `= []; += items`: a list of its own */
+        PyObject *fresh = cls == NULL ? Py_NewRef(items) : PyObject_CallOneArg(cls, items);
+        rc = fresh == NULL ? -1 : PyObject_SetAttr(ch, name, fresh);
+        Py_XDECREF(fresh);
     }
-    else if (PyList_CheckExact(cur)) {
+    else if (PyList_CheckExact(cur) || (cls != NULL && Py_IS_TYPE(cur, (PyTypeObject *)cls))) {
         Py_ssize_t n = PyList_GET_SIZE(cur);
         rc = PyList_SetSlice(cur, n, n, items);
     }
@@ -1533,9 +1540,10 @@ extend_attr(PyObject *ch, PyObject *name, PyObject *items)
     return rc;
 }
 
-/* The log-prob entries of this read's choices of one index, as add_typed makes them. */
+/* The log-probs of this read's choices of one index, as add_typed makes them: each
+ * entry's value (the number object itself, or None), no object for the entry. */
 static PyObject *
-entries(Reader *R, Py_ssize_t first, int64_t index, Py_ssize_t count)
+logprob_values(Reader *R, Py_ssize_t first, int64_t index, Py_ssize_t count)
 {
     PyObject *list = PyList_New(count);
     if (list == NULL)
@@ -1550,15 +1558,11 @@ entries(Reader *R, Py_ssize_t first, int64_t index, Py_ssize_t count)
             PyObject *x = v->kind == V_INT     ? PyLong_FromLongLong(v->i)
                           : v->kind == V_FLOAT ? PyFloat_FromDouble(v->d)
                                                : Py_NewRef(Py_None);
-            PyObject *d = x == NULL ? NULL : PyDict_New();
-            if (d == NULL || PyDict_SetItem(d, s_logprob, x) < 0) {
-                Py_XDECREF(x);
-                Py_XDECREF(d);
+            if (x == NULL) {
                 Py_DECREF(list);
                 return NULL;
             }
-            Py_DECREF(x);
-            PyList_SET_ITEM(list, k++, d);
+            PyList_SET_ITEM(list, k++, x);
         }
     }
     return list;
@@ -1648,13 +1652,13 @@ flush_choice(Reader *R, PyObject *choices, Py_ssize_t first)
     if (!rc && role != NULL)
         rc = PyObject_SetAttr(ch, s_role, role);
     if (!rc && has_lps) {
-        list = entries(R, first, index, nlps);
-        rc = list == NULL ? -1 : extend_attr(ch, s_logprobs, list);
+        list = logprob_values(R, first, index, nlps);
+        rc = list == NULL ? -1 : extend_attr(ch, s_logprobs, list, R->values_cls);
         Py_XDECREF(list);
     }
     if (!rc && has_ids) {
         list = token_ids(R, first, index, nids);
-        rc = list == NULL ? -1 : extend_attr(ch, s_token_ids, list);
+        rc = list == NULL ? -1 : extend_attr(ch, s_token_ids, list, NULL);
         Py_XDECREF(list);
     }
     if (!rc && finish != NULL)
@@ -1762,6 +1766,7 @@ Reader_traverse(Reader *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->asm_);
     Py_VISIT(self->choice_cls);
+    Py_VISIT(self->values_cls);
     return 0;
 }
 
@@ -1770,6 +1775,7 @@ Reader_clear(Reader *self)
 {
     Py_CLEAR(self->asm_);
     Py_CLEAR(self->choice_cls);
+    Py_CLEAR(self->values_cls);
     return 0;
 }
 
@@ -1788,19 +1794,25 @@ Reader_dealloc(Reader *self)
 static PyObject *
 Reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"asm", "choice_cls", "strict", "strip_ids", "null_logprobs",
-                             "max_payload", NULL};
-    PyObject *asm_, *choice_cls;
+    static char *kwlist[] = {"asm", "choice_cls", "values_cls", "strict", "strip_ids",
+                             "null_logprobs", "max_payload", NULL};
+    PyObject *asm_, *choice_cls, *values_cls;
     int strict, strip_ids, null_logprobs;
     Py_ssize_t max_payload;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOpppn:Reader", kwlist, &asm_, &choice_cls,
-                                     &strict, &strip_ids, &null_logprobs, &max_payload))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!pppn:Reader", kwlist, &asm_, &choice_cls,
+                                     &PyType_Type, &values_cls, &strict, &strip_ids,
+                                     &null_logprobs, &max_payload))
         return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)values_cls, &PyList_Type)) {
+        PyErr_SetString(PyExc_TypeError, "values_cls must be a list type");
+        return NULL;
+    }
     Reader *self = (Reader *)type->tp_alloc(type, 0); /* zeroed */
     if (self == NULL)
         return NULL;
     self->asm_ = Py_NewRef(asm_);
     self->choice_cls = Py_NewRef(choice_cls);
+    self->values_cls = Py_NewRef(values_cls);
     self->strict = strict;
     self->strip_ids = strip_ids;
     self->null_logprobs = null_logprobs;
@@ -1939,9 +1951,11 @@ static PyTypeObject ReaderType = {
     .tp_basicsize = sizeof(Reader),
     .tp_dealloc = (destructor)Reader_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Reader(asm, choice_cls, strict, strip_ids, null_logprobs, max_payload)\n\n"
+    .tp_doc = "Reader(asm, choice_cls, values_cls, strict, strip_ids, null_logprobs,\n"
+              "       max_payload)\n\n"
               "The compiled reading of one stream's chat chunk events into ``asm`` (a\n"
-              "StreamAssembler; ``choice_cls`` makes its choices). ``strict``: a field not\n"
+              "StreamAssembler; ``choice_cls`` makes its choices, ``values_cls`` (a list\n"
+              "type) their ``logprobs``, the entries' values). ``strict``: a field not\n"
               "named sends the event to Python (the REWRITE reading); ``strip_ids``: cut\n"
               "``token_ids`` and ``prompt_token_ids`` from the agent's copy;\n"
               "``null_logprobs``: its ``logprobs`` made null; ``max_payload``: events this\n"
@@ -1977,7 +1991,6 @@ PyInit__chunks(void)
         {&s_token_ids, "token_ids"},
         {&s_finish_reason, "finish_reason"},
         {&s_stop_reason, "stop_reason"},
-        {&s_logprob, "logprob"},
         {&s_id, "id"},
         {&s_model, "model"},
         {&s_created, "created"},

@@ -8,11 +8,13 @@ recorder serves both modes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from msgspec import UNSET
 
 from agentworld import raw_ids
+from agentworld.proxy.adapters.openai_records import LogprobValues, logprob_values
 from agentworld.raw_ids import RawIds
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -22,6 +24,8 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 # instructions); an int needle is a plain scan, and ``data.find(needle)`` for a longer
 # one. On every event of every stream, that was 3% of a streamed call.
 LF, CR = ord("\n"), ord("\r")
+
+_LOGPROB = itemgetter("logprob")  # a log-prob entry's value, as logprob_values reads it
 
 
 class SSEError(ValueError):
@@ -119,7 +123,9 @@ class _Choice:
     stop_reason: Any = None
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | RawIds | None = None
-    logprobs: list[dict[str, Any]] | None = None  # chat: logprobs.content entries
+    # chat: each logprobs.content entry's ``logprob`` (None for an entry without one, or
+    # not an object): all a record keeps of them, and what every reading of a chunk makes
+    logprobs: LogprobValues | None = None
     token_logprobs: list[Any] | None = None  # completions: logprobs.token_logprobs
     saw_content: bool = False
 
@@ -198,9 +204,14 @@ class StreamAssembler:
                     self._add_delta_rest(ch, delta)
             lp = c.get("logprobs")
             if lp and isinstance(lp.get("content"), list):
-                if ch.logprobs is None:
-                    ch.logprobs = []
-                ch.logprobs += lp["content"]
+                values = ch.logprobs
+                if values is None:
+                    values = ch.logprobs = LogprobValues()
+                n = len(values)
+                try:  # logprob_values, inline: one C-speed pass for the usual entries
+                    values += map(_LOGPROB, lp["content"])
+                except (KeyError, TypeError):  # an entry without one, or not an object
+                    values[n:] = logprob_values(lp["content"])
             ids = c.get("token_ids")
             if ids.__class__ is list:
                 if ch.token_ids is None:
@@ -261,8 +272,8 @@ class StreamAssembler:
             lp = c.logprobs
             if lp is not None and lp is not UNSET and lp.content.__class__ is list:
                 if ch.logprobs is None:
-                    ch.logprobs = []
-                ch.logprobs += [{"logprob": e.logprob} for e in lp.content]
+                    ch.logprobs = LogprobValues()
+                ch.logprobs += [e.logprob for e in lp.content]
             ids = c.token_ids
             if ids.__class__ is list:
                 if ch.token_ids is None:

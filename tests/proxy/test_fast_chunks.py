@@ -29,7 +29,7 @@ from agentworld.proxy.fake_upstream import logprob_entry
 from agentworld.proxy.sse import MALFORMED
 from agentworld.proxy.upstream.answer_json import MIN_RAW_BYTES
 from tests.proxy.test_proxy_chunks import ODD, RAW_ODD, STREAM
-from tests.proxy.test_proxy_fastpaths import _vllm_events
+from tests.proxy.test_proxy_fastpaths import _vllm_events, logprob_lists
 from tests.proxy_protocols.chat_fixtures import chat_chunks
 
 pytestmark = pytest.mark.skipif(
@@ -322,7 +322,9 @@ def run(events: list[bytes], injected: Injected, *, fast: bool, reads: str = "pi
     return {
         "fault": fault and (fault.status, fault.type, fault.message),
         "partial": partial,
-        # (long prompt ids stay bytes, RawIds, which the JSON above does not tell)
+        # (the values lists' type, and long prompt ids kept as bytes, RawIds, which the JSON
+        # above does not tell)
+        "logprobs": logprob_lists(relay.asm),
         "prompt_ids": type(relay.asm.prompt_token_ids).__name__,
         "sent": sent,
         "error": relay.error,
@@ -367,9 +369,10 @@ def test_the_c_reader_takes_vllm_streams_whole(name, injected):
 
 
 def test_the_c_reader_stands_aside_where_the_typed_reading_does():
-    """Only tokens ids injected: Python's general reading keeps whole log-prob entries,
-    which the C reader does not make; and after an event the typed reading refuses, the
-    rest of the stream is Python's."""
+    """Only token ids injected: the agent's events are written again with their whole
+    log-prob entries, by Python's general reading (the typed structs, and the C reader,
+    keep only the values); and after an event the typed reading refuses, the rest of the
+    stream is Python's."""
     x = SimpleNamespace(call=SimpleNamespace(injected=Injected(True, False)), threads=False)
     assert OpenAIRelay(x, "u", CHAT)._fast is None
     events = [*CORPUS["bench"][:3], b'data: {"choices":"x"}', *CORPUS["bench"][3:]]

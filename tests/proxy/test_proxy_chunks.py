@@ -17,7 +17,7 @@ from agentworld.proxy.adapters.openai_stream import OpenAIRelay
 from agentworld.proxy.adapters.translated import MESSAGES, RESPONSES
 from agentworld.proxy.adapters.translated_stream import TranslatedRelay
 from agentworld.proxy.sse import MALFORMED, StreamAssembler
-from tests.proxy.test_proxy_fastpaths import logprob_values_only
+from tests.proxy.test_proxy_fastpaths import logprob_lists
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -88,6 +88,8 @@ ODD = {
                                                             "token_ids": [1]}]},
     "logprob a string": {**HEAD, "choices": [{"index": 0, "logprobs": {"content": [{"logprob": "x"}]},
                                                "token_ids": [1]}]},
+    "logprob entries, then odd ones": {**HEAD, "choices": [{"index": 0, "token_ids": [1, 2, 3, 4],
+        "logprobs": {"content": [{"logprob": -1}, {"token": "b"}, 5, {"logprob": -0.5}]}}]},
     "logprobs a number": {**HEAD, "choices": [{"index": 0, "logprobs": 5}]},
     "logprobs zero": {**HEAD, "choices": [{"index": 0, "logprobs": 0}]},
     "logprobs refusal": {**HEAD, "choices": [{"index": 0, "logprobs": {"content": None, "refusal": None}}]},
@@ -131,7 +133,7 @@ def feed(payloads: list[bytes], injected: Injected, *, typed: bool) -> dict:
     events = [p if p.startswith(b":") else b"data: " + p for p in [*payloads, b"[DONE]"]]
     fault = relay.feed(events, parts)
     try:
-        partial = raw_ids.dumps(logprob_values_only(relay.partial()))
+        partial = raw_ids.dumps(relay.partial())
     except MALFORMED as exc:
         partial = repr(exc)
     # The events as the agent reads them (the relay may join a read's events in one part).
@@ -143,6 +145,7 @@ def feed(payloads: list[bytes], injected: Injected, *, typed: bool) -> dict:
         "fault": fault and (fault.status, fault.type, fault.message),
         "sent": sent,
         "partial": partial,
+        "logprobs": logprob_lists(relay.asm),
         "error": relay.error,
         "chunks": relay.asm.chunks,
         "done": relay.done,
@@ -179,7 +182,7 @@ def test_a_vllm_stream_is_read_into_structs(monkeypatch, injected):
     body = orjson.loads(got["partial"])
     assert body["choices"][0]["message"]["content"] == "Hello"
     assert body["choices"][0]["token_ids"] == [7, 8, 9, 10, 11]
-    assert [e["logprob"] for e in body["choices"][0]["logprobs"]["content"]] == [-0.25] * 5
+    assert body["choices"][0]["logprobs"]["content"] == [-0.25] * 5
     assert body["prompt_token_ids"] == [1, 2, 3]
     if injected.any:  # null stays null, absent stays absent, the injected fields go
         first, second = got["sent"][0], got["sent"][1]
@@ -220,7 +223,7 @@ def translated(monkeypatch, adapter, payloads: list[bytes], *, typed: bool) -> d
     parts: list[bytes] = []
     fault = relay.feed([b"data: " + p for p in [*payloads, b"[DONE]"]], parts)
     try:
-        partial = raw_ids.dumps(logprob_values_only(relay.partial()))
+        partial = raw_ids.dumps(relay.partial())
     except MALFORMED as exc:
         partial = repr(exc)
     try:
@@ -232,6 +235,7 @@ def translated(monkeypatch, adapter, payloads: list[bytes], *, typed: bool) -> d
         "sent": parts,
         "tail": tail,
         "partial": partial,
+        "logprobs": logprob_lists(relay.asm),
         "error": relay.error,
         "done": relay.done,
     }

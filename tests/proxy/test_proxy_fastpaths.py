@@ -163,19 +163,13 @@ def test_event_loop_choice():
             loop.close()
 
 
-def logprob_values_only(body: dict) -> dict:
-    """An assembled body with each log-prob entry cut to its value (what records keep)."""
-    out = copy.copy(body)
-    out["choices"] = []
-    for c in body.get("choices") or ():
-        lp = c.get("logprobs")
-        if isinstance(lp, dict) and isinstance(lp.get("content"), list):
-            c = {
-                **c,
-                "logprobs": {"content": [{"logprob": e.get("logprob")} for e in lp["content"]]},
-            }
-        out["choices"].append(c)
-    return out
+def logprob_lists(asm: StreamAssembler) -> dict[int, str]:
+    """Each assembled choice's ``logprobs`` type: every reading makes a LogprobValues of
+    the entries' values (a plain list's JSON is the same, but ``logprob_values`` would
+    read it as entries, each None)."""
+    kinds = {i: type(ch.logprobs).__name__ for i, ch in asm.choices.items()}
+    assert set(kinds.values()) <= {"NoneType", "LogprobValues"}, kinds
+    return kinds
 
 
 def _vllm_events() -> list[bytes]:
@@ -218,7 +212,7 @@ def test_the_chat_relay_agrees_with_parse_strip_and_encode(injected):
     """The relay parses and re-encodes a token's event inline: the agent gets what
     ``answer_json.loads`` + ``strip`` + ``encode_event`` make of it (byte for byte when
     nothing is stripped), and the assembler what ``answer_json.loads`` gives (of the
-    log-prob entries, their values: all a record keeps)."""
+    log-prob entries, their values: all a record keeps, and all the assembler keeps)."""
     events = _vllm_events()
     x = SimpleNamespace(call=SimpleNamespace(injected=injected), threads=False)
     relay = OpenAIRelay(x, "http://up", CHAT)
@@ -242,7 +236,9 @@ def test_the_chat_relay_agrees_with_parse_strip_and_encode(injected):
         assert sent == b"".join(expected)
     assert "prompt_token_ids" not in sent.decode() or not injected.token_ids
     got, want = relay.partial(), asm.result()
-    assert raw_ids.dumps(logprob_values_only(got)) == raw_ids.dumps(logprob_values_only(want))
+    assert raw_ids.dumps(got) == raw_ids.dumps(want)
+    values = {0: "LogprobValues", 1: "LogprobValues"}
+    assert logprob_lists(relay.asm) == logprob_lists(asm) == values
     first, second = got["choices"]
     assert first["message"]["content"] == "héllo ✓ 😀" + "héllo ✓ 😀"  # the spaced copy too
     assert first["token_ids"] == [5, 6, 5, 6]

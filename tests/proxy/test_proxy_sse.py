@@ -5,6 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from agentworld.proxy.adapters import openai_chunks
+from agentworld.proxy.adapters.openai_records import LogprobValues
 from agentworld.proxy.sse import EventSplitter, SSEError, StreamAssembler, event_data
 
 
@@ -90,6 +92,24 @@ def test_assembler_rebuilds_tool_calls_reasoning_ids_and_usage():
     assert choice["token_ids"] == [5, 6, 7, 8] and choice["finish_reason"] == "tool_calls"
     assert body["prompt_token_ids"] == [1, 2] and body["usage"]["completion_tokens"] == 4
     assert body["id"] == "c1"
+
+
+def test_assembled_logprobs_are_the_entries_values():
+    """Each reading keeps of a log-prob entry its value only (None for an entry without
+    one, or not an object), in one list whatever mix of readings fed the choice."""
+
+    def event(*entries: object) -> bytes:
+        return orjson.dumps({"choices": [{"index": 0, "logprobs": {"content": list(entries)}}]})
+
+    asm = StreamAssembler(chat=True)
+    asm.add_typed(openai_chunks.READ(event({"token": "a", "logprob": -1, "top_logprobs": []})))
+    asm.add(orjson.loads(event({"logprob": -0.5}, {"token": "b"}, 5, {"logprob": 0})))
+    asm.add_typed(openai_chunks.READ(event({"logprob": None}, {"logprob": -0.0})))
+    asm.add(orjson.loads(event({"logprob": -2.5})))
+    values = asm.choices[0].logprobs
+    assert type(values) is LogprobValues
+    assert orjson.dumps(values) == b"[-1,-0.5,null,null,0,null,-0.0,-2.5]"
+    assert asm.result()["choices"][0]["logprobs"] == {"content": values}
 
 
 def test_assembler_keeps_an_error_event():

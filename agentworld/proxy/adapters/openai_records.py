@@ -90,8 +90,12 @@ _LOGPROB = itemgetter("logprob")
 
 
 class LogprobValues(list):  # type: ignore[type-arg]
-    """A chat ``logprobs.content`` already read down to each entry's ``logprob`` (the typed
-    reading of ``openai_answer``, which makes no entry objects)."""
+    """A chat ``logprobs.content`` already read down to each entry's ``logprob``, None for
+    an entry without one (as ``logprob_values`` reads it): the typed reading of a unary
+    answer (``openai_answer``), and a streamed choice's as the assembler keeps it
+    (``sse._Choice.logprobs``, whichever reading took its events: none makes the entries)."""
+
+    __slots__ = ()  # made once a call, or a streamed choice: no attribute dict
 
 
 def logprob_values(content: list[Any]) -> list[Any]:
