@@ -23,6 +23,9 @@
  *    an UpstreamProtocolError, a status that is not three digits) is None, and
  *    the definition reads it again, to accept it or to word the error.
  *
+ *  - `chunk_run(data, pos)` reads the usual run of a chunked body, whole chunks one
+ *    after another, for upstream/client.py's `_decode_chunks` (below).
+ *
  * They raise only what Python would: MemoryError, and TypeError for an argument
  * that is no bytes-like object.
  */
@@ -390,6 +393,76 @@ parse_response(PyObject *module, PyObject *block)
     return with_bytes(block, read_response);
 }
 
+/* chunk_run(data, pos) -> (bytes, pos): from `pos`, the data of the whole chunks that
+ * follow one another there, each a size line of 1 to 8 hex digits and CRLF (no
+ * extensions), its data, and CRLF, joined; and where the run ends (at the first
+ * chunk that is not whole, or framed otherwise: the last, zero-size chunk, a size
+ * line with an extension, a bad one). The loop of UpstreamResponse._decode_chunks
+ * (upstream/client.py) reads on from there as before: this is its usual case, a
+ * stream's read of many small chunks, one an event, where the Python loop took a
+ * regular expression match and two slices a chunk. */
+static PyObject *
+chunk_run(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "y*n:chunk_run", &view, &pos))
+        return NULL;
+    const uchar *data = view.buf;
+    Py_ssize_t n = view.len;
+    if (pos < 0 || pos > n) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "chunk_run: pos out of range");
+        return NULL;
+    }
+    /* Two passes: find the run and its size, then copy its data into one bytes. */
+    Py_ssize_t at = pos, total = 0;
+    for (;;) {
+        Py_ssize_t i = at;
+        uint64_t size = 0;
+        while (i < n && i - at < 8) {
+            uchar c = data[i];
+            int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+            if (d < 0)
+                break;
+            size = size * 16 + (uint64_t)d;
+            i++;
+        }
+        if (i == at || i + 1 >= n || data[i] != '\r' || data[i + 1] != '\n' || size == 0)
+            break;
+        Py_ssize_t start = i + 2;
+        if ((uint64_t)(n - start) < size + 2)
+            break; /* not all here yet */
+        Py_ssize_t stop = start + (Py_ssize_t)size;
+        if (data[stop] != '\r' || data[stop + 1] != '\n')
+            break;
+        total += (Py_ssize_t)size;
+        at = stop + 2;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = pos; i < at;) {
+        uint64_t size = 0;
+        while (data[i] != '\r') {
+            uchar c = data[i++];
+            size = size * 16 + (uint64_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+        }
+        memcpy(w, data + i + 2, (size_t)size);
+        w += size;
+        i += 2 + (Py_ssize_t)size + 2;
+    }
+    PyBuffer_Release(&view);
+    PyObject *got = Py_BuildValue("(Nn)", out, at);
+    return got;
+}
+
 static PyMethodDef methods[] = {
     {"parse_request", parse_request, METH_O,
      "parse_request(head) -> (path, query, pairs, content_length, keep_alive) | None\n\n"
@@ -401,6 +474,10 @@ static PyMethodDef methods[] = {
      "An ordinary response head (its bytes up to the blank line) as upstream/client.py's\n"
      "parse_response_head reads it, ``pairs`` None for an interim (1xx) answer; None for\n"
      "anything else, which that function reads."},
+    {"chunk_run", chunk_run, METH_VARARGS,
+     "chunk_run(data, pos) -> (bytes, pos)\n\n"
+     "The data of the whole chunks (a bare 1-8 hex digit size line, the data, CRLF) that\n"
+     "follow one another from ``pos``, joined, and where that run ends."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,7 +11,10 @@ are the fast paths of two Python functions that stay the definitions,
   ``(path, query, pairs, content_length, keep_alive)``;
 - ``parse_response(block)``: ``(status, reason, version, pairs)`` of an ordinary
   answer (``pairs`` None for a 1xx), None for anything else, which the
-  definition then reads (and words its error).
+  definition then reads (and words its error);
+- ``chunk_run(data, pos)``: the usual run of a chunked body (whole chunks, one an
+  event of a stream), for ``UpstreamResponse._decode_chunks``, whose loop reads on
+  from where the run ends.
 
 Both are None where the extension was not built (no compiler at install) or where
 ``AW_NO_EXTENSIONS`` is set (to anything but ``0``; read once, at import, as
@@ -23,15 +26,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["NO_EXTENSIONS", "parse_request", "parse_response"]
+__all__ = ["NO_EXTENSIONS", "chunk_run", "parse_request", "parse_response"]
 
 # parse_request(head) -> (path, query, pairs, content_length, keep_alive) | None
 # parse_response(block) -> (status, reason, version, pairs | None) | None
 parse_request: Any = None
 parse_response: Any = None
+# chunk_run(data, pos) -> (the data of the whole chunks from pos, joined; where they end)
+chunk_run: Any = None
 NO_EXTENSIONS = os.environ.get("AW_NO_EXTENSIONS", "") not in ("", "0")
 if not NO_EXTENSIONS:
     try:
-        from agentworld.proxy._heads import parse_request, parse_response
+        from agentworld.proxy._heads import chunk_run, parse_request, parse_response
     except ImportError:  # not built: the Python path
         pass

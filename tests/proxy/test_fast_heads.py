@@ -583,3 +583,71 @@ def test_the_functions_take_bytes_like_objects_only() -> None:
             read()
         with pytest.raises(TypeError):
             read(head, head)
+
+
+# ---------------------------------------------------------------- chunked bodies
+
+
+def decode_all(body: bytes, cuts: list[int], fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """``_decode_chunks`` over ``body`` arriving in pieces cut at ``cuts``, with the C run or
+    without: (data, complete, error, what is left in the buffer, the count it stopped at)."""
+    from multidict import CIMultiDict
+
+    from agentworld.proxy.upstream import client
+    from agentworld.proxy.upstream.client import UpstreamResponse, _Conn
+
+    monkeypatch.setattr(client, "_chunk_run", fast_heads.chunk_run if fast else None)
+    resp = UpstreamResponse(
+        None, ("http", "h", 1), _Conn(), 200, "OK", CIMultiDict(), "chunked", 0, True, 1.0
+    )  # type: ignore[arg-type]
+    buf, got, start = bytearray(), b"", 0
+    try:
+        for cut in [*cuts, len(body)]:
+            buf += body[start:cut]
+            start = cut
+            if not resp.complete:
+                got += resp._decode_chunks(buf)
+    except UpstreamProtocolError as exc:
+        return got, resp.complete, str(exc), bytes(buf), resp._left
+    return got, resp.complete, None, bytes(buf), resp._left
+
+
+CHUNK_BITS = [
+    b"\r\n", b"\r", b"\n", b";ext=1", b" ", b"0", b"00", b"f", b"F", b"g", b"123456789",
+    b"-1", b"0\r\n\r\n", b"0\r\nX-T: 1\r\n\r\n", b"5\r\nhello\r\n", b"\x00", b"data: x\n\n",
+]  # fmt: skip
+
+
+def chunked(rng: random.Random) -> bytes:
+    events = [b"data: %d\n\n" % rng.randrange(10 ** rng.randrange(1, 30)) for _ in range(8)]
+    hexes = [b"%x", b"%X", b"%08x", b"%x;a=b"]
+    body = b"".join(b"%s\r\n%s\r\n" % (rng.choice(hexes) % len(e), e) for e in events)
+    return body + b"0\r\n\r\n" + b"HTTP/1.1 200 OK\r\n"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chunked_bodies_read_the_same_with_the_c_run(seed: int, monkeypatch) -> None:
+    rng = random.Random(seed)
+    for _ in range(1500):
+        body = chunked(rng)
+        for _ in range(rng.randrange(3)):  # damage it, now and then
+            pos = rng.randrange(len(body) + 1)
+            cut = pos + rng.randrange(3)
+            body = body[:pos] + rng.choice(CHUNK_BITS) + body[cut:]
+        cuts = sorted(rng.sample(range(len(body) + 1), rng.randrange(4)))
+        assert decode_all(body, cuts, True, monkeypatch) == decode_all(
+            body, cuts, False, monkeypatch
+        ), (body, cuts)
+
+
+def test_chunk_run_reads_whole_chunks_only() -> None:
+    run = fast_heads.chunk_run
+    assert run(b"5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n", 0) == (b"helloabc", 18)
+    assert run(b"xx5\r\nhello\r\n", 2) == (b"hello", 12)
+    assert run(b"5\r\nhell", 0) == (b"", 0)  # not all here yet
+    assert run(b"5\r\nhelloX\r\n", 0) == (b"", 0)  # no CRLF after its data
+    assert run(b"5;x=1\r\nhello\r\n", 0) == (b"", 0)  # an extension: the loop reads it
+    assert run(b"000000005\r\nhello\r\n", 0) == (b"", 0)  # nine digits: the loop reads it
+    assert run(b"0\r\n\r\n", 0) == (b"", 0)  # the last chunk: the loop reads it
+    with pytest.raises(ValueError):
+        run(b"", 1)

@@ -152,6 +152,7 @@ class _Conn(asyncio.Protocol):
 
 
 _CHUNK_HEAD = re.compile(rb"([0-9a-fA-F]{1,8})\r\n")  # a chunk's size line, no extensions
+_chunk_run = fast_heads.chunk_run
 
 
 class UpstreamResponse:
@@ -253,6 +254,10 @@ class UpstreamResponse:
         pos = 0
         left = self._left
         out: list[bytes] = []
+        if left == 0 and _chunk_run is not None:  # whole chunks read in C; the loop goes on
+            run, pos = _chunk_run(data, 0)  # from the first chunk that is not (fast_heads)
+            if run:
+                out.append(run)
         match = _CHUNK_HEAD.match
         try:
             while True:
